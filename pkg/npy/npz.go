@@ -1,0 +1,113 @@
+package npy
+
+import (
+	"archive/zip"
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+)
+
+// ReadNPZ reads every array in the .npz archive at path (as written by np.savez or
+// np.savez_compressed: a zip of .npy members, stored or deflated). The map is keyed by
+// member name without the ".npy" suffix, as numpy's NpzFile does; order lists the
+// names in archive order.
+func ReadNPZ(path string) (map[string]*Array, []string, error) {
+	zr, err := zip.OpenReader(path)
+	if err != nil {
+		if _, statErr := os.Stat(path); statErr == nil {
+			return nil, nil, fmt.Errorf("read %s: not a .npz (zip) archive: %v", path, err)
+		}
+		return nil, nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	defer zr.Close()
+	var archiveSize int64 = -1
+	if st, err := os.Stat(path); err == nil {
+		archiveSize = st.Size()
+	}
+	arrays := make(map[string]*Array, len(zr.File))
+	order := make([]string, 0, len(zr.File))
+	for _, f := range zr.File {
+		if strings.HasSuffix(f.Name, "/") {
+			continue // directory entry
+		}
+		key, ok := strings.CutSuffix(f.Name, ".npy")
+		if !ok {
+			return nil, nil, fmt.Errorf("read %s: member %q is not a .npy array; an .npz must hold only arrays (np.savez)", path, f.Name)
+		}
+		if _, dup := arrays[key]; dup {
+			return nil, nil, fmt.Errorf("read %s: member %q appears twice", path, f.Name)
+		}
+		a, err := readMember(f, path, archiveSize)
+		if err != nil {
+			return nil, nil, err
+		}
+		arrays[key] = a
+		order = append(order, key)
+	}
+	if len(order) == 0 {
+		return nil, nil, fmt.Errorf("read %s: archive holds no arrays", path)
+	}
+	return arrays, order, nil
+}
+
+func readMember(f *zip.File, path string, archiveSize int64) (*Array, error) {
+	name := fmt.Sprintf("%s member %q", path, f.Name)
+	rc, err := f.Open()
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %v", name, err)
+	}
+	defer rc.Close()
+	// The sizes in a zip's directory are only trustworthy for stored members that fit in
+	// the archive; for deflated ones let read grow its buffer as data arrives.
+	size := int64(-1)
+	if f.Method == zip.Store && archiveSize >= 0 && f.UncompressedSize64 == f.CompressedSize64 &&
+		f.CompressedSize64 <= uint64(archiveSize) {
+		size = int64(f.UncompressedSize64)
+	}
+	return read(bufio.NewReaderSize(rc, 1<<16), name, size)
+}
+
+// WriteNPZ writes arrays to path as an uncompressed .npz archive (like np.savez), member
+// names[i]+".npy" holding arrays[i]. The file is written to a temporary name and renamed.
+func WriteNPZ(path string, names []string, arrays []*Array) error {
+	return writeNPZ(path, names, arrays, zip.Store)
+}
+
+// WriteNPZCompressed is WriteNPZ with deflate compression (like np.savez_compressed).
+func WriteNPZCompressed(path string, names []string, arrays []*Array) error {
+	return writeNPZ(path, names, arrays, zip.Deflate)
+}
+
+func writeNPZ(path string, names []string, arrays []*Array, method uint16) error {
+	if len(names) != len(arrays) {
+		return fmt.Errorf("write %s: %d names for %d arrays", path, len(names), len(arrays))
+	}
+	seen := map[string]bool{}
+	for i, n := range names {
+		if n == "" {
+			return fmt.Errorf("write %s: array %d has an empty name", path, i)
+		}
+		if seen[n] {
+			return fmt.Errorf("write %s: name %q used twice", path, n)
+		}
+		seen[n] = true
+		if err := arrays[i].Validate(); err != nil {
+			return fmt.Errorf("write %s: array %q: %w", path, n, err)
+		}
+	}
+	return writeAtomic(path, func(w io.Writer) error {
+		zw := zip.NewWriter(w)
+		for i, n := range names {
+			mw, err := zw.CreateHeader(&zip.FileHeader{Name: n + ".npy", Method: method})
+			if err != nil {
+				return err
+			}
+			if err := Write(mw, arrays[i]); err != nil {
+				return err
+			}
+		}
+		return zw.Close()
+	})
+}
