@@ -1,0 +1,543 @@
+package torch
+
+/*
+#include <stdlib.h>
+#include "torchspeed.h"
+*/
+import "C"
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"sort"
+	"strings"
+	"unsafe"
+)
+
+// Module is a TorchScript module. Its methods are safe to call from many goroutines; Close waits
+// for calls in flight.
+type Module struct {
+	g    guard
+	c    *C.ts_module
+	name string // the file or label it was loaded from, for messages
+	nin  int64  // forward's input count, not counting self
+}
+
+func wrapModule(c *C.ts_module, name string) *Module {
+	m := &Module{c: c, name: name, nin: -1}
+	var n C.int64_t
+	if C.ts_module_num_inputs(c, &n) == nil {
+		m.nin = int64(n)
+	}
+	runtime.SetFinalizer(m, (*Module).Close)
+	return m
+}
+
+var zipMagic = []byte("PK\x03\x04")
+
+// Load reads a TorchScript archive saved by torch.jit.save (traced or scripted) or by Save.
+func Load(path string) (*Module, error) {
+	if err := checkShim(); err != nil {
+		return nil, err
+	}
+	st, err := os.Stat(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil, fmt.Errorf("load model %q: file not found: check the path", path)
+	case err != nil:
+		return nil, fmt.Errorf("load model %q: %w", path, err)
+	case st.IsDir():
+		return nil, fmt.Errorf("load model %q: is a directory, not a TorchScript file", path)
+	case st.Size() == 0:
+		return nil, fmt.Errorf("load model %q: file is empty (0 bytes): export the model with torch.jit.save", path)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("load model %q: %w", path, err)
+	}
+	head := make([]byte, 4)
+	_, _ = f.Read(head)
+	f.Close()
+	if !bytes.Equal(head, zipMagic) {
+		return nil, fmt.Errorf("load model %q: not a TorchScript archive (zip header missing): export the model with torch.jit.save (torch.save'd state_dicts and ONNX files are not TorchScript)", path)
+	}
+	cs := C.CString(path)
+	defer C.free(unsafe.Pointer(cs))
+	var out *C.ts_module
+	if err := statusErr(C.ts_module_load(cs, &out)); err != nil {
+		return nil, explainLoadError(path, err)
+	}
+	return wrapModule(out, path), nil
+}
+
+// LoadBytes reads a TorchScript archive from memory. name labels it in messages.
+func LoadBytes(b []byte, name string) (*Module, error) {
+	if err := checkShim(); err != nil {
+		return nil, err
+	}
+	if len(b) == 0 {
+		return nil, fmt.Errorf("load model %q: buffer is empty: export the model with torch.jit.save", name)
+	}
+	if !bytes.HasPrefix(b, zipMagic) {
+		return nil, fmt.Errorf("load model %q: not a TorchScript archive (zip header missing): export the model with torch.jit.save", name)
+	}
+	var out *C.ts_module
+	err := statusErr(C.ts_module_load_bytes(unsafe.Pointer(&b[0]), C.size_t(len(b)), &out))
+	runtime.KeepAlive(b)
+	if err != nil {
+		return nil, explainLoadError(name, err)
+	}
+	return wrapModule(out, name), nil
+}
+
+func explainLoadError(name string, err error) error {
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "central directory"), strings.Contains(msg, "failed reading zip archive"),
+		strings.Contains(msg, "failed to read"), strings.Contains(msg, "invalid header or archive is corrupted"):
+		return fmt.Errorf("load model %q: truncated or corrupt archive: copy or export it again (%w)", name, err)
+	case strings.Contains(msg, "constants.pkl"), strings.Contains(msg, "file not found"),
+		strings.Contains(msg, "code/"), strings.Contains(msg, "version"):
+		return fmt.Errorf("load model %q: a zip archive but not a TorchScript module: export it with torch.jit.script/trace + torch.jit.save (%w)", name, err)
+	}
+	return fmt.Errorf("load model %q: %w", name, err)
+}
+
+// Name is the path or label the module was loaded from.
+func (m *Module) Name() string { return m.name }
+
+// SetName changes the label used in messages.
+func (m *Module) SetName(name string) { m.name = name }
+
+// Close frees the module. It is idempotent and waits for calls in flight.
+func (m *Module) Close() error {
+	if m == nil {
+		return nil
+	}
+	m.g.close(func() {
+		C.ts_module_free(m.c)
+		m.c = nil
+		runtime.SetFinalizer(m, nil)
+	})
+	return nil
+}
+
+// derive wraps a new module made from m by one of the shim's transforms.
+func (m *Module) derive(op func(*C.ts_module, **C.ts_module) *C.ts_status) (*Module, error) {
+	if err := m.g.acquire(); err != nil {
+		return nil, err
+	}
+	defer m.g.release()
+	var out *C.ts_module
+	if err := statusErr(op(m.c, &out)); err != nil {
+		return nil, fmt.Errorf("model %q: %w", m.name, err)
+	}
+	return wrapModule(out, m.name), nil
+}
+
+// Clone returns a deep copy sharing no parameters.
+func (m *Module) Clone() (*Module, error) {
+	return m.derive(func(c *C.ts_module, o **C.ts_module) *C.ts_status { return C.ts_module_clone(c, o) })
+}
+
+// Eval switches the module (and its submodules) to inference mode, in place.
+func (m *Module) Eval() error {
+	if err := m.g.acquire(); err != nil {
+		return err
+	}
+	defer m.g.release()
+	return statusErr(C.ts_module_eval(m.c))
+}
+
+// Freeze returns torch::jit::freeze of the module (which must be in eval mode), keeping the
+// named attributes (e.g. methods other than forward) as attributes.
+func (m *Module) Freeze(preserved ...string) (*Module, error) {
+	cs := make([]*C.char, len(preserved))
+	for i, p := range preserved {
+		cs[i] = C.CString(p)
+	}
+	defer func() {
+		for _, p := range cs {
+			C.free(unsafe.Pointer(p))
+		}
+	}()
+	pin := runtime.Pinner{}
+	defer pin.Unpin()
+	var arr **C.char
+	if len(cs) > 0 {
+		pin.Pin(&cs[0])
+		arr = &cs[0]
+	}
+	return m.derive(func(c *C.ts_module, o **C.ts_module) *C.ts_status {
+		return C.ts_module_freeze(c, arr, C.size_t(len(cs)), o)
+	})
+}
+
+// FoldConvBN folds BatchNorm into the preceding convolutions of an unfrozen module.
+func (m *Module) FoldConvBN() (*Module, error) {
+	return m.derive(func(c *C.ts_module, o **C.ts_module) *C.ts_status { return C.ts_module_fold_conv_bn(c, o) })
+}
+
+// OptimizeForInference returns torch::jit::optimize_for_inference of the module: oneDNN
+// fusions and weight prepacking. On libtorch 1.13 its result cannot be saved and loaded back;
+// save the frozen module and re-apply this pass after loading.
+func (m *Module) OptimizeForInference() (*Module, error) {
+	return m.derive(func(c *C.ts_module, o **C.ts_module) *C.ts_status {
+		return C.ts_module_optimize_for_inference(c, o)
+	})
+}
+
+// ChannelsLast converts 4-D and 5-D parameters and buffers to channels-last in place and returns
+// how many it changed. Do it before Freeze.
+func (m *Module) ChannelsLast() (int, error) {
+	if err := m.g.acquire(); err != nil {
+		return 0, err
+	}
+	defer m.g.release()
+	var n C.int64_t
+	if err := statusErr(C.ts_module_channels_last(m.c, &n)); err != nil {
+		return 0, err
+	}
+	return int(n), nil
+}
+
+// Output is one tensor of a flattened forward result. Name is "0" for a single tensor, the
+// index for tuple and list elements, the key for dict entries, joined by "." when nested.
+type Output struct {
+	Name   string
+	Tensor *Tensor
+}
+
+// CloseOutputs closes every tensor of outs.
+func CloseOutputs(outs []Output) {
+	for _, o := range outs {
+		o.Tensor.Close()
+	}
+}
+
+// Forward runs the module on an inference worker thread (see SetWorkers).
+func (m *Module) Forward(inputs ...*Tensor) ([]Output, error) {
+	var (
+		outs []Output
+		err  error
+	)
+	getExecutor().do(func() { outs, err = m.ForwardOnThisThread(inputs...) })
+	return outs, err
+}
+
+// ForwardOnThisThread runs the module on the calling goroutine's OS thread. Call it only from a
+// goroutine locked with runtime.LockOSThread, or each call may start another OpenMP pool.
+func (m *Module) ForwardOnThisThread(inputs ...*Tensor) ([]Output, error) {
+	return m.call("forward", inputs)
+}
+
+// RunMethod runs a method other than forward on an inference worker thread.
+func (m *Module) RunMethod(method string, inputs ...*Tensor) ([]Output, error) {
+	var (
+		outs []Output
+		err  error
+	)
+	getExecutor().do(func() { outs, err = m.call(method, inputs) })
+	return outs, err
+}
+
+func (m *Module) call(method string, inputs []*Tensor) ([]Output, error) {
+	if err := m.g.acquire(); err != nil {
+		return nil, err
+	}
+	defer m.g.release()
+	if m.nin >= 0 && method == "forward" && int64(len(inputs)) > m.nin {
+		return nil, fmt.Errorf("forward %q: model takes %d input(s), got %d: check the inputs in your config", m.name, m.nin, len(inputs))
+	}
+	cin := make([]*C.ts_tensor, len(inputs))
+	for i, t := range inputs {
+		if t == nil {
+			return nil, fmt.Errorf("forward %q: input %d is nil", m.name, i)
+		}
+		if err := t.g.acquire(); err != nil {
+			return nil, fmt.Errorf("forward %q: input %d: %w", m.name, i, err)
+		}
+		defer t.g.release()
+		cin[i] = t.c
+	}
+	var arr **C.ts_tensor
+	pin := runtime.Pinner{}
+	defer pin.Unpin()
+	if len(cin) > 0 {
+		pin.Pin(&cin[0])
+		arr = &cin[0]
+	}
+	var res *C.ts_outputs
+	var st *C.ts_status
+	if method == "forward" {
+		st = C.ts_module_forward(m.c, arr, C.size_t(len(cin)), &res)
+	} else {
+		cm := C.CString(method)
+		defer C.free(unsafe.Pointer(cm))
+		st = C.ts_module_run_method(m.c, cm, arr, C.size_t(len(cin)), &res)
+	}
+	if err := statusErr(st); err != nil {
+		return nil, fmt.Errorf("%s %q with inputs %s: %w", method, m.name, describeInputs(inputs), summarize(err))
+	}
+	defer C.ts_outputs_free(res)
+	n := int(C.ts_outputs_size(res))
+	outs := make([]Output, 0, n)
+	for i := 0; i < n; i++ {
+		var t *C.ts_tensor
+		if err := statusErr(C.ts_outputs_get(res, C.size_t(i), &t)); err != nil {
+			CloseOutputs(outs)
+			return nil, err
+		}
+		outs = append(outs, Output{Name: C.GoString(C.ts_outputs_name(res, C.size_t(i))), Tensor: wrapTensor(t)})
+	}
+	return outs, nil
+}
+
+func describeInputs(inputs []*Tensor) string {
+	parts := make([]string, len(inputs))
+	for i, t := range inputs {
+		parts[i] = t.String()
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
+}
+
+var pyErrLine = regexp.MustCompile(`(?m)^[A-Za-z_.]*(Error|Exception): .*$`)
+
+// summarize shortens a TorchScript interpreter error to the model's own message, keeping the
+// whole text in Detail.
+func summarize(err error) error {
+	var te *Error
+	if !errors.As(err, &te) || !strings.Contains(te.Msg, "Traceback of TorchScript") {
+		return err
+	}
+	locs := pyErrLine.FindAllStringIndex(te.Msg, -1)
+	if len(locs) == 0 {
+		return err
+	}
+	last := locs[len(locs)-1]
+	return &Error{Op: te.Op, Msg: strings.TrimSpace(te.Msg[last[0]:]), Detail: te.Msg}
+}
+
+// TimeForward runs forward runs times in a plain C++ loop on an inference worker thread and
+// returns each run's wall time in nanoseconds: the baseline for the bindings' overhead.
+func (m *Module) TimeForward(runs int, inputs ...*Tensor) ([]int64, error) {
+	if runs < 0 {
+		return nil, fmt.Errorf("time forward: runs must be >= 0, got %d", runs)
+	}
+	ns := make([]int64, runs)
+	var err error
+	getExecutor().do(func() {
+		if err = m.g.acquire(); err != nil {
+			return
+		}
+		defer m.g.release()
+		cin := make([]*C.ts_tensor, len(inputs))
+		for i, t := range inputs {
+			if err = t.g.acquire(); err != nil {
+				return
+			}
+			defer t.g.release()
+			cin[i] = t.c
+		}
+		pin := runtime.Pinner{}
+		defer pin.Unpin()
+		var arr **C.ts_tensor
+		if len(cin) > 0 {
+			pin.Pin(&cin[0])
+			arr = &cin[0]
+		}
+		var nsp *C.int64_t
+		if runs > 0 {
+			pin.Pin(&ns[0])
+			nsp = (*C.int64_t)(unsafe.Pointer(&ns[0]))
+		}
+		err = statusErr(C.ts_module_time_forward(m.c, arr, C.size_t(len(cin)), C.int64_t(runs), nsp))
+	})
+	if err != nil {
+		return nil, fmt.Errorf("time forward %q: %w", m.name, summarize(err))
+	}
+	return ns, nil
+}
+
+// Define adds a TorchScript method to the module (torch::jit::Module::define).
+func (m *Module) Define(source string) error {
+	if err := m.g.acquire(); err != nil {
+		return err
+	}
+	defer m.g.release()
+	cs := C.CString(source)
+	defer C.free(unsafe.Pointer(cs))
+	return statusErr(C.ts_module_define(m.c, cs))
+}
+
+func (m *Module) stringOp(op func(*C.ts_module, **C.char) *C.ts_status) (string, error) {
+	if err := m.g.acquire(); err != nil {
+		return "", err
+	}
+	defer m.g.release()
+	var p *C.char
+	if err := statusErr(op(m.c, &p)); err != nil {
+		return "", err
+	}
+	return takeString(p), nil
+}
+
+// Schema is forward's schema, e.g. "forward(__torch__.M self, Tensor x) -> Tensor".
+func (m *Module) Schema() (string, error) {
+	return m.stringOp(func(c *C.ts_module, p **C.char) *C.ts_status { return C.ts_module_schema(c, p) })
+}
+
+// NumInputs is the number of arguments forward takes, not counting self (-1 if unknown).
+func (m *Module) NumInputs() int { return int(m.nin) }
+
+// Graph is forward's inlined graph as text.
+func (m *Module) Graph() (string, error) {
+	return m.stringOp(func(c *C.ts_module, p **C.char) *C.ts_status { return C.ts_module_graph(c, p) })
+}
+
+// NodeCounts counts forward's graph nodes by kind (e.g. "aten::conv2d"), sub-blocks included.
+func (m *Module) NodeCounts() (map[string]int, error) {
+	s, err := m.stringOp(func(c *C.ts_module, p **C.char) *C.ts_status { return C.ts_module_node_counts(c, p) })
+	if err != nil {
+		return nil, err
+	}
+	counts := map[string]int{}
+	if err := json.Unmarshal([]byte(s), &counts); err != nil {
+		return nil, fmt.Errorf("node counts: %w", err)
+	}
+	return counts, nil
+}
+
+// Submodule is one entry of Submodules.
+type Submodule struct {
+	Path string // dotted path, e.g. "layer1.0.conv1"
+	Type string // qualified type, e.g. "__torch__.torch.nn.modules.conv.Conv2d"
+}
+
+// Submodules lists every submodule, depth first.
+func (m *Module) Submodules() ([]Submodule, error) {
+	s, err := m.stringOp(func(c *C.ts_module, p **C.char) *C.ts_status { return C.ts_module_submodules(c, p) })
+	if err != nil {
+		return nil, err
+	}
+	var out []Submodule
+	for _, line := range strings.Split(strings.TrimSpace(s), "\n") {
+		if path, typ, ok := strings.Cut(line, "\t"); ok {
+			out = append(out, Submodule{Path: path, Type: typ})
+		}
+	}
+	return out, nil
+}
+
+// ExtraFiles returns the extra files the archive carried (extra/NAME), by name.
+func (m *Module) ExtraFiles() (map[string][]byte, error) {
+	names, err := m.stringOp(func(c *C.ts_module, p **C.char) *C.ts_status { return C.ts_module_extra_names(c, p) })
+	if err != nil {
+		return nil, err
+	}
+	if err := m.g.acquire(); err != nil {
+		return nil, err
+	}
+	defer m.g.release()
+	out := map[string][]byte{}
+	for _, name := range strings.Split(names, "\n") {
+		if name == "" {
+			continue
+		}
+		cs := C.CString(name)
+		var p *C.char
+		var n C.size_t
+		err := statusErr(C.ts_module_extra_file(m.c, cs, &p, &n))
+		C.free(unsafe.Pointer(cs))
+		if err != nil {
+			return nil, err
+		}
+		out[name] = C.GoBytes(unsafe.Pointer(p), C.int(n))
+		C.ts_free(unsafe.Pointer(p))
+	}
+	return out, nil
+}
+
+// Save writes the module with extra files (name -> contents) atomically: to a temporary file
+// in the same folder, then renamed over path. A failed save leaves nothing behind.
+func (m *Module) Save(path string, extra map[string][]byte) error {
+	if err := m.g.acquire(); err != nil {
+		return err
+	}
+	defer m.g.release()
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("save model %q: cannot write to folder %q: %w", path, dir, err)
+	}
+	tmpName := tmp.Name()
+	tmp.Close()
+	ok := false
+	defer func() {
+		if !ok {
+			os.Remove(tmpName)
+		}
+	}()
+	names := make([]string, 0, len(extra))
+	for k := range extra {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	cnames := make([]*C.char, len(names))
+	ccont := make([]*C.char, len(names))
+	lens := make([]C.size_t, len(names))
+	for i, k := range names {
+		cnames[i] = C.CString(k)
+		ccont[i] = (*C.char)(C.CBytes(extra[k]))
+		lens[i] = C.size_t(len(extra[k]))
+	}
+	defer func() {
+		for i := range names {
+			C.free(unsafe.Pointer(cnames[i]))
+			C.free(unsafe.Pointer(ccont[i]))
+		}
+	}()
+	pin := runtime.Pinner{}
+	defer pin.Unpin()
+	var pn, pc **C.char
+	var pl *C.size_t
+	if len(names) > 0 {
+		pin.Pin(&cnames[0])
+		pin.Pin(&ccont[0])
+		pin.Pin(&lens[0])
+		pn, pc, pl = &cnames[0], &ccont[0], &lens[0]
+	}
+	cpath := C.CString(tmpName)
+	defer C.free(unsafe.Pointer(cpath))
+	if err := statusErr(C.ts_module_save(m.c, cpath, pn, pc, pl, C.size_t(len(names)))); err != nil {
+		return fmt.Errorf("save model %q: %w", path, err)
+	}
+	if err := syncFile(tmpName); err != nil {
+		return fmt.Errorf("save model %q: %w", path, err)
+	}
+	if err := os.Rename(tmpName, path); err != nil {
+		return fmt.Errorf("save model %q: %w", path, err)
+	}
+	ok = true
+	return nil
+}
+
+// syncFile flushes a written file so that a rename never exposes a half-written artifact, and
+// catches a full disk that the writer did not report.
+func syncFile(name string) error {
+	f, err := os.OpenFile(name, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}

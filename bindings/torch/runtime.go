@@ -1,0 +1,106 @@
+package torch
+
+/*
+#include <stdlib.h>
+#include "torchspeed.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"strings"
+	"unsafe"
+)
+
+// Version is the libtorch version the shim was built against, e.g. "1.13.1".
+func Version() string { return C.GoString(C.ts_libtorch_version()) }
+
+// ShimAPIVersion is the API version of the loaded shim library.
+func ShimAPIVersion() int { return int(C.ts_api_version()) }
+
+// ShowConfig is at::show_config(): how libtorch was built (compiler, BLAS, oneDNN, OpenMP...).
+func ShowConfig() string {
+	var p *C.char
+	if err := statusErr(C.ts_show_config(&p)); err != nil {
+		return ""
+	}
+	return takeString(p)
+}
+
+// ParallelInfo is at::get_parallel_info(): thread counts and the parallel backend.
+func ParallelInfo() string {
+	var p *C.char
+	if err := statusErr(C.ts_parallel_info(&p)); err != nil {
+		return ""
+	}
+	return takeString(p)
+}
+
+// SetNumThreads sets libtorch's intra-op thread count, on the calling thread and on every
+// inference worker thread (each OS thread has its own OpenMP pool and reads the count once).
+func SetNumThreads(n int) error {
+	if n < 1 {
+		return fmt.Errorf("set threads: %d is not a thread count: use 1 or more", n)
+	}
+	var err error
+	getExecutor().broadcast(func() {
+		if e := statusErr(C.ts_set_num_threads(C.int32_t(n))); e != nil {
+			err = e
+		}
+	})
+	if err != nil {
+		return err
+	}
+	return statusErr(C.ts_set_num_threads(C.int32_t(n)))
+}
+
+// NumThreads is libtorch's intra-op thread count.
+func NumThreads() int { return int(C.ts_get_num_threads()) }
+
+// SetNumInteropThreads sets the inter-op pool size. libtorch allows it once, before any
+// inter-op work; later calls with another value fail.
+func SetNumInteropThreads(n int) error {
+	if n < 1 {
+		return fmt.Errorf("set inter-op threads: %d is not a thread count: use 1 or more", n)
+	}
+	return statusErr(C.ts_set_num_interop_threads(C.int32_t(n)))
+}
+
+// NumInteropThreads is the inter-op pool size.
+func NumInteropThreads() int { return int(C.ts_get_num_interop_threads()) }
+
+// SupportedQEngines lists the quantized engines of this build, e.g. [onednn qnnpack]; "none"
+// is left out.
+func SupportedQEngines() []string {
+	var p *C.char
+	if err := statusErr(C.ts_supported_qengines(&p)); err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range strings.Split(takeString(p), ",") {
+		if e != "" && e != "none" {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// QEngine is the current quantized engine.
+func QEngine() string {
+	var p *C.char
+	if err := statusErr(C.ts_get_qengine(&p)); err != nil {
+		return ""
+	}
+	return takeString(p)
+}
+
+// SetQEngine selects the quantized engine (x86, fbgemm, onednn, qnnpack). It must be set
+// before converting or loading an INT8 model.
+func SetQEngine(name string) error {
+	cs := C.CString(name)
+	defer C.free(unsafe.Pointer(cs))
+	return statusErr(C.ts_set_qengine(cs))
+}
+
+// ManualSeed seeds libtorch's random generator.
+func ManualSeed(seed uint64) { C.ts_manual_seed(C.uint64_t(seed)) }

@@ -1,0 +1,162 @@
+/*
+ * torchspeed.h: the C ABI over libtorch used by torchspeed's Go bindings.
+ *
+ * Conventions (after ONNX Runtime's C API):
+ *  - Every fallible function returns ts_status*; NULL means success. A non-NULL status carries a
+ *    message and must be released with ts_status_free.
+ *  - No C++ exception ever crosses this boundary: each body runs inside TS_API_BEGIN/TS_API_END.
+ *  - Out-parameters are written only on success, as the last statement.
+ *  - Handles are opaque. Each has a ts_X_free that accepts NULL.
+ *  - "borrowed": the callee does not take ownership and keeps no reference after returning.
+ *    "new reference": the caller owns the result and must free it.
+ *  - Strings returned through char** are new references, released with ts_free.
+ *  - Functions are only ever added; a changed signature gets a new name (_v2).
+ */
+#ifndef TORCHSPEED_H_
+#define TORCHSPEED_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(TS_BUILDING_SHIM)
+#define TS_EXPORT __attribute__((visibility("default")))
+#else
+#define TS_EXPORT
+#endif
+#define TS_MUST_CHECK __attribute__((warn_unused_result))
+
+/* Bumped whenever a function is added. The Go side refuses a shim older than it expects. */
+#define TS_API_VERSION 3
+
+typedef struct ts_status ts_status;
+typedef struct ts_module ts_module;
+typedef struct ts_tensor ts_tensor;
+typedef struct ts_outputs ts_outputs;
+
+/* Tensor element types. Codes are stable across versions. */
+enum {
+  TS_FLOAT32 = 0,
+  TS_FLOAT64 = 1,
+  TS_INT64 = 2,
+  TS_INT32 = 3,
+  TS_UINT8 = 4,
+  TS_BOOL = 5,
+  TS_INT8 = 6,
+  TS_INT16 = 7,
+  TS_FLOAT16 = 8,
+  TS_BFLOAT16 = 9,
+  TS_QUINT8 = 10,
+  TS_QINT8 = 11,
+  TS_QINT32 = 12
+};
+
+/* ---- status and memory ---- */
+TS_EXPORT const char* ts_status_message(const ts_status* s); /* borrowed, valid until free */
+TS_EXPORT void ts_status_free(ts_status* s);
+TS_EXPORT void ts_free(void* p); /* frees strings and arrays this library returned */
+
+/* ---- versions and runtime ---- */
+TS_EXPORT int32_t ts_api_version(void);
+TS_EXPORT const char* ts_libtorch_version(void); /* static string, e.g. "1.13.1" */
+TS_EXPORT ts_status* ts_show_config(char** out) TS_MUST_CHECK;        /* at::show_config() */
+TS_EXPORT ts_status* ts_parallel_info(char** out) TS_MUST_CHECK;      /* at::get_parallel_info() */
+TS_EXPORT ts_status* ts_set_num_threads(int32_t n) TS_MUST_CHECK;
+TS_EXPORT int32_t ts_get_num_threads(void);
+/* Inter-op threads can be set once, before any inter-op work; later calls fail with a message. */
+TS_EXPORT ts_status* ts_set_num_interop_threads(int32_t n) TS_MUST_CHECK;
+TS_EXPORT int32_t ts_get_num_interop_threads(void);
+/* Comma-separated names of the quantized engines this build supports, e.g. "none,onednn,qnnpack". */
+TS_EXPORT ts_status* ts_supported_qengines(char** out) TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_get_qengine(char** out) TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_set_qengine(const char* name /* borrowed */) TS_MUST_CHECK;
+/* Deterministic random numbers for calibration or benchmarking inputs made in C++. */
+TS_EXPORT void ts_manual_seed(uint64_t seed);
+
+/* ---- tensors ---- */
+/* Copies nbytes from data (borrowed) into a new contiguous CPU tensor of the given shape. */
+TS_EXPORT ts_status* ts_tensor_new(const void* data, size_t nbytes, int32_t dtype, const int64_t* shape,
+                                   size_t ndim, ts_tensor** out /* new reference */) TS_MUST_CHECK;
+TS_EXPORT void ts_tensor_free(ts_tensor* t);
+TS_EXPORT int32_t ts_tensor_dtype(const ts_tensor* t);
+TS_EXPORT size_t ts_tensor_ndim(const ts_tensor* t);
+/* Writes min(ndim, cap) sizes into shape. */
+TS_EXPORT void ts_tensor_shape(const ts_tensor* t, int64_t* shape, size_t cap);
+TS_EXPORT int64_t ts_tensor_numel(const ts_tensor* t);
+/* Copies the elements, in row-major order, into dst (borrowed, nbytes long). Quantized tensors
+ * copy their integer representation. */
+TS_EXPORT ts_status* ts_tensor_copy_to(const ts_tensor* t, void* dst, size_t nbytes) TS_MUST_CHECK;
+/* Quantization parameters of a quantized tensor. Per-tensor: *nscales = 1. Per-channel: the
+ * arrays are new references of length *n and *axis >= 0. */
+TS_EXPORT ts_status* ts_tensor_qparams(const ts_tensor* t, double** scales, int64_t** zero_points, size_t* n,
+                                       int64_t* axis) TS_MUST_CHECK;
+/* Dequantizes a quantized tensor, or returns a float32 copy of any other. */
+TS_EXPORT ts_status* ts_tensor_to_float(const ts_tensor* t, ts_tensor** out /* new reference */) TS_MUST_CHECK;
+/* A copy in channels-last memory format (4-D) or channels-last-3d (5-D); same values. */
+TS_EXPORT ts_status* ts_tensor_channels_last(const ts_tensor* t, ts_tensor** out /* new reference */) TS_MUST_CHECK;
+
+/* ---- modules ---- */
+/* Loads a TorchScript archive. All extra files in the archive (extra/NAME) are read and kept
+ * on the handle; see ts_module_extra_file. */
+TS_EXPORT ts_status* ts_module_load(const char* path /* borrowed */, ts_module** out /* new reference */) TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_module_load_bytes(const void* data /* borrowed */, size_t len,
+                                          ts_module** out /* new reference */) TS_MUST_CHECK;
+TS_EXPORT void ts_module_free(ts_module* m);
+/* Saves the module with extra files: names[i] -> contents[i] of lens[i] bytes (all borrowed). */
+TS_EXPORT ts_status* ts_module_save(const ts_module* m, const char* path, const char* const* names,
+                                    const char* const* contents, const size_t* lens, size_t n) TS_MUST_CHECK;
+/* Newline-separated names of the extra files read at load time. */
+TS_EXPORT ts_status* ts_module_extra_names(const ts_module* m, char** out) TS_MUST_CHECK;
+/* Contents of one extra file; *out is a new reference of *len bytes (not NUL-terminated). */
+TS_EXPORT ts_status* ts_module_extra_file(const ts_module* m, const char* name, char** out, size_t* len) TS_MUST_CHECK;
+/* A deep copy that shares no parameters with m. */
+TS_EXPORT ts_status* ts_module_clone(const ts_module* m, ts_module** out) TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_module_eval(ts_module* m) TS_MUST_CHECK;
+/* torch::jit::freeze; preserved attribute names are borrowed. Returns a new module. */
+TS_EXPORT ts_status* ts_module_freeze(const ts_module* m, const char* const* preserved, size_t n,
+                                      ts_module** out) TS_MUST_CHECK;
+/* torch::jit::FoldConvBatchNorm on an unfrozen module (what quantize_jit does first). */
+TS_EXPORT ts_status* ts_module_fold_conv_bn(const ts_module* m, ts_module** out) TS_MUST_CHECK;
+/* torch::jit::optimize_for_inference (freezes first when needed). Returns a new module. Its
+ * result cannot be saved and loaded back on libtorch 1.13. */
+TS_EXPORT ts_status* ts_module_optimize_for_inference(const ts_module* m, ts_module** out) TS_MUST_CHECK;
+/* Converts every 4-D (5-D) parameter and buffer to channels-last in place. *converted gets the
+ * number of tensors changed. Run before freezing: a frozen module's weights are constants. */
+TS_EXPORT ts_status* ts_module_channels_last(ts_module* m, int64_t* converted) TS_MUST_CHECK;
+/* Runs forward with n borrowed inputs. */
+TS_EXPORT ts_status* ts_module_forward(const ts_module* m, ts_tensor* const* inputs, size_t n,
+                                       ts_outputs** out) TS_MUST_CHECK;
+/* Runs any method of the module with n borrowed inputs. */
+TS_EXPORT ts_status* ts_module_run_method(const ts_module* m, const char* method, ts_tensor* const* inputs,
+                                          size_t n, ts_outputs** out) TS_MUST_CHECK;
+/* Adds a method written in TorchScript to the module (torch::jit::Module::define). */
+TS_EXPORT ts_status* ts_module_define(ts_module* m, const char* source) TS_MUST_CHECK;
+/* The forward method's schema, e.g. "forward(__torch__.M self, Tensor x) -> Tensor". */
+TS_EXPORT ts_status* ts_module_schema(const ts_module* m, char** out) TS_MUST_CHECK;
+/* Number of inputs forward takes, not counting self. */
+TS_EXPORT ts_status* ts_module_num_inputs(const ts_module* m, int64_t* out) TS_MUST_CHECK;
+/* forward's graph (graph->toString()), inlined. */
+TS_EXPORT ts_status* ts_module_graph(const ts_module* m, char** out) TS_MUST_CHECK;
+/* JSON object {"aten::conv2d": 20, ...}: forward's nodes by kind, inlined, sub-blocks included. */
+TS_EXPORT ts_status* ts_module_node_counts(const ts_module* m, char** out) TS_MUST_CHECK;
+/* Newline-separated "path<TAB>type" of every submodule, depth first. */
+TS_EXPORT ts_status* ts_module_submodules(const ts_module* m, char** out) TS_MUST_CHECK;
+/* A plain C++ loop: runs forward `runs` times on the calling thread and writes each run's
+ * wall time in nanoseconds to ns[0..runs). Used to measure the bindings' own overhead. */
+TS_EXPORT ts_status* ts_module_time_forward(const ts_module* m, ts_tensor* const* inputs, size_t n,
+                                            int64_t runs, int64_t* ns) TS_MUST_CHECK;
+
+/* ---- outputs: forward's result flattened into named tensors ---- */
+TS_EXPORT size_t ts_outputs_size(const ts_outputs* o);
+/* "0" for a single tensor; "0", "1" for a tuple or list; dict keys; nested paths joined by ".". */
+TS_EXPORT const char* ts_outputs_name(const ts_outputs* o, size_t i); /* borrowed */
+TS_EXPORT ts_status* ts_outputs_get(const ts_outputs* o, size_t i, ts_tensor** out /* new reference */) TS_MUST_CHECK;
+TS_EXPORT void ts_outputs_free(ts_outputs* o);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TORCHSPEED_H_ */
