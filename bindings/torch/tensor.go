@@ -63,13 +63,18 @@ func NewTensor(data any, shape []int64) (*Tensor, error) {
 		if n > 0 {
 			ptr = unsafe.Pointer(&d[0])
 		}
+	case []int16:
+		dt, n = Int16, len(d)
+		if n > 0 {
+			ptr = unsafe.Pointer(&d[0])
+		}
 	case []bool:
 		dt, n = Bool, len(d)
 		if n > 0 {
 			ptr = unsafe.Pointer(&d[0])
 		}
 	default:
-		return nil, fmt.Errorf("new tensor: unsupported data type %T: use []float32, []float64, []int64, []int32, []uint8, []int8 or []bool", data)
+		return nil, fmt.Errorf("new tensor: unsupported data type %T: use []float32, []float64, []int64, []int32, []int16, []uint8, []int8 or []bool", data)
 	}
 	numel := int64(1)
 	for _, s := range shape {
