@@ -75,8 +75,9 @@ type Pair struct {
 	// Significant is UTest.P < Alpha.
 	Significant bool `json:"significant"`
 	// Verdict is "no significant difference (p=0.41)" or
-	// "B is 12.3% faster than A (p=0.002)", where 12.3% is the slower
-	// median over the faster one, minus one.
+	// "B is 12.3% faster than A (11.0% less time, p=0.002)", where 12.3%
+	// is the slower median over the faster one, minus one (the throughput
+	// gain), and 11.0% is one minus the faster over the slower.
 	Verdict  string   `json:"verdict"`
 	Warnings []string `json:"warnings,omitempty"`
 }
@@ -252,8 +253,9 @@ func ComparePair(base, other *Result, resamples int, seed uint64) (Pair, error) 
 		if ratio > 1 {
 			fast, slow = base.Name, other.Name
 		}
-		pct := (math.Max(ratio, 1/ratio) - 1) * 100
-		p.Verdict = fmt.Sprintf("%s is %.1f%% faster than %s (p=%s)", fast, pct, slow, formatP(u.P))
+		hi, lo := math.Max(ratio, 1/ratio), math.Min(ratio, 1/ratio)
+		p.Verdict = fmt.Sprintf("%s is %.1f%% faster than %s (%.1f%% less time, p=%s)",
+			fast, (hi-1)*100, slow, (1-lo)*100, formatP(u.P))
 	}
 	if len(a) < 20 || len(b) < 20 {
 		p.Warnings = append(p.Warnings, "fewer than 20 runs: the bootstrap interval of the ratio is rough")

@@ -205,8 +205,8 @@ func recommend(rows []SweepRow, budget time.Duration) Recommendation {
 	if lat != nil {
 		p := lat.Point
 		rec.BestLatency = &p
-		rec.Why = append(rec.Why, fmt.Sprintf("lowest latency: %s (p50 %v, %.1f items/s)",
-			p, lat.Result.Latency.P50, lat.Result.ItemsPerSecond))
+		rec.Why = append(rec.Why, fmt.Sprintf("lowest latency: %s (p50 %s, %.1f items/s)",
+			p, FormatDuration(lat.Result.Latency.P50), lat.Result.ItemsPerSecond))
 	}
 	switch {
 	case thr != nil:
@@ -214,12 +214,12 @@ func recommend(rows []SweepRow, budget time.Duration) Recommendation {
 		rec.BestThroughput = &p
 		cond := "no latency budget given"
 		if budget > 0 {
-			cond = fmt.Sprintf("p99 %v within the %v budget", thr.Result.Latency.P99, budget)
+			cond = fmt.Sprintf("p99 %s within the %s budget", FormatDuration(thr.Result.Latency.P99), FormatDuration(budget))
 		}
-		rec.Why = append(rec.Why, fmt.Sprintf("highest throughput: %s (%.1f items/s, p50 %v; %s)",
-			p, thr.Result.ItemsPerSecond, thr.Result.Latency.P50, cond))
+		rec.Why = append(rec.Why, fmt.Sprintf("highest throughput: %s (%.1f items/s, p50 %s; %s)",
+			p, thr.Result.ItemsPerSecond, FormatDuration(thr.Result.Latency.P50), cond))
 	case budget > 0:
-		rec.Why = append(rec.Why, fmt.Sprintf("no point keeps p99 within the %v budget", budget))
+		rec.Why = append(rec.Why, fmt.Sprintf("no point keeps p99 within the %s budget", FormatDuration(budget)))
 	}
 	return rec
 }
