@@ -1,0 +1,190 @@
+package cpu
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Severity says how much a finding matters.
+type Severity string
+
+// Severities, most serious first.
+const (
+	Warning Severity = "warning" // costs speed or predictability now
+	Info    Severity = "info"    // worth knowing; may cost speed in some setups
+)
+
+// Finding is something about the machine or environment that affects inference speed,
+// with what to do about it.
+type Finding struct {
+	Severity Severity `json:"severity"`
+	// Code is a stable identifier for scripts ("omp-num-threads-over", ...).
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Fix     string `json:"fix"`
+}
+
+// fewCores is the core count up to which spinning OpenMP workers hurt: measured with
+// libtorch 1.13 on 2 cores, two spinning threads gave p95 2-10x the median in 4 ms
+// steps, gone with OMP_WAIT_POLICY=PASSIVE.
+const fewCores = 4
+
+func findings(p *Probe) []Finding {
+	var out []Finding
+	add := func(sev Severity, code, fix, format string, args ...any) {
+		out = append(out, Finding{Severity: sev, Code: code, Message: fmt.Sprintf(format, args...), Fix: fix})
+	}
+	env := p.Env
+	n := p.Usable.Count
+	rt := map[string]bool{}
+	for _, l := range p.OpenMP {
+		rt[l.Name] = true
+	}
+
+	if v, ok := env["OMP_NUM_THREADS"]; ok {
+		// OMP_NUM_THREADS may be a list for nested levels; the first is the outer pool.
+		first, _, _ := strings.Cut(v, ",")
+		t, err := strconv.Atoi(strings.TrimSpace(first))
+		switch {
+		case err != nil || t < 1:
+			add(Warning, "omp-num-threads-invalid", "set OMP_NUM_THREADS to a positive number, or unset it",
+				"OMP_NUM_THREADS=%q is not a positive number; the runtime ignores it or stops", v)
+		case t > n:
+			add(Warning, "omp-num-threads-over", fmt.Sprintf("export OMP_NUM_THREADS=%d (or unset it and let torchspeed choose)", p.Usable.Cores),
+				"OMP_NUM_THREADS=%d but this process can use %d CPUs; extra threads wait for each other and spike latency", t, n)
+		}
+	}
+	if v, ok := env["MKL_NUM_THREADS"]; ok {
+		t, err := strconv.Atoi(strings.TrimSpace(v))
+		omp, ompSet := env["OMP_NUM_THREADS"]
+		switch {
+		case err != nil || t < 1:
+			add(Warning, "mkl-num-threads-invalid", "set MKL_NUM_THREADS to a positive number, or unset it",
+				"MKL_NUM_THREADS=%q is not a positive number", v)
+		case t > n:
+			add(Warning, "mkl-num-threads-over", fmt.Sprintf("export MKL_NUM_THREADS=%d", p.Usable.Cores),
+				"MKL_NUM_THREADS=%d but this process can use %d CPUs", t, n)
+		case ompSet && strings.TrimSpace(omp) != strings.TrimSpace(v):
+			add(Warning, "mkl-num-threads-mismatch", "set MKL_NUM_THREADS and OMP_NUM_THREADS to the same value",
+				"MKL_NUM_THREADS=%s differs from OMP_NUM_THREADS=%s; MKL and OpenMP regions then run with different pool sizes", v, omp)
+		}
+	}
+
+	// Variables for a runtime that is not loaded do nothing, and recipes on the web
+	// often give Intel's KMP_* variables for builds that use GNU OpenMP.
+	if len(rt) > 0 {
+		var kmp, gomp []string
+		for k := range env {
+			if strings.HasPrefix(k, "KMP_") {
+				kmp = append(kmp, k)
+			}
+			if strings.HasPrefix(k, "GOMP_") {
+				gomp = append(gomp, k)
+			}
+		}
+		slices.Sort(kmp)
+		slices.Sort(gomp)
+		if len(kmp) > 0 && !rt["intel"] && !rt["llvm"] {
+			add(Warning, "kmp-with-gomp", "use OMP_PROC_BIND, OMP_PLACES, OMP_WAIT_POLICY and GOMP_SPINCOUNT instead (torchspeed launch sets them)",
+				"%s set, but the loaded OpenMP runtime is GNU libgomp, which ignores KMP_* variables", strings.Join(kmp, ", "))
+		}
+		if len(gomp) > 0 && !rt["gnu"] {
+			add(Info, "gomp-without-libgomp", "use OMP_WAIT_POLICY or KMP_BLOCKTIME instead",
+				"%s set, but libgomp is not loaded (runtime: %s); it has no effect", strings.Join(gomp, ", "), p.OpenMPRuntime())
+		}
+	}
+	if len(p.OpenMP) > 1 {
+		var names []string
+		for _, l := range p.OpenMP {
+			names = append(names, l.Path)
+		}
+		add(Warning, "openmp-multiple", "make every library use one OpenMP runtime (rebuild or pick packages built against the same one)",
+			"%d OpenMP runtimes are loaded (%s); their thread pools compete for the same cores", len(p.OpenMP), strings.Join(names, ", "))
+	}
+
+	wait := strings.ToUpper(strings.TrimSpace(env["OMP_WAIT_POLICY"]))
+	spinForever := strings.EqualFold(env["GOMP_SPINCOUNT"], "infinite") || strings.EqualFold(env["GOMP_SPINCOUNT"], "infinity") ||
+		strings.EqualFold(env["KMP_BLOCKTIME"], "infinite")
+	switch {
+	case (wait == "ACTIVE" || spinForever) && n <= fewCores:
+		add(Warning, "omp-wait-active", "export OMP_WAIT_POLICY=PASSIVE (torchspeed --latency-mode does on few cores)",
+			"OpenMP workers spin while idle (OMP_WAIT_POLICY=%s) on a process with only %d CPUs; spinning threads steal the CPU from the thread with work, which shows as tail spikes", env["OMP_WAIT_POLICY"], n)
+	case wait == "" && !spinForever && n <= fewCores && n > 1 && (rt["gnu"] || len(rt) == 0):
+		add(Info, "omp-wait-default", "export OMP_WAIT_POLICY=PASSIVE, or run through torchspeed launch --latency-mode",
+			"OMP_WAIT_POLICY is unset and the process has %d CPUs; libgomp's default spinning gave p95 2-10x the median with 2 threads here", n)
+	case wait != "" && wait != "ACTIVE" && wait != "PASSIVE":
+		add(Warning, "omp-wait-invalid", "set OMP_WAIT_POLICY to ACTIVE or PASSIVE",
+			"OMP_WAIT_POLICY=%q is not ACTIVE or PASSIVE; the runtime ignores it", env["OMP_WAIT_POLICY"])
+	}
+
+	if p.Torch != nil && p.Torch.NumThreads > n {
+		add(Warning, "torch-threads-over", fmt.Sprintf("set intra-op threads to %d (torchspeed does this by default), or export OMP_NUM_THREADS=%d", p.Usable.Cores, p.Usable.Cores),
+			"libtorch will use %d intra-op threads but the process can use %d CPUs (it does not see cgroup CPU quotas)", p.Torch.NumThreads, n)
+	}
+	if q := p.Cgroup.QuotaCPUs; q > 0 && float64(p.Usable.CPUs.Len()) > q {
+		add(Info, "cgroup-quota", fmt.Sprintf("use at most %d threads; torchspeed's defaults follow the quota", p.Usable.Count),
+			"the cgroup CPU quota allows %.2g CPUs of the %d this process may run on; more busy threads than that get throttled every %d ms", q, p.Usable.CPUs.Len(), p.Cgroup.PeriodUs/1000)
+	}
+
+	var smt []string
+	for _, c := range p.Topology.Cores {
+		if in := c.CPUs.Intersect(p.Usable.CPUs); in.Len() > 1 {
+			smt = append(smt, in.String())
+		}
+	}
+	if len(smt) > 0 {
+		add(Info, "smt-siblings", "pin one thread per physical core: torchspeed launch/run does by default (--use-smt to allow siblings)",
+			"the process may run on both hardware threads of %d core(s) (e.g. %s); two compute threads on one core share its vector units", len(smt), smt[0])
+	}
+	if len(p.Usable.Nodes) > 1 {
+		add(Warning, "cross-numa", fmt.Sprintf("keep each process on one node: torchspeed launch --numa-node %d, or --instances %d for one instance per node", p.Usable.Nodes[0], len(p.Usable.Nodes)),
+			"the process may run on CPUs of NUMA nodes %s; threads on one node read weights and activations from the other's memory", joinInts(p.Usable.Nodes))
+	}
+	if p.Topology.Offline.Len() > 0 {
+		add(Info, "offline-cpus", "bring them online (echo 1 > /sys/devices/system/cpu/cpuN/online) if they should be used",
+			"CPUs %s are offline", p.Topology.Offline)
+	}
+
+	isa := p.ISA
+	switch {
+	case !isa.AVX2 || !isa.FMA:
+		add(Warning, "isa-no-avx2", "run on a CPU with AVX2 and FMA (Haswell/Zen or newer) for FP32 and INT8 speed",
+			"the CPU lacks AVX2/FMA; FP32 and INT8 kernels fall back to SSE/AVX paths, several times slower")
+	case !isa.VNNI() && !isa.AMX():
+		add(Warning, "isa-no-vnni", "for INT8 speed use a CPU with AVX512-VNNI (Cascade Lake, Zen 4 or newer) or AVX-VNNI (Alder Lake); expect INT8 to gain less over FP32 here",
+			"no VNNI instructions (avx512_vnni, avx_vnni): INT8 dot products take three instructions instead of one and can overflow int16 intermediates")
+	}
+	if len(isa.NotEnabledByOS) > 0 {
+		add(Warning, "isa-not-enabled", "use a kernel (5.16+ for AMX) and hypervisor that enable these register states",
+			"the CPU has %s but the OS has not enabled them (XCR0=%s)", strings.Join(isa.NotEnabledByOS, ", "), isa.XCR0)
+	}
+
+	if t := p.Torch; t != nil {
+		if t.OneDNN == "" && t.ShowConfig != "" {
+			add(Warning, "torch-no-onednn", "use a libtorch built with USE_MKLDNN=ON (Debian's and the official builds are)",
+				"libtorch %s was built without oneDNN; convolutions and INT8 run on slower generic kernels", t.Version)
+		}
+		if t.QEngine == "qnnpack" && (t.HasEngine("onednn") || t.HasEngine("x86") || t.HasEngine("fbgemm")) {
+			add(Warning, "torch-qengine-qnnpack", "set the quantized engine to onednn, x86 or fbgemm",
+				"the quantized engine is qnnpack, 4-5x slower than onednn on x86")
+		}
+	}
+	if len(p.Allocators) == 0 && p.Source == "live" {
+		add(Info, "allocator-default", "try torchspeed launch --allocator jemalloc (apt-get install libjemalloc2) and compare",
+			"the process uses glibc malloc; jemalloc or tcmalloc often cut allocation cost and fragmentation for inference servers")
+	}
+
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Severity == Warning && out[j].Severity != Warning })
+	return out
+}
+
+func joinInts(xs []int) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ",")
+}
