@@ -1,0 +1,111 @@
+package torch_test
+
+import (
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/torchspeed/torchspeed/bindings/torch"
+	"github.com/torchspeed/torchspeed/pkg/fixtures"
+)
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)/2]
+}
+
+// BenchmarkForwardOverhead measures forward through the bindings against a plain C++ loop over
+// the same module, interleaved in rounds in one process, and reports the overhead of the
+// bindings as a percentage of the C++ median (target: under 2% on resnet18).
+func BenchmarkForwardOverhead(b *testing.B) {
+	for _, name := range []string{"resnet18", "digits"} {
+		b.Run(name, func(b *testing.B) {
+			f := fixtures.Load(b).Get(b, name)
+			m := loadFixture(b, f)
+			in := tensorsOf(b, f.InputArrays(b))
+			if _, err := m.TimeForward(5, in...); err != nil { // warm-up, profiling runs
+				b.Fatal(err)
+			}
+			const round = 10
+			var goNs, cNs []float64
+			b.ResetTimer()
+			for done := 0; done < b.N; done += round {
+				for i := 0; i < round; i++ {
+					t0 := time.Now()
+					outs, err := m.Forward(in...)
+					el := time.Since(t0)
+					if err != nil {
+						b.Fatal(err)
+					}
+					torch.CloseOutputs(outs)
+					goNs = append(goNs, float64(el.Nanoseconds()))
+				}
+				ns, err := m.TimeForward(round, in...)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, v := range ns {
+					cNs = append(cNs, float64(v))
+				}
+			}
+			gm, cm := median(goNs), median(cNs)
+			b.ReportMetric(gm/1e3, "go-p50-us")
+			b.ReportMetric(cm/1e3, "cpp-p50-us")
+			b.ReportMetric(100*(gm-cm)/cm, "overhead-%")
+			b.ReportMetric((gm-cm)/1e3, "overhead-us")
+		})
+	}
+}
+
+func rssBytes(b *testing.B) int64 {
+	data, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		b.Skip("no /proc/self/statm")
+	}
+	fields := strings.Fields(string(data))
+	pages, _ := strconv.ParseInt(fields[1], 10, 64)
+	return pages * int64(os.Getpagesize())
+}
+
+// BenchmarkSoak runs 20,000 forwards of a small model (inputs and outputs made and freed each
+// time, as a server would) and fails if resident memory grows by 20 MB or more.
+func BenchmarkSoak(b *testing.B) {
+	f := fixtures.Load(b).Get(b, "digits")
+	m := loadFixture(b, f)
+	arrays := f.InputArrays(b)
+	const n = 20000
+	warm := func(k int) {
+		for i := 0; i < k; i++ {
+			x, err := torch.NewTensor(arrays[0].Data, arrays[0].Shape)
+			if err != nil {
+				b.Fatal(err)
+			}
+			outs, err := m.Forward(x)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := outs[0].Tensor.Float32s(); err != nil {
+				b.Fatal(err)
+			}
+			torch.CloseOutputs(outs)
+			x.Close()
+		}
+	}
+	for i := 0; i < b.N; i++ {
+		warm(500)
+		before := rssBytes(b)
+		warm(n)
+		growth := rssBytes(b) - before
+		b.ReportMetric(float64(growth)/(1<<20), "rss-growth-MB")
+		if growth >= 20<<20 {
+			b.Fatalf("resident memory grew %.1f MB over %d forwards", float64(growth)/(1<<20), n)
+		}
+	}
+}
