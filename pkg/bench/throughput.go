@@ -30,7 +30,8 @@ type StreamResult struct {
 	Runs    int           `json:"runs"`
 	First   time.Duration `json:"first_ns"`
 	Stats   Summary       `json:"stats"`
-	samples []time.Duration
+	// Samples holds the stream's timed latencies in order.
+	Samples []time.Duration `json:"samples_ns"`
 }
 
 // ThroughputResult is the outcome of Throughput.
@@ -132,7 +133,7 @@ func Throughput(name string, factory Factory, o ThroughputOptions) (*ThroughputR
 			if capacity == 0 {
 				capacity = 1024
 			}
-			r.samples = make([]time.Duration, 0, capacity)
+			r.Samples = make([]time.Duration, 0, capacity)
 			limit := o.maxRuns()
 			for i := 0; ; i++ {
 				if o.Runs > 0 {
@@ -147,9 +148,9 @@ func Throughput(name string, factory Factory, o ThroughputOptions) (*ThroughputR
 					errs[s] = fmt.Errorf("stream %d: timed run %d of %q failed: %w", s, i+1, t.Name(), err)
 					return
 				}
-				r.samples = append(r.samples, c.Now()-t0)
+				r.Samples = append(r.Samples, c.Now()-t0)
 			}
-			r.Runs = len(r.samples)
+			r.Runs = len(r.Samples)
 			results[s] = r
 		}(s)
 	}
@@ -171,12 +172,12 @@ func Throughput(name string, factory Factory, o ThroughputOptions) (*ThroughputR
 	tr := &ThroughputResult{Name: name, Streams: n, Batch: batch, Elapsed: elapsed}
 	var all []time.Duration
 	for i := range results {
-		s, err := Summarize(results[i].samples)
+		s, err := Summarize(results[i].Samples)
 		if err != nil {
 			return nil, fmt.Errorf("throughput %q: stream %d: %w", name, i, err)
 		}
 		results[i].Stats = s
-		all = append(all, results[i].samples...)
+		all = append(all, results[i].Samples...)
 		tr.Inferences += results[i].Runs
 	}
 	tr.PerStream = results

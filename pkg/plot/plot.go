@@ -1,0 +1,190 @@
+// Package plot draws torchspeed's benchmark figures with gonum.org/v1/plot:
+// the latency distribution of each model (box plots) and a sweep's median
+// latency against throughput with its Pareto front. Every figure is written
+// as PNG and SVG, atomically, so a Markdown report can reference either.
+package plot
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+
+	"github.com/torchspeed/torchspeed/pkg/bench"
+)
+
+// Formats are the file types every figure is written in.
+var Formats = []string{"png", "svg"}
+
+// Series is one named latency distribution.
+type Series struct {
+	Name    string
+	Samples []time.Duration
+}
+
+// SeriesFromResults turns benchmark results into series, one per model.
+func SeriesFromResults(rs []*bench.Result) []Series {
+	out := make([]Series, 0, len(rs))
+	for _, r := range rs {
+		if r != nil {
+			out = append(out, Series{Name: r.Name, Samples: r.Samples})
+		}
+	}
+	return out
+}
+
+// SeriesFromThroughput returns one series per stream of a throughput run.
+func SeriesFromThroughput(t *bench.ThroughputResult) []Series {
+	var out []Series
+	for _, s := range t.PerStream {
+		out = append(out, Series{Name: fmt.Sprintf("stream %d", s.Stream), Samples: s.Samples})
+	}
+	return out
+}
+
+// Latency draws one box plot per series (box: quartiles; line: median;
+// whiskers: 1.5 IQR; points: outliers) and writes dir/base.png and
+// dir/base.svg. It returns the paths written.
+func Latency(series []Series, title, dir, base string) ([]string, error) {
+	if len(series) == 0 {
+		return nil, errors.New("latency plot: no series to draw")
+	}
+	p := plot.New()
+	p.Title.Text = title
+	p.Y.Label.Text = "latency per inference (ms)"
+	p.Y.Min = 0
+	names := make([]string, len(series))
+	width := vg.Points(40)
+	for i, s := range series {
+		if len(s.Samples) == 0 {
+			return nil, fmt.Errorf("latency plot: series %q has no samples", s.Name)
+		}
+		vals := make(plotter.Values, len(s.Samples))
+		for j, d := range s.Samples {
+			vals[j] = float64(d) / 1e6
+		}
+		box, err := plotter.NewBoxPlot(width, float64(i), vals)
+		if err != nil {
+			return nil, fmt.Errorf("latency plot: series %q: %w", s.Name, err)
+		}
+		box.FillColor = plotutil.Color(i)
+		box.MedianStyle.Width = vg.Points(2)
+		p.Add(box)
+		names[i] = s.Name
+	}
+	p.NominalX(names...)
+	// Half a slot of margin on each side keeps long names inside the figure.
+	p.X.Min, p.X.Max = -0.5, float64(len(series))-0.5
+	p.Add(plotter.NewGrid())
+	w := vg.Length(max(4, 1.6*float64(len(series)))) * vg.Inch
+	return save(p, w, 4*vg.Inch, dir, base)
+}
+
+// Sweep draws median latency (x) against items/s (y) for every sweep
+// point, labels each point, and joins the Pareto front; it writes
+// dir/base.png and dir/base.svg.
+func Sweep(s *bench.SweepResult, title, dir, base string) ([]string, error) {
+	if s == nil || len(s.Rows) == 0 {
+		return nil, errors.New("sweep plot: no sweep points to draw")
+	}
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text = "median latency (ms)"
+	p.Y.Label.Text = "throughput (items/s)"
+	var all, front plotter.XYs
+	var labels []string
+	for _, row := range s.Rows {
+		if row.Result == nil {
+			return nil, fmt.Errorf("sweep plot: point %s has no result", row.Point)
+		}
+		xy := plotter.XY{X: float64(row.Result.Latency.P50) / 1e6, Y: row.Result.ItemsPerSecond}
+		if math.IsNaN(xy.Y) || math.IsInf(xy.Y, 0) {
+			return nil, fmt.Errorf("sweep plot: point %s has throughput %v", row.Point, xy.Y)
+		}
+		all = append(all, xy)
+		labels = append(labels, fmt.Sprintf("b%d t%d s%d", row.Point.Batch, row.Point.Threads, row.Point.Streams))
+		if row.Pareto {
+			front = append(front, xy)
+		}
+	}
+	sc, err := plotter.NewScatter(all)
+	if err != nil {
+		return nil, fmt.Errorf("sweep plot: %w", err)
+	}
+	sc.GlyphStyle.Shape = draw.CircleGlyph{}
+	sc.GlyphStyle.Radius = vg.Points(3)
+	p.Add(sc, plotter.NewGrid())
+	p.Legend.Add("configuration (batch, threads, streams)", sc)
+	if len(front) > 0 {
+		slices.SortFunc(front, func(a, b plotter.XY) int {
+			switch {
+			case a.X < b.X:
+				return -1
+			case a.X > b.X:
+				return 1
+			}
+			return 0
+		})
+		line, points, err := plotter.NewLinePoints(front)
+		if err != nil {
+			return nil, fmt.Errorf("sweep plot: %w", err)
+		}
+		line.Color = plotutil.Color(1)
+		points.Color = plotutil.Color(1)
+		points.Shape = draw.CircleGlyph{}
+		points.Radius = vg.Points(4)
+		p.Add(line, points)
+		p.Legend.Add("Pareto front", line, points)
+	}
+	lb, err := plotter.NewLabels(plotter.XYLabels{XYs: all, Labels: labels})
+	if err != nil {
+		return nil, fmt.Errorf("sweep plot: %w", err)
+	}
+	for i := range lb.TextStyle {
+		lb.TextStyle[i].XAlign = draw.XLeft
+		lb.TextStyle[i].YAlign = draw.YBottom
+	}
+	p.Add(lb)
+	// Throughput rises with latency along a front, so the lower right
+	// corner is usually empty.
+	p.Legend.Top, p.Legend.Left = false, false
+	p.X.Min, p.Y.Min = 0, 0
+	// Leave room for the labels right of the last point.
+	_, xmax, _, ymax := plotter.XYRange(all)
+	p.X.Max, p.Y.Max = xmax*1.25, ymax*1.15
+	return save(p, 6*vg.Inch, 4.5*vg.Inch, dir, base)
+}
+
+// save writes p in every format, each atomically.
+func save(p *plot.Plot, w, h vg.Length, dir, base string) ([]string, error) {
+	if base == "" || strings.ContainsRune(base, filepath.Separator) {
+		return nil, fmt.Errorf("plot file name %q: want a plain name such as latency", base)
+	}
+	var paths []string
+	for _, ext := range Formats {
+		wt, err := p.WriterTo(w, h, ext)
+		if err != nil {
+			return paths, fmt.Errorf("render %s.%s: %w", base, ext, err)
+		}
+		path := filepath.Join(dir, base+"."+ext)
+		err = bench.WriteFileAtomic(path, func(out io.Writer) error {
+			_, err := wt.WriteTo(out)
+			return err
+		})
+		if err != nil {
+			return paths, err
+		}
+		paths = append(paths, path)
+	}
+	return paths, nil
+}
