@@ -26,10 +26,10 @@ type ThroughputOptions struct {
 
 // StreamResult is one stream's share of a throughput run.
 type StreamResult struct {
-	Stream  int           `json:"stream"`
-	Runs    int           `json:"runs"`
-	First   time.Duration `json:"first_ns"`
-	Stats   Summary       `json:"stats"`
+	Stream int           `json:"stream"`
+	Runs   int           `json:"runs"`
+	First  time.Duration `json:"first_ns"`
+	Stats  Summary       `json:"stats"`
 	// Samples holds the stream's timed latencies in order.
 	Samples []time.Duration `json:"samples_ns"`
 }
