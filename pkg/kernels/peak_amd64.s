@@ -1,0 +1,380 @@
+//go:build gc && !purego
+
+#include "textflag.h"
+
+#define VNNIY(d, u, s) BYTE $0xC4; BYTE $(0xE2 ^ (((d)>>3)<<7) ^ (((s)>>3)<<5)); BYTE $((((15-(u))&15)<<3)|0x05); BYTE $0x50; BYTE $(0xC0|(((d)&7)<<3)|((s)&7))
+
+// The peak loops keep everything in registers: many independent
+// accumulator chains (more than FMA latency x FMA ports on any current
+// core), no loads or stores, so only the arithmetic units limit them.
+
+// func peakFMA256(iters int)
+// 24 ymm FMAs (12 chains) per iteration.
+TEXT ·peakFMA256(SB), NOSPLIT, $0-8
+	MOVQ   iters+0(FP), CX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	VXORPS Y12, Y12, Y12
+	VXORPS Y13, Y13, Y13
+	TESTQ  CX, CX
+	JLE    done
+
+loop:
+	VFMADD231PS Y12, Y13, Y0
+	VFMADD231PS Y12, Y13, Y1
+	VFMADD231PS Y12, Y13, Y2
+	VFMADD231PS Y12, Y13, Y3
+	VFMADD231PS Y12, Y13, Y4
+	VFMADD231PS Y12, Y13, Y5
+	VFMADD231PS Y12, Y13, Y6
+	VFMADD231PS Y12, Y13, Y7
+	VFMADD231PS Y12, Y13, Y8
+	VFMADD231PS Y12, Y13, Y9
+	VFMADD231PS Y12, Y13, Y10
+	VFMADD231PS Y12, Y13, Y11
+	VFMADD231PS Y12, Y13, Y0
+	VFMADD231PS Y12, Y13, Y1
+	VFMADD231PS Y12, Y13, Y2
+	VFMADD231PS Y12, Y13, Y3
+	VFMADD231PS Y12, Y13, Y4
+	VFMADD231PS Y12, Y13, Y5
+	VFMADD231PS Y12, Y13, Y6
+	VFMADD231PS Y12, Y13, Y7
+	VFMADD231PS Y12, Y13, Y8
+	VFMADD231PS Y12, Y13, Y9
+	VFMADD231PS Y12, Y13, Y10
+	VFMADD231PS Y12, Y13, Y11
+	DECQ        CX
+	JNZ         loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func peakFMA512(iters int)
+// 24 zmm FMAs (24 chains) per iteration.
+TEXT ·peakFMA512(SB), NOSPLIT, $0-8
+	MOVQ   iters+0(FP), CX
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	VPXORD Z24, Z24, Z24
+	VPXORD Z25, Z25, Z25
+	TESTQ  CX, CX
+	JLE    done
+
+loop:
+	VFMADD231PS Z24, Z25, Z0
+	VFMADD231PS Z24, Z25, Z1
+	VFMADD231PS Z24, Z25, Z2
+	VFMADD231PS Z24, Z25, Z3
+	VFMADD231PS Z24, Z25, Z4
+	VFMADD231PS Z24, Z25, Z5
+	VFMADD231PS Z24, Z25, Z6
+	VFMADD231PS Z24, Z25, Z7
+	VFMADD231PS Z24, Z25, Z8
+	VFMADD231PS Z24, Z25, Z9
+	VFMADD231PS Z24, Z25, Z10
+	VFMADD231PS Z24, Z25, Z11
+	VFMADD231PS Z24, Z25, Z12
+	VFMADD231PS Z24, Z25, Z13
+	VFMADD231PS Z24, Z25, Z14
+	VFMADD231PS Z24, Z25, Z15
+	VFMADD231PS Z24, Z25, Z16
+	VFMADD231PS Z24, Z25, Z17
+	VFMADD231PS Z24, Z25, Z18
+	VFMADD231PS Z24, Z25, Z19
+	VFMADD231PS Z24, Z25, Z20
+	VFMADD231PS Z24, Z25, Z21
+	VFMADD231PS Z24, Z25, Z22
+	VFMADD231PS Z24, Z25, Z23
+	DECQ        CX
+	JNZ         loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func peakVNNI256(iters int)
+// 24 VEX vpdpbusd ymm (12 chains) per iteration.
+TEXT ·peakVNNI256(SB), NOSPLIT, $0-8
+	MOVQ  iters+0(FP), CX
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+	VPXOR Y4, Y4, Y4
+	VPXOR Y5, Y5, Y5
+	VPXOR Y6, Y6, Y6
+	VPXOR Y7, Y7, Y7
+	VPXOR Y8, Y8, Y8
+	VPXOR Y9, Y9, Y9
+	VPXOR Y10, Y10, Y10
+	VPXOR Y11, Y11, Y11
+	VPXOR Y12, Y12, Y12
+	VPXOR Y13, Y13, Y13
+	TESTQ CX, CX
+	JLE   done
+
+loop:
+	VNNIY(0, 12, 13)
+	VNNIY(1, 12, 13)
+	VNNIY(2, 12, 13)
+	VNNIY(3, 12, 13)
+	VNNIY(4, 12, 13)
+	VNNIY(5, 12, 13)
+	VNNIY(6, 12, 13)
+	VNNIY(7, 12, 13)
+	VNNIY(8, 12, 13)
+	VNNIY(9, 12, 13)
+	VNNIY(10, 12, 13)
+	VNNIY(11, 12, 13)
+	VNNIY(0, 12, 13)
+	VNNIY(1, 12, 13)
+	VNNIY(2, 12, 13)
+	VNNIY(3, 12, 13)
+	VNNIY(4, 12, 13)
+	VNNIY(5, 12, 13)
+	VNNIY(6, 12, 13)
+	VNNIY(7, 12, 13)
+	VNNIY(8, 12, 13)
+	VNNIY(9, 12, 13)
+	VNNIY(10, 12, 13)
+	VNNIY(11, 12, 13)
+	DECQ  CX
+	JNZ   loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func peakVNNI512(iters int)
+// 24 vpdpbusd zmm (24 chains) per iteration.
+TEXT ·peakVNNI512(SB), NOSPLIT, $0-8
+	MOVQ   iters+0(FP), CX
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	VPXORD Z24, Z24, Z24
+	VPXORD Z25, Z25, Z25
+	TESTQ  CX, CX
+	JLE    done
+
+loop:
+	VPDPBUSD Z25, Z24, Z0
+	VPDPBUSD Z25, Z24, Z1
+	VPDPBUSD Z25, Z24, Z2
+	VPDPBUSD Z25, Z24, Z3
+	VPDPBUSD Z25, Z24, Z4
+	VPDPBUSD Z25, Z24, Z5
+	VPDPBUSD Z25, Z24, Z6
+	VPDPBUSD Z25, Z24, Z7
+	VPDPBUSD Z25, Z24, Z8
+	VPDPBUSD Z25, Z24, Z9
+	VPDPBUSD Z25, Z24, Z10
+	VPDPBUSD Z25, Z24, Z11
+	VPDPBUSD Z25, Z24, Z12
+	VPDPBUSD Z25, Z24, Z13
+	VPDPBUSD Z25, Z24, Z14
+	VPDPBUSD Z25, Z24, Z15
+	VPDPBUSD Z25, Z24, Z16
+	VPDPBUSD Z25, Z24, Z17
+	VPDPBUSD Z25, Z24, Z18
+	VPDPBUSD Z25, Z24, Z19
+	VPDPBUSD Z25, Z24, Z20
+	VPDPBUSD Z25, Z24, Z21
+	VPDPBUSD Z25, Z24, Z22
+	VPDPBUSD Z25, Z24, Z23
+	DECQ     CX
+	JNZ      loop
+
+done:
+	VZEROUPPER
+	RET
+
+// One u8 x s8 step without VNNI: vpmaddubsw (32 multiply-adds on ymm,
+// saturating to int16, fine for a peak), vpmaddwd by ones, vpaddd.
+#define MADDSEQY(tmp, acc) \
+	VPMADDUBSW Y13, Y12, tmp; \
+	VPMADDWD   Y14, tmp, tmp; \
+	VPADDD     tmp, acc, acc
+
+// func peakMADD256(iters int)
+// 8 vpmaddubsw sequences per iteration.
+TEXT ·peakMADD256(SB), NOSPLIT, $0-8
+	MOVQ     iters+0(FP), CX
+	VPXOR    Y0, Y0, Y0
+	VPXOR    Y1, Y1, Y1
+	VPXOR    Y2, Y2, Y2
+	VPXOR    Y3, Y3, Y3
+	VPXOR    Y12, Y12, Y12
+	VPXOR    Y13, Y13, Y13
+	VPCMPEQW Y14, Y14, Y14
+	VPSRLW   $15, Y14, Y14
+	TESTQ    CX, CX
+	JLE      done
+
+loop:
+	MADDSEQY(Y4, Y0)
+	MADDSEQY(Y5, Y1)
+	MADDSEQY(Y6, Y2)
+	MADDSEQY(Y7, Y3)
+	MADDSEQY(Y8, Y0)
+	MADDSEQY(Y9, Y1)
+	MADDSEQY(Y10, Y2)
+	MADDSEQY(Y11, Y3)
+	DECQ CX
+	JNZ  loop
+
+done:
+	VZEROUPPER
+	RET
+
+#define MADDSEQZ(tmp, acc) \
+	VPMADDUBSW Z13, Z12, tmp; \
+	VPMADDWD   Z14, tmp, tmp; \
+	VPADDD     tmp, acc, acc
+
+// func peakMADD512(iters int)
+// 8 vpmaddubsw zmm sequences per iteration (AVX-512 BW).
+TEXT ·peakMADD512(SB), NOSPLIT, $0-8
+	MOVQ         iters+0(FP), CX
+	VPXORD       Z0, Z0, Z0
+	VPXORD       Z1, Z1, Z1
+	VPXORD       Z2, Z2, Z2
+	VPXORD       Z3, Z3, Z3
+	VPXORD       Z12, Z12, Z12
+	VPXORD       Z13, Z13, Z13
+	MOVL         $0x00010001, AX
+	VMOVD        AX, X14
+	VPBROADCASTD X14, Z14
+	TESTQ        CX, CX
+	JLE          done
+
+loop:
+	MADDSEQZ(Z4, Z0)
+	MADDSEQZ(Z5, Z1)
+	MADDSEQZ(Z6, Z2)
+	MADDSEQZ(Z7, Z3)
+	MADDSEQZ(Z8, Z0)
+	MADDSEQZ(Z9, Z1)
+	MADDSEQZ(Z10, Z2)
+	MADDSEQZ(Z11, Z3)
+	DECQ CX
+	JNZ  loop
+
+done:
+	VZEROUPPER
+	RET
+
+// func clockLoop(iters int)
+// 100 dependent register adds per iteration: one per cycle on every
+// current x86 core, so iterations*100/seconds is the core clock. Register
+// (not immediate) operands, since some cores fold add-immediate chains.
+TEXT ·clockLoop(SB), NOSPLIT, $0-8
+	MOVQ  iters+0(FP), CX
+	MOVQ  $1, AX
+	MOVQ  $1, DX
+	TESTQ CX, CX
+	JLE   done
+
+#define ADD10 ADDQ AX, DX; ADDQ DX, AX; ADDQ AX, DX; ADDQ DX, AX; ADDQ AX, DX; ADDQ DX, AX; ADDQ AX, DX; ADDQ DX, AX; ADDQ AX, DX; ADDQ DX, AX
+
+loop:
+	ADD10
+	ADD10
+	ADD10
+	ADD10
+	ADD10
+	ADD10
+	ADD10
+	ADD10
+	ADD10
+	ADD10
+	DECQ CX
+	JNZ  loop
+
+done:
+	RET
+
+// func streamReadAVX2(p *byte, n int) uint64
+// Reads n bytes (a multiple of 128) with four ymm loads per step, folding
+// them into accumulators so the loads cannot be dropped.
+TEXT ·streamReadAVX2(SB), NOSPLIT, $0-24
+	MOVQ  p+0(FP), SI
+	MOVQ  n+8(FP), CX
+	VPXOR Y0, Y0, Y0
+	VPXOR Y1, Y1, Y1
+	VPXOR Y2, Y2, Y2
+	VPXOR Y3, Y3, Y3
+
+loop:
+	CMPQ   CX, $128
+	JL     done
+	VPADDQ (SI), Y0, Y0
+	VPADDQ 32(SI), Y1, Y1
+	VPADDQ 64(SI), Y2, Y2
+	VPADDQ 96(SI), Y3, Y3
+	ADDQ   $128, SI
+	SUBQ   $128, CX
+	JMP    loop
+
+done:
+	VPADDQ Y1, Y0, Y0
+	VPADDQ Y3, Y2, Y2
+	VPADDQ Y2, Y0, Y0
+	VMOVQ  X0, ret+16(FP)
+	VZEROUPPER
+	RET

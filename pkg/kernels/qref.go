@@ -1,0 +1,285 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+)
+
+// Affine is a per-tensor affine quantization: real = Scale * (q - ZeroPoint).
+type Affine struct {
+	Scale     float64 `json:"scale"`
+	ZeroPoint int32   `json:"zero_point"`
+}
+
+// QuantizedLinear is a quantized Linear layer as PyTorch stores it
+// (quantized::linear packed params, unpacked).
+type QuantizedLinear struct {
+	In, Out int
+	// Weight is Out x In, row-major (PyTorch's layout), qint8.
+	Weight []int8
+	// WeightScales and WeightZeroPoints have one entry (per-tensor) or Out
+	// entries (per-channel along the output axis).
+	WeightScales     []float64
+	WeightZeroPoints []int32
+	// Bias is PyTorch's float bias (optional, Out entries); BiasInt32 is
+	// an int32 bias in units of in.Scale*WeightScales[c] (optional). At
+	// most one of the two.
+	Bias      []float32
+	BiasInt32 []int32
+	// ReLU fuses a ReLU (quantized::linear_relu): outputs below the zero
+	// point are raised to it.
+	ReLU bool
+}
+
+// QuantizedLinearRef computes a quantized Linear layer's quint8 output for
+// rows x In quint8 activations x, as fbgemm/oneDNN do:
+//
+//	acc[r][c] = sum_k (x[r][k] - in.ZeroPoint) * (W[c][k] - wzp[c])  (+ BiasInt32[c])
+//	y[r][c]   = clamp(out.ZeroPoint + round(acc*in.Scale*ws[c]/out.Scale + Bias[c]/out.Scale), 0, 255)
+//
+// The sum is exact (u8 x s8 GEMM kernel, zero points folded in with row and
+// column sums); the scaling is float32 with round-half-even (see
+// RequantizeU8). Libraries that add the float bias before dividing by the
+// output scale can differ by one quantization step on rounding ties.
+func QuantizedLinearRef(x []uint8, rows int, in Affine, l *QuantizedLinear, out Affine) ([]uint8, error) {
+	if l == nil {
+		return nil, fmt.Errorf("kernels: QuantizedLinearRef: nil layer")
+	}
+	if rows < 0 || l.In <= 0 || l.Out <= 0 {
+		return nil, fmt.Errorf("kernels: QuantizedLinearRef: rows %d, In %d, Out %d: need rows >= 0 and positive sizes", rows, l.In, l.Out)
+	}
+	if len(x) != rows*l.In {
+		return nil, fmt.Errorf("kernels: QuantizedLinearRef: input has %d values, want rows*In = %d*%d", len(x), rows, l.In)
+	}
+	if len(l.Weight) != l.Out*l.In {
+		return nil, fmt.Errorf("kernels: QuantizedLinearRef: weight has %d values, want Out*In = %d*%d", len(l.Weight), l.Out, l.In)
+	}
+	return qlinearCore("QuantizedLinearRef", x, rows, l.In, in, l.Weight, l.Out,
+		l.WeightScales, l.WeightZeroPoints, l.Bias, l.BiasInt32, l.ReLU, out)
+}
+
+// qlinearCore is y = requant(A*W^T) for A rows x k (u8) and W n x k (s8).
+func qlinearCore(op string, a []uint8, rows, k int, in Affine, w []int8, n int,
+	wScales []float64, wZPs []int32, bias []float32, biasI []int32, relu bool, out Affine) ([]uint8, error) {
+	if err := checkAffine(op, "input", in, 0, 255); err != nil {
+		return nil, err
+	}
+	if err := checkAffine(op, "output", out, 0, 255); err != nil {
+		return nil, err
+	}
+	if len(wScales) != 1 && len(wScales) != n {
+		return nil, fmt.Errorf("kernels: %s: %d weight scales, want 1 (per-tensor) or %d (per-channel)", op, len(wScales), n)
+	}
+	if len(wZPs) != len(wScales) {
+		return nil, fmt.Errorf("kernels: %s: %d weight zero points for %d scales; give one per scale", op, len(wZPs), len(wScales))
+	}
+	for c := range wScales {
+		if err := checkAffine(op, fmt.Sprintf("weight channel %d", c), Affine{wScales[c], wZPs[c]}, -128, 127); err != nil {
+			return nil, err
+		}
+	}
+	if len(bias) != 0 && len(bias) != n || len(biasI) != 0 && len(biasI) != n {
+		return nil, fmt.Errorf("kernels: %s: bias has %d (float) / %d (int32) entries, want 0 or %d", op, len(bias), len(biasI), n)
+	}
+	if len(bias) != 0 && len(biasI) != 0 {
+		return nil, fmt.Errorf("kernels: %s: both a float and an int32 bias given; give one", op)
+	}
+	if k > 65536 {
+		return nil, fmt.Errorf("kernels: %s: reduction length %d exceeds 65536; int32 accumulators could overflow", op, k)
+	}
+	ch := func(c int) int {
+		if len(wScales) == 1 {
+			return 0
+		}
+		return c
+	}
+
+	// B = W^T (k x n) for the GEMM kernel; column sums of W for the zero
+	// point of x.
+	bt := make([]int8, k*n)
+	colSum := make([]int64, n)
+	for c := 0; c < n; c++ {
+		for kk := 0; kk < k; kk++ {
+			v := w[c*k+kk]
+			bt[kk*n+c] = v
+			colSum[c] += int64(v)
+		}
+	}
+	acc := make([]int32, rows*n)
+	if err := GemmU8S8(rows, n, k, a, k, bt, n, acc, n); err != nil {
+		return nil, err
+	}
+	xzp := int64(in.ZeroPoint)
+	for r := 0; r < rows; r++ {
+		var rowSum int64
+		for _, v := range a[r*k : (r+1)*k] {
+			rowSum += int64(v)
+		}
+		for c := 0; c < n; c++ {
+			wzp := int64(wZPs[ch(c)])
+			// sum (x-xzp)(w-wzp) = sum xw - wzp sum x - xzp sum w + k xzp wzp
+			v := int64(acc[r*n+c]) - wzp*rowSum - xzp*colSum[c] + int64(k)*xzp*wzp
+			if len(biasI) != 0 {
+				v += int64(biasI[c])
+			}
+			if v < math.MinInt32 || v > math.MaxInt32 {
+				return nil, fmt.Errorf("kernels: %s: accumulator %d (row %d, channel %d) overflows int32, as it would in libtorch", op, v, r, c)
+			}
+			acc[r*n+c] = int32(v)
+		}
+	}
+	mult := make([]float32, n)
+	off := make([]float32, n)
+	for c := 0; c < n; c++ {
+		mult[c] = float32(in.Scale * wScales[ch(c)] / out.Scale)
+		if len(bias) != 0 {
+			off[c] = float32(float64(bias[c]) / out.Scale)
+		}
+	}
+	y := make([]uint8, rows*n)
+	if rows == 0 {
+		return y, nil
+	}
+	if err := RequantizeU8(y, acc, n, mult, off, out.ZeroPoint, relu); err != nil {
+		return nil, err
+	}
+	return y, nil
+}
+
+func checkAffine(op, what string, q Affine, qmin, qmax int32) error {
+	if !(q.Scale > 0) || math.IsInf(q.Scale, 0) {
+		return fmt.Errorf("kernels: %s: %s scale %g must be positive and finite", op, what, q.Scale)
+	}
+	if q.ZeroPoint < qmin || q.ZeroPoint > qmax {
+		return fmt.Errorf("kernels: %s: %s zero point %d outside [%d, %d]", op, what, q.ZeroPoint, qmin, qmax)
+	}
+	return nil
+}
+
+// QuantizedConv2d is a quantized Conv2d layer (quantized::conv2d).
+type QuantizedConv2d struct {
+	InChannels, OutChannels int
+	KernelH, KernelW        int
+	// Stride, Padding and Dilation are (height, width); a zero stride or
+	// dilation means 1.
+	Stride, Padding, Dilation [2]int
+	// Groups divides the channels; 0 means 1.
+	Groups int
+	// Weight is OutChannels x InChannels/Groups x KernelH x KernelW (qint8).
+	Weight []int8
+	// WeightScales, WeightZeroPoints, Bias, BiasInt32 and ReLU are as in
+	// QuantizedLinear, per output channel.
+	WeightScales     []float64
+	WeightZeroPoints []int32
+	Bias             []float32
+	BiasInt32        []int32
+	ReLU             bool
+}
+
+// QuantizedConv2dRef computes a quantized Conv2d's quint8 NCHW output for
+// the NCHW quint8 input x of the given shape, with the same arithmetic as
+// QuantizedLinearRef (padding holds the input zero point, i.e. real 0). It
+// returns the output and its shape.
+func QuantizedConv2dRef(x []uint8, shape [4]int, in Affine, cv *QuantizedConv2d, out Affine) ([]uint8, [4]int, error) {
+	const op = "QuantizedConv2dRef"
+	var zero [4]int
+	if cv == nil {
+		return nil, zero, fmt.Errorf("kernels: %s: nil layer", op)
+	}
+	nb, ci, h, w := shape[0], shape[1], shape[2], shape[3]
+	if nb < 0 || ci <= 0 || h <= 0 || w <= 0 {
+		return nil, zero, fmt.Errorf("kernels: %s: input shape %v: want N >= 0 and positive C, H, W", op, shape)
+	}
+	if len(x) != nb*ci*h*w {
+		return nil, zero, fmt.Errorf("kernels: %s: input has %d values, shape %v needs %d", op, len(x), shape, nb*ci*h*w)
+	}
+	groups := max(cv.Groups, 1)
+	if ci != cv.InChannels || cv.OutChannels <= 0 || ci%groups != 0 || cv.OutChannels%groups != 0 {
+		return nil, zero, fmt.Errorf("kernels: %s: input channels %d, layer in/out %d/%d, groups %d: channels must match and divide by groups",
+			op, ci, cv.InChannels, cv.OutChannels, groups)
+	}
+	sh, sw := max(cv.Stride[0], 1), max(cv.Stride[1], 1)
+	dh, dw := max(cv.Dilation[0], 1), max(cv.Dilation[1], 1)
+	ph, pw := cv.Padding[0], cv.Padding[1]
+	kh, kw := cv.KernelH, cv.KernelW
+	if kh <= 0 || kw <= 0 || ph < 0 || pw < 0 || cv.Stride[0] < 0 || cv.Stride[1] < 0 || cv.Dilation[0] < 0 || cv.Dilation[1] < 0 {
+		return nil, zero, fmt.Errorf("kernels: %s: kernel %dx%d, stride %v, padding %v, dilation %v: sizes must be positive, the rest not negative",
+			op, kh, kw, cv.Stride, cv.Padding, cv.Dilation)
+	}
+	oh := (h+2*ph-dh*(kh-1)-1)/sh + 1
+	ow := (w+2*pw-dw*(kw-1)-1)/sw + 1
+	if oh <= 0 || ow <= 0 {
+		return nil, zero, fmt.Errorf("kernels: %s: kernel %dx%d (dilation %dx%d) is larger than the padded %dx%d input", op, kh, kw, dh, dw, h+2*ph, w+2*pw)
+	}
+	cig, cog := ci/groups, cv.OutChannels/groups
+	k := cig * kh * kw
+	if len(cv.Weight) != cv.OutChannels*k {
+		return nil, zero, fmt.Errorf("kernels: %s: weight has %d values, want %d x %d x %d x %d", op, len(cv.Weight), cv.OutChannels, cig, kh, kw)
+	}
+	if len(cv.WeightScales) != 1 && len(cv.WeightScales) != cv.OutChannels {
+		return nil, zero, fmt.Errorf("kernels: %s: %d weight scales, want 1 or %d", op, len(cv.WeightScales), cv.OutChannels)
+	}
+	if len(cv.WeightZeroPoints) != len(cv.WeightScales) {
+		return nil, zero, fmt.Errorf("kernels: %s: %d weight zero points for %d scales; give one per scale", op, len(cv.WeightZeroPoints), len(cv.WeightScales))
+	}
+	if len(cv.Bias) != 0 && len(cv.Bias) != cv.OutChannels || len(cv.BiasInt32) != 0 && len(cv.BiasInt32) != cv.OutChannels {
+		return nil, zero, fmt.Errorf("kernels: %s: bias has %d (float) / %d (int32) entries, want 0 or %d", op, len(cv.Bias), len(cv.BiasInt32), cv.OutChannels)
+	}
+	if in.ZeroPoint < 0 || in.ZeroPoint > 255 {
+		return nil, zero, fmt.Errorf("kernels: %s: input zero point %d outside [0, 255]", op, in.ZeroPoint)
+	}
+	sub := func(c0 int) ([]float64, []int32, []float32, []int32) {
+		s, z := cv.WeightScales, cv.WeightZeroPoints
+		if len(s) != 1 {
+			s, z = s[c0:c0+cog], z[c0:c0+cog]
+		}
+		var b []float32
+		var bi []int32
+		if len(cv.Bias) != 0 {
+			b = cv.Bias[c0 : c0+cog]
+		}
+		if len(cv.BiasInt32) != 0 {
+			bi = cv.BiasInt32[c0 : c0+cog]
+		}
+		return s, z, b, bi
+	}
+
+	y := make([]uint8, nb*cv.OutChannels*oh*ow)
+	cols := make([]uint8, oh*ow*k)
+	for b := 0; b < nb; b++ {
+		for g := 0; g < groups; g++ {
+			// im2col: row (oy, ox), column (c, ky, kx), matching the weight layout.
+			for oy := 0; oy < oh; oy++ {
+				for ox := 0; ox < ow; ox++ {
+					row := cols[(oy*ow+ox)*k:]
+					for c := 0; c < cig; c++ {
+						plane := x[((b*ci)+g*cig+c)*h*w:]
+						for ky := 0; ky < kh; ky++ {
+							iy := oy*sh - ph + ky*dh
+							for kx := 0; kx < kw; kx++ {
+								ix := ox*sw - pw + kx*dw
+								v := uint8(in.ZeroPoint)
+								if iy >= 0 && iy < h && ix >= 0 && ix < w {
+									v = plane[iy*w+ix]
+								}
+								row[(c*kh+ky)*kw+kx] = v
+							}
+						}
+					}
+				}
+			}
+			s, z, bf, bi := sub(g * cog)
+			res, err := qlinearCore(op, cols, oh*ow, k, in, cv.Weight[g*cog*k:(g+1)*cog*k], cog, s, z, bf, bi, cv.ReLU, out)
+			if err != nil {
+				return nil, zero, err
+			}
+			for oc := 0; oc < cog; oc++ {
+				dst := y[((b*cv.OutChannels)+g*cog+oc)*oh*ow:]
+				for p := 0; p < oh*ow; p++ {
+					dst[p] = res[p*cog+oc]
+				}
+			}
+		}
+	}
+	return y, [4]int{nb, cv.OutChannels, oh, ow}, nil
+}
