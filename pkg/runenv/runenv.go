@@ -1,0 +1,449 @@
+// Package runenv turns a machine probe and a few choices into run settings for one or
+// more inference instances: which CPUs each uses (one thread per physical core, packed
+// within a NUMA node), how many intra- and inter-op threads, which memory node to bind,
+// the OpenMP variables for the runtime actually loaded, and an allocator to preload.
+// It applies them to this process (affinity, memory policy, re-exec for variables the
+// OpenMP runtime reads at start) and prints them as shell exports.
+package runenv
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/torchspeed/torchspeed/pkg/cpu"
+)
+
+// Mode is a preset that fills the choices left open.
+type Mode string
+
+// Modes.
+const (
+	// ModeDefault uses the given instance count (1), one node's worth of cores per
+	// instance, and passive waiting on few cores.
+	ModeDefault Mode = ""
+	// ModeLatency is for one request at a time: one instance on the physical cores of one
+	// NUMA node, one inter-op thread, and passive waiting on up to 4 threads, where
+	// spinning workers were measured to cause tail spikes.
+	ModeLatency Mode = "latency"
+	// ModeThroughput is for many requests: one instance per NUMA node (unless
+	// Instances says otherwise), each on all of its node's physical cores, with workers
+	// that spin between parallel regions.
+	ModeThroughput Mode = "throughput"
+)
+
+// ParseMode reads a mode name ("", "default", "latency", "throughput").
+func ParseMode(s string) (Mode, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "", "default":
+		return ModeDefault, nil
+	case "latency":
+		return ModeLatency, nil
+	case "throughput":
+		return ModeThroughput, nil
+	}
+	return "", fmt.Errorf("mode %q: want latency, throughput or default", s)
+}
+
+// Options are the choices for Compute; the zero value gives one instance with
+// torchspeed's defaults.
+type Options struct {
+	// Instances is the number of instances; 0 means 1, or one per NUMA node in
+	// throughput mode.
+	Instances int `json:"instances"`
+	// CoresPerInstance is the number of physical cores per instance; 0 splits the
+	// usable cores evenly.
+	CoresPerInstance int `json:"cores_per_instance"`
+	// ReserveCores leaves that many physical cores out, from the start of the list
+	// (core 0 usually takes most interrupts), for the rest of the process or system.
+	ReserveCores int `json:"reserve_cores"`
+	// CPUs is an explicit CPU list ("0-7,16"); "" means all usable CPUs.
+	CPUs string `json:"cpus"`
+	// NUMANodes restricts the CPUs to these nodes; empty means all.
+	NUMANodes []int `json:"numa_nodes"`
+	// Threads is the intra-op thread count per instance; 0 means one per CPU used.
+	Threads int `json:"threads"`
+	// InteropThreads is the inter-op thread count per instance; 0 means 1.
+	InteropThreads int `json:"interop_threads"`
+	// Allocator is "", "default" (glibc malloc), "jemalloc" or "tcmalloc".
+	Allocator string `json:"allocator"`
+	Mode      Mode   `json:"mode"`
+	// WaitPolicy overrides the OpenMP wait policy: "", "active" or "passive".
+	WaitPolicy string `json:"wait_policy"`
+	// OpenMP names the runtime to write variables for: "" or "auto" (the one the probe
+	// found loaded, else GNU), "gnu", "intel" or "llvm".
+	OpenMP string `json:"openmp"`
+	// UseSMT allows both hardware threads of a core.
+	UseSMT bool `json:"use_smt"`
+	// NoMemBind leaves the memory policy alone on multi-node machines.
+	NoMemBind bool `json:"no_mem_bind"`
+	// LibDirs are the directories searched for allocator libraries; nil means the
+	// system's (see FindAllocator).
+	LibDirs []string `json:"-"`
+}
+
+// Var is one environment variable.
+type Var struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// Settings is how one instance runs.
+type Settings struct {
+	Instance  int  `json:"instance"`
+	Instances int  `json:"instances"`
+	Mode      Mode `json:"mode"`
+	// CPUs is where the instance's threads may run.
+	CPUs cpu.CPUSet `json:"cpus"`
+	// Cores is the number of physical cores CPUs covers.
+	Cores          int `json:"cores"`
+	Threads        int `json:"threads"`
+	InteropThreads int `json:"interop_threads"`
+	// NUMANode is the node holding CPUs, -1 when they span nodes.
+	NUMANode int `json:"numa_node"`
+	// MemBind says to bind the instance's memory to NUMANode.
+	MemBind bool `json:"mem_bind"`
+	// OpenMP is the runtime the variables are written for.
+	OpenMP string `json:"openmp"`
+	// WaitPolicy is "PASSIVE", "ACTIVE", or "" for the runtime's default.
+	WaitPolicy string `json:"wait_policy"`
+	// Allocator is "" (glibc malloc), "jemalloc" or "tcmalloc"; AllocatorPath is the
+	// library preloaded for it.
+	Allocator     string `json:"allocator"`
+	AllocatorPath string `json:"allocator_path,omitempty"`
+	// Vars are the environment variables the instance needs, in a stable order;
+	// LD_PRELOAD is not among them (see Env and Environ).
+	Vars []Var `json:"env"`
+	// Notes say why a choice was made or what was left out.
+	Notes []string `json:"notes,omitempty"`
+}
+
+// fewThreads is the thread count up to which Compute picks a passive wait policy in
+// latency and default modes: with libtorch 1.13 on 2 cores, two spinning workers gave
+// p95 2-10x the median in 4 ms steps; passive waiting removed them.
+const fewThreads = 4
+
+// Compute works out the settings of each instance. It checks every choice against the
+// probe first and returns an error, and no settings, when one cannot be met.
+func Compute(p *cpu.Probe, o Options) ([]Settings, error) {
+	if p == nil {
+		return nil, errors.New("run settings: no machine probe")
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	var notes []string
+	pool := p.Usable.CPUs
+	explicit := strings.TrimSpace(o.CPUs) != ""
+	if explicit {
+		want, err := cpu.ParseCPUList(o.CPUs)
+		if err != nil {
+			return nil, fmt.Errorf("--cpus: %w", err)
+		}
+		if len(want) == 0 {
+			return nil, fmt.Errorf("--cpus %q names no CPU", o.CPUs)
+		}
+		if bad := want.Minus(pool); len(bad) > 0 {
+			return nil, fmt.Errorf("--cpus %q: CPU(s) %s are not available to this process (usable: %s; the others are offline, outside the cgroup cpuset or the affinity mask)",
+				o.CPUs, bad, pool)
+		}
+		pool = want
+	}
+	if len(o.NUMANodes) > 0 {
+		var ids []string
+		for _, n := range p.NUMA {
+			ids = append(ids, strconv.Itoa(n.ID))
+		}
+		var nodeCPUs cpu.CPUSet
+		for _, id := range o.NUMANodes {
+			n, ok := p.Node(id)
+			if !ok {
+				return nil, fmt.Errorf("--numa-node %d: no such NUMA node (this machine has node(s) %s)", id, strings.Join(ids, ","))
+			}
+			if len(n.CPUs.Intersect(pool)) == 0 {
+				return nil, fmt.Errorf("--numa-node %d: none of its CPUs (%s) is usable by this process (usable: %s)", id, n.CPUs, pool)
+			}
+			nodeCPUs = nodeCPUs.Union(n.CPUs)
+		}
+		pool = pool.Intersect(nodeCPUs)
+	}
+	if len(pool) == 0 {
+		return nil, fmt.Errorf("no usable CPUs (affinity %s, cgroup cpuset %s, online %s)", p.Affinity, p.Cgroup.Cpuset, p.Topology.Online)
+	}
+
+	// One unit per physical core: its first usable hardware thread, or all of them
+	// with UseSMT.
+	type unit struct {
+		node int
+		cpus cpu.CPUSet
+	}
+	var units []unit
+	covered := cpu.CPUSet{}
+	for _, c := range p.Topology.Cores {
+		in := c.CPUs.Intersect(pool)
+		if len(in) == 0 {
+			continue
+		}
+		covered = covered.Union(in)
+		if !o.UseSMT && len(in) > 1 {
+			if explicit {
+				notes = append(notes, fmt.Sprintf("CPU(s) %s share a core with CPU %d: left out, one thread per physical core (UseSMT keeps them)", in[1:], in[0]))
+			}
+			in = in[:1]
+		}
+		units = append(units, unit{node: c.Node, cpus: in})
+	}
+	if rest := pool.Minus(covered); len(rest) > 0 {
+		// CPUs with no topology entry (a /sys copy without it): each its own core.
+		for _, c := range rest {
+			units = append(units, unit{node: p.NodeOf(c), cpus: cpu.CPUSet{c}})
+		}
+	}
+	slices.SortStableFunc(units, func(a, b unit) int {
+		if a.node != b.node {
+			return a.node - b.node
+		}
+		return a.cpus[0] - b.cpus[0]
+	})
+	if o.ReserveCores > 0 {
+		if o.ReserveCores >= len(units) {
+			return nil, fmt.Errorf("--reserve-cores %d leaves no core: only %d physical core(s) are usable (CPUs %s)", o.ReserveCores, len(units), pool)
+		}
+		notes = append(notes, fmt.Sprintf("reserved core(s) on CPU(s) %s", unitCPUs(units[:o.ReserveCores], func(u unit) cpu.CPUSet { return u.cpus })))
+		units = units[o.ReserveCores:]
+	}
+	if q := p.Cgroup.QuotaCPUs; q > 0 {
+		// More busy threads than the quota get throttled every period; keep to it.
+		limit := max(1, p.Usable.Count)
+		total := 0
+		for i, u := range units {
+			if total+u.cpus.Len() > limit {
+				if i == 0 {
+					i = 1
+				}
+				notes = append(notes, fmt.Sprintf("cgroup CPU quota %.2f CPUs: using %d of %d core(s)", q, i, len(units)))
+				units = units[:i]
+				break
+			}
+			total += u.cpus.Len()
+		}
+	}
+
+	nodesUsed := map[int]bool{}
+	for _, u := range units {
+		nodesUsed[u.node] = true
+	}
+	n := o.Instances
+	if n == 0 {
+		n = 1
+		if o.Mode == ModeThroughput {
+			n = len(nodesUsed)
+		}
+	}
+	if n > len(units) {
+		return nil, fmt.Errorf("--instances %d: needs at least %d physical cores, but only %d are usable (CPUs %s)", n, n, len(units), unitCPUs(units, func(u unit) cpu.CPUSet { return u.cpus }))
+	}
+	per := o.CoresPerInstance
+	if per == 0 {
+		per = len(units) / n
+		if o.Mode == ModeLatency && n == 1 && len(nodesUsed) > 1 {
+			// One request at a time is faster on one node than across two.
+			per = 0
+			for _, u := range units {
+				if u.node == units[0].node {
+					per++
+				}
+			}
+			notes = append(notes, fmt.Sprintf("latency mode: one instance on node %d only; add --instances for the other node(s)", units[0].node))
+		}
+	}
+	if per*n > len(units) {
+		return nil, fmt.Errorf("--instances %d x --cores-per-instance %d = %d physical cores, but only %d are usable (CPUs %s)",
+			n, per, per*n, len(units), unitCPUs(units, func(u unit) cpu.CPUSet { return u.cpus }))
+	}
+
+	// Fill instances node by node so none straddles two nodes when the split allows.
+	groups := make([][]unit, 0, n)
+	used := make([]bool, len(units))
+	for i := 0; i < len(units) && len(groups) < n; {
+		j := i
+		for j < len(units) && units[j].node == units[i].node {
+			j++
+		}
+		for k := i; k+per <= j && len(groups) < n; k += per {
+			groups = append(groups, units[k:k+per])
+			for x := k; x < k+per; x++ {
+				used[x] = true
+			}
+		}
+		i = j
+	}
+	if len(groups) < n {
+		var rest []unit
+		for i, u := range units {
+			if !used[i] {
+				rest = append(rest, u)
+			}
+		}
+		for k := 0; k+per <= len(rest) && len(groups) < n; k += per {
+			groups = append(groups, rest[k:k+per])
+		}
+	}
+	if len(groups) < n {
+		return nil, fmt.Errorf("--instances %d of %d cores: could not place them on %d usable cores", n, per, len(units))
+	}
+
+	runtimeName, err := pickRuntime(p, o.OpenMP)
+	if err != nil {
+		return nil, err
+	}
+	if (o.OpenMP == "" || o.OpenMP == "auto") && p.OpenMPRuntime() == "" {
+		notes = append(notes, "no OpenMP runtime loaded in this process; wrote variables for GNU libgomp (what Debian's and PyPI's libtorch use)")
+	}
+	alloc, allocPath := "", ""
+	if o.Allocator != "" && o.Allocator != "default" {
+		allocPath, err = FindAllocator(o.Allocator, o.LibDirs)
+		if err != nil {
+			return nil, err
+		}
+		alloc = o.Allocator
+	}
+
+	out := make([]Settings, n)
+	for i, g := range groups {
+		s := Settings{
+			Instance: i, Instances: n, Mode: o.Mode, Cores: len(g), NUMANode: g[0].node,
+			OpenMP: runtimeName, Allocator: alloc, AllocatorPath: allocPath,
+			InteropThreads: max(1, o.InteropThreads), Notes: slices.Clone(notes),
+		}
+		var places []string
+		for _, u := range g {
+			s.CPUs = s.CPUs.Union(u.cpus)
+			places = append(places, "{"+u.cpus.String()+"}")
+			if u.node != s.NUMANode {
+				s.NUMANode = -1
+			}
+		}
+		if s.NUMANode < 0 {
+			s.Notes = append(s.Notes, fmt.Sprintf("instance %d spans NUMA nodes: CPUs %s", i, s.CPUs))
+		}
+		s.Threads = s.CPUs.Len()
+		if o.Threads > 0 {
+			s.Threads = o.Threads
+			if o.Threads > s.CPUs.Len() {
+				s.Notes = append(s.Notes, fmt.Sprintf("%d threads on %d CPU(s): threads will wait for each other", o.Threads, s.CPUs.Len()))
+			}
+		}
+		s.MemBind = !o.NoMemBind && s.NUMANode >= 0 && len(p.NUMA) > 1
+		switch strings.ToLower(o.WaitPolicy) {
+		case "active":
+			s.WaitPolicy = "ACTIVE"
+		case "passive":
+			s.WaitPolicy = "PASSIVE"
+		default:
+			switch {
+			case o.Mode == ModeThroughput:
+				s.WaitPolicy = "ACTIVE"
+			case s.Threads <= fewThreads && s.Threads > 1:
+				s.WaitPolicy = "PASSIVE"
+			}
+		}
+		s.Vars = vars(s, places)
+		out[i] = s
+	}
+	return out, nil
+}
+
+func unitCPUs[U any](us []U, f func(U) cpu.CPUSet) cpu.CPUSet {
+	var s cpu.CPUSet
+	for _, u := range us {
+		s = s.Union(f(u))
+	}
+	return s
+}
+
+func (o Options) validate() error {
+	checks := []struct {
+		name string
+		v    int
+	}{{"--instances", o.Instances}, {"--cores-per-instance", o.CoresPerInstance}, {"--reserve-cores", o.ReserveCores},
+		{"--threads", o.Threads}, {"--interop-threads", o.InteropThreads}}
+	for _, c := range checks {
+		if c.v < 0 {
+			return fmt.Errorf("%s %d: must be 0 (automatic) or more", c.name, c.v)
+		}
+	}
+	switch o.Allocator {
+	case "", "default", "jemalloc", "tcmalloc":
+	default:
+		return fmt.Errorf("--allocator %q: want jemalloc, tcmalloc or default", o.Allocator)
+	}
+	switch o.Mode {
+	case ModeDefault, ModeLatency, ModeThroughput:
+	default:
+		return fmt.Errorf("mode %q: want latency, throughput or default", o.Mode)
+	}
+	switch strings.ToLower(o.WaitPolicy) {
+	case "", "active", "passive":
+	default:
+		return fmt.Errorf("--wait-policy %q: want active or passive", o.WaitPolicy)
+	}
+	switch o.OpenMP {
+	case "", "auto", "gnu", "intel", "llvm":
+	default:
+		return fmt.Errorf("--openmp %q: want auto, gnu, intel or llvm", o.OpenMP)
+	}
+	return nil
+}
+
+func pickRuntime(p *cpu.Probe, want string) (string, error) {
+	if want != "" && want != "auto" {
+		return want, nil
+	}
+	if rt := p.OpenMPRuntime(); rt != "" {
+		return rt, nil
+	}
+	return "gnu", nil
+}
+
+// vars builds the environment for one instance. All three runtimes read OMP_*; the
+// Intel runtime's KMP_AFFINITY takes precedence over (and warns about) OMP_PROC_BIND,
+// so it gets KMP_AFFINITY alone.
+func vars(s Settings, places []string) []Var {
+	threads := strconv.Itoa(s.Threads)
+	v := []Var{{"OMP_NUM_THREADS", threads}, {"MKL_NUM_THREADS", threads}}
+	switch s.OpenMP {
+	case "intel":
+		v = append(v, Var{"KMP_AFFINITY", "granularity=fine,compact,1,0"})
+	default:
+		v = append(v, Var{"OMP_PROC_BIND", "close"}, Var{"OMP_PLACES", strings.Join(places, ",")})
+	}
+	if s.WaitPolicy != "" {
+		v = append(v, Var{"OMP_WAIT_POLICY", s.WaitPolicy})
+		switch s.OpenMP {
+		case "gnu":
+			// libgomp spins GOMP_SPINCOUNT iterations before sleeping; PASSIVE alone sets it
+			// to 0, spell it out so the exports show what happens.
+			if s.WaitPolicy == "PASSIVE" {
+				v = append(v, Var{"GOMP_SPINCOUNT", "0"})
+			}
+		case "intel", "llvm":
+			bt := "0"
+			if s.WaitPolicy == "ACTIVE" {
+				bt = "infinite"
+			}
+			v = append(v, Var{"KMP_BLOCKTIME", bt})
+		}
+	}
+	node := strconv.Itoa(s.NUMANode)
+	v = append(v,
+		Var{"TORCHSPEED_INSTANCE", strconv.Itoa(s.Instance)},
+		Var{"TORCHSPEED_INSTANCES", strconv.Itoa(s.Instances)},
+		Var{"TORCHSPEED_CPUS", s.CPUs.String()},
+		Var{"TORCHSPEED_NUMA_NODE", node},
+		Var{"TORCHSPEED_INTEROP_THREADS", strconv.Itoa(s.InteropThreads)},
+	)
+	return v
+}
