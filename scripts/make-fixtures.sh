@@ -23,6 +23,9 @@ mkdir -p "$out"
 start=$(date +%s)
 # Quiet the tracer's and the deprecation warnings; real errors still stop the run.
 export PYTHONWARNINGS="${PYTHONWARNINGS:-ignore}"
+# Set iteration order reaches the saved TorchScript code; a fixed hash seed
+# makes reruns byte-identical.
+export PYTHONHASHSEED=0
 "$py" "$here/fixtures/generate.py" "$out"
 "$py" "$here/fixtures/quantize_reference.py" "$out"
 echo "make-fixtures: $out ready in $(( $(date +%s) - start ))s" >&2
