@@ -1,0 +1,433 @@
+// Package config is torchspeed's YAML configuration: typed structs, defaults, loading with
+// spf13/viper (flag > TORCHSPEED_* environment > file > default), and validation that names
+// the key, the bad value and what is allowed.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/go-viper/mapstructure/v2"
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+
+	"github.com/torchspeed/torchspeed/pkg/calib"
+)
+
+// EnvPrefix is the prefix of environment variables that set config keys: TORCHSPEED_ plus the
+// dotted key in upper case with "." and "-" as "_", e.g. TORCHSPEED_RUNTIME_THREADS=4.
+const EnvPrefix = "TORCHSPEED"
+
+// Config is one optimization job.
+type Config struct {
+	Model       Model       `mapstructure:"model" json:"model"`
+	Optimize    Optimize    `mapstructure:"optimize" json:"optimize"`
+	Quantize    Quantize    `mapstructure:"quantize" json:"quantize"`
+	Calibration calib.Source `mapstructure:"calibration" json:"calibration"`
+	Validation  Validation  `mapstructure:"validation" json:"validation"`
+	Runtime     Runtime     `mapstructure:"runtime" json:"runtime"`
+	Bench       Bench       `mapstructure:"bench" json:"bench"`
+	Output      Output      `mapstructure:"output" json:"output"`
+
+	// File is the config file it was read from ("" when none); relative paths in it are taken
+	// relative to its folder.
+	File string `mapstructure:"-" json:"file,omitempty"`
+}
+
+// Model is the TorchScript model to optimize and how to call it.
+type Model struct {
+	// Path of the TorchScript file (torch.jit.save of a traced or scripted module).
+	Path string `mapstructure:"path" json:"path"`
+	// Name of the artifact (<name>.torchspeed.pt); default: the file name without extension.
+	Name   string  `mapstructure:"name" json:"name,omitempty"`
+	Inputs []Input `mapstructure:"inputs" json:"inputs"`
+}
+
+// Input is one argument of the model's forward.
+type Input struct {
+	Name  string  `mapstructure:"name" json:"name"`
+	Shape []int64 `mapstructure:"shape" json:"shape"`
+	DType string  `mapstructure:"dtype" json:"dtype"`
+	// Layout is the memory layout callers hand over: "nchw" (contiguous, default) or "nhwc"
+	// (channels-last) for 4-D inputs.
+	Layout string `mapstructure:"layout" json:"layout,omitempty"`
+	// Range bounds random integer inputs (token ids): [low, high).
+	Range []int64 `mapstructure:"range" json:"range,omitempty"`
+}
+
+// Toggle is "auto", "true" or "false". auto means: try both on this machine, keep the faster
+// one whose outputs still match.
+type Toggle string
+
+// Toggle values.
+const (
+	Auto Toggle = "auto"
+	On   Toggle = "true"
+	Off  Toggle = "false"
+)
+
+// Optimize switches the FP32 stages.
+type Optimize struct {
+	Freeze               bool   `mapstructure:"freeze" json:"freeze"`
+	FoldBN               bool   `mapstructure:"fold_bn" json:"fold_bn"`
+	OptimizeForInference Toggle `mapstructure:"optimize_for_inference" json:"optimize_for_inference"`
+	ChannelsLast         Toggle `mapstructure:"channels_last" json:"channels_last"`
+	// Tolerance bounds how far an FP32 stage may move the outputs from the original's.
+	MaxAbsError float64 `mapstructure:"max_abs_error" json:"max_abs_error"`
+	MinCosine   float64 `mapstructure:"min_cosine" json:"min_cosine"`
+	// MinSpeedup: a stage must make the model at least this much faster (ratio of medians) to
+	// be kept when auto. 1.0 keeps anything not slower.
+	MinSpeedup float64 `mapstructure:"min_speedup" json:"min_speedup"`
+}
+
+// Quantize configures INT8.
+type Quantize struct {
+	// Mode: "none", "static" (calibrated activations + weights), "dynamic" (Linear/LSTM/GRU
+	// weights, activations at run time), "auto" (static for conv nets, dynamic otherwise).
+	Mode string `mapstructure:"mode" json:"mode"`
+	// Engine: "auto", "x86", "fbgemm", "onednn", "qnnpack".
+	Engine string `mapstructure:"engine" json:"engine"`
+	// Observer for activations: "minmax", "moving_average", "histogram", "percentile".
+	Observer   string  `mapstructure:"observer" json:"observer"`
+	Percentile float64 `mapstructure:"percentile" json:"percentile"`
+	PerChannel bool    `mapstructure:"per_channel" json:"per_channel"`
+	// ReduceRange: "auto" (on where the engine needs it: x86/fbgemm without VNNI), "true", "false".
+	ReduceRange Toggle `mapstructure:"reduce_range" json:"reduce_range"`
+	// Skip lists submodule paths kept in FP32 from the start.
+	Skip []string `mapstructure:"skip" json:"skip,omitempty"`
+	// Fallback keeps the most sensitive layers in FP32, one by one, until the thresholds pass,
+	// at most MaxFallbackLayers of them.
+	Fallback          bool `mapstructure:"fallback" json:"fallback"`
+	MaxFallbackLayers int  `mapstructure:"max_fallback_layers" json:"max_fallback_layers"`
+	// Force keeps INT8 even when it is not faster than the best FP32 model.
+	Force bool `mapstructure:"force" json:"force"`
+}
+
+// Validation compares the result with the FP32 original.
+type Validation struct {
+	// Data to compare on; empty Path and Kind: the calibration data.
+	Data calib.Source `mapstructure:"data" json:"data"`
+	// Thresholds for INT8; failing them fails the run unless fallback fixes it.
+	MinCosine        float64 `mapstructure:"min_cosine" json:"min_cosine"`
+	MaxAbsError      float64 `mapstructure:"max_abs_error" json:"max_abs_error"`
+	MinTop1Agreement float64 `mapstructure:"min_top1_agreement" json:"min_top1_agreement"`
+	// MaxAccuracyDrop in points (0.5 = half a percentage point), when labels are given.
+	MaxAccuracyDrop float64 `mapstructure:"max_accuracy_drop" json:"max_accuracy_drop"`
+}
+
+// Runtime is how the process sits on the machine.
+type Runtime struct {
+	// Threads: intra-op threads; 0 = auto (measured when optimize.auto choices run, else the
+	// physical cores available).
+	Threads        int    `mapstructure:"threads" json:"threads"`
+	InteropThreads int    `mapstructure:"interop_threads" json:"interop_threads"`
+	NUMANode       int    `mapstructure:"numa_node" json:"numa_node"`
+	Allocator      string `mapstructure:"allocator" json:"allocator"`
+	// Mode: "latency" or "throughput" presets for thread and OpenMP settings.
+	Mode string `mapstructure:"mode" json:"mode"`
+}
+
+// Bench is the final measurement and the short per-stage ones.
+type Bench struct {
+	Runs      int           `mapstructure:"runs" json:"runs"`
+	Warmup    int           `mapstructure:"warmup" json:"warmup"`
+	Duration  time.Duration `mapstructure:"duration" json:"duration"`
+	StageRuns int           `mapstructure:"stage_runs" json:"stage_runs"`
+	Seed      uint64        `mapstructure:"seed" json:"seed"`
+}
+
+// Output says where results go.
+type Output struct {
+	Dir   string `mapstructure:"dir" json:"dir"`
+	Quiet bool   `mapstructure:"quiet" json:"quiet"`
+	// Overwrite replaces an artifact of the same name; otherwise an existing one is an error.
+	Overwrite bool `mapstructure:"overwrite" json:"overwrite"`
+}
+
+// Default is the configuration every file starts from.
+func Default() Config {
+	return Config{
+		Optimize: Optimize{
+			Freeze: true, FoldBN: true, OptimizeForInference: Auto, ChannelsLast: Auto,
+			MaxAbsError: 1e-3, MinCosine: 0.9999, MinSpeedup: 1.02,
+		},
+		Quantize: Quantize{
+			Mode: "none", Engine: "auto", Observer: "histogram", Percentile: 99.99, PerChannel: true,
+			ReduceRange: Auto, Fallback: true, MaxFallbackLayers: 8,
+		},
+		Validation: Validation{MinCosine: 0.99, MinTop1Agreement: 0.98, MaxAccuracyDrop: 1.0},
+		Runtime:    Runtime{InteropThreads: 1, NUMANode: -1, Allocator: "default", Mode: "latency"},
+		Bench:      Bench{Runs: 200, Warmup: 20, StageRuns: 30, Seed: 1},
+		Output:     Output{Dir: "out"},
+	}
+}
+
+// Load reads a config file (empty path: defaults only), applies TORCHSPEED_* environment
+// variables and the flags the user set, and validates the result. Flags are bound by their
+// names as dotted keys (e.g. a flag named "runtime.threads"), or through aliases: flag name ->
+// key.
+func Load(path string, flags *pflag.FlagSet, aliases map[string]string) (*Config, error) {
+	v := viper.New()
+	v.SetConfigType("yaml")
+	v.SetEnvPrefix(EnvPrefix)
+	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_", "-", "_"))
+	v.AutomaticEnv()
+	def := Default()
+	setDefaults(v, "", reflect.ValueOf(def))
+	if path != "" {
+		f, err := os.Open(path)
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				return nil, fmt.Errorf("config %q: file not found: check the path, or write one with `torchspeed config init -m MODEL`", path)
+			}
+			return nil, fmt.Errorf("config %q: %w", path, err)
+		}
+		err = v.ReadConfig(f)
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("config %q: not valid YAML: %w", path, err)
+		}
+	}
+	if flags != nil {
+		var bindErr error
+		flags.VisitAll(func(fl *pflag.Flag) {
+			key := fl.Name
+			if k, ok := aliases[fl.Name]; ok {
+				key = k
+			} else if !strings.Contains(key, ".") {
+				return
+			}
+			if err := v.BindPFlag(key, fl); err != nil && bindErr == nil {
+				bindErr = err
+			}
+		})
+		if bindErr != nil {
+			return nil, bindErr
+		}
+	}
+	cfg := def
+	dc := func(c *mapstructure.DecoderConfig) {
+		c.ErrorUnused = true
+		c.WeaklyTypedInput = true
+		c.DecodeHook = mapstructure.ComposeDecodeHookFunc(
+			mapstructure.StringToTimeDurationHookFunc(),
+			mapstructure.StringToSliceHookFunc(","),
+		)
+	}
+	if err := v.Unmarshal(&cfg, dc); err != nil {
+		return nil, fmt.Errorf("config %s: %s", orDefaults(path), explainDecode(err, v))
+	}
+	cfg.File = path
+	cfg.resolvePaths()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("config %s: %w", orDefaults(path), err)
+	}
+	return &cfg, nil
+}
+
+func orDefaults(path string) string {
+	if path == "" {
+		return "(flags and defaults)"
+	}
+	return fmt.Sprintf("%q", path)
+}
+
+// setDefaults registers every leaf key, so environment variables reach keys the file lacks.
+func setDefaults(v *viper.Viper, prefix string, val reflect.Value) {
+	t := val.Type()
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		tag := strings.Split(f.Tag.Get("mapstructure"), ",")[0]
+		if tag == "" || tag == "-" {
+			continue
+		}
+		key := tag
+		if prefix != "" {
+			key = prefix + "." + tag
+		}
+		fv := val.Field(i)
+		if fv.Kind() == reflect.Struct && f.Type != reflect.TypeOf(time.Duration(0)) {
+			setDefaults(v, key, fv)
+			continue
+		}
+		if fv.Kind() == reflect.Func {
+			continue
+		}
+		v.SetDefault(key, fv.Interface())
+	}
+}
+
+// explainDecode turns mapstructure's messages into ones that name the key and what is allowed.
+func explainDecode(err error, v *viper.Viper) string {
+	msg := err.Error()
+	quoted := regexp.MustCompile(`'([a-z0-9_.\[\]]+)'`)
+	var lines []string
+	for _, l := range strings.Split(msg, "\n") {
+		l = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(l), "*"))
+		if l == "" || strings.HasPrefix(l, "decoding failed due to") || strings.HasSuffix(l, "error(s) decoding:") {
+			continue
+		}
+		if strings.Contains(l, "has invalid keys:") {
+			l += " (a typo? see configs/ for the keys each section takes)"
+		} else if m := quoted.FindStringSubmatch(l); m != nil && v.IsSet(m[1]) {
+			l = fmt.Sprintf("%s: got %q", l, fmt.Sprint(v.Get(m[1])))
+		}
+		lines = append(lines, l)
+	}
+	if len(lines) == 0 {
+		return msg
+	}
+	return strings.Join(lines, "; ")
+}
+
+// resolvePaths makes paths in the file relative to the file's folder.
+func (c *Config) resolvePaths() {
+	if c.File == "" {
+		return
+	}
+	base := filepath.Dir(c.File)
+	rel := func(p *string) {
+		if *p != "" && !filepath.IsAbs(*p) {
+			*p = filepath.Join(base, *p)
+		}
+	}
+	rel(&c.Model.Path)
+	rel(&c.Calibration.Path)
+	rel(&c.Validation.Data.Path)
+	rel(&c.Output.Dir)
+}
+
+// Validate checks values the types cannot: each error names the key, the value and what is
+// allowed.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(key string, val any, allowed string) {
+		errs = append(errs, fmt.Errorf("%s: %v is not allowed: %s", key, val, allowed))
+	}
+	if c.Model.Path == "" {
+		errs = append(errs, errors.New("model.path: missing: give the TorchScript file to optimize"))
+	}
+	if len(c.Model.Inputs) == 0 {
+		errs = append(errs, errors.New("model.inputs: missing: list each forward argument with its shape and dtype (torchspeed config init writes them)"))
+	}
+	dtypes := []string{"float32", "float64", "int64", "int32", "uint8", "bool"}
+	for i, in := range c.Model.Inputs {
+		key := fmt.Sprintf("model.inputs[%d]", i)
+		if len(in.Shape) == 0 {
+			bad(key+".shape", "[]", "give the full shape, batch first, e.g. [1, 3, 224, 224]")
+		}
+		for _, d := range in.Shape {
+			if d <= 0 {
+				bad(key+".shape", in.Shape, "every dimension must be >= 1")
+				break
+			}
+		}
+		if in.DType == "" {
+			c.Model.Inputs[i].DType = "float32"
+		} else if !slices.Contains(dtypes, in.DType) {
+			bad(key+".dtype", in.DType, "one of "+strings.Join(dtypes, ", "))
+		}
+		switch strings.ToLower(in.Layout) {
+		case "", "nchw", "nhwc":
+		default:
+			bad(key+".layout", in.Layout, "nchw or nhwc")
+		}
+		if len(in.Range) != 0 && (len(in.Range) != 2 || in.Range[0] >= in.Range[1]) {
+			bad(key+".range", in.Range, "[low, high) with low < high")
+		}
+	}
+	for _, t := range []struct {
+		key string
+		v   Toggle
+	}{{"optimize.optimize_for_inference", c.Optimize.OptimizeForInference}, {"optimize.channels_last", c.Optimize.ChannelsLast}, {"quantize.reduce_range", c.Quantize.ReduceRange}} {
+		if t.v != Auto && t.v != On && t.v != Off {
+			bad(t.key, t.v, "auto, true or false")
+		}
+	}
+	if c.Optimize.MaxAbsError < 0 {
+		bad("optimize.max_abs_error", c.Optimize.MaxAbsError, "must be >= 0")
+	}
+	if c.Optimize.MinCosine < -1 || c.Optimize.MinCosine > 1 {
+		bad("optimize.min_cosine", c.Optimize.MinCosine, "between -1 and 1")
+	}
+	if c.Optimize.MinSpeedup <= 0 {
+		bad("optimize.min_speedup", c.Optimize.MinSpeedup, "a ratio > 0 (1.02 = at least 2% faster)")
+	}
+	if !slices.Contains([]string{"none", "static", "dynamic", "auto"}, c.Quantize.Mode) {
+		bad("quantize.mode", c.Quantize.Mode, "none, static, dynamic or auto")
+	}
+	if !slices.Contains([]string{"auto", "x86", "fbgemm", "onednn", "qnnpack"}, c.Quantize.Engine) {
+		bad("quantize.engine", c.Quantize.Engine, "auto, x86, fbgemm, onednn or qnnpack")
+	}
+	if !slices.Contains([]string{"minmax", "moving_average", "histogram", "percentile"}, c.Quantize.Observer) {
+		bad("quantize.observer", c.Quantize.Observer, "minmax, moving_average, histogram or percentile")
+	}
+	if c.Quantize.Percentile <= 50 || c.Quantize.Percentile > 100 {
+		bad("quantize.percentile", c.Quantize.Percentile, "between 50 and 100, e.g. 99.99")
+	}
+	if c.Quantize.MaxFallbackLayers < 0 {
+		bad("quantize.max_fallback_layers", c.Quantize.MaxFallbackLayers, "must be >= 0")
+	}
+	if c.Quantize.Mode == "static" && c.Calibration.Path == "" && c.Calibration.Kind != calib.KindRandom {
+		errs = append(errs, errors.New("calibration: static quantization needs calibration data: set calibration.path (npy, npz or an image folder), or calibration.kind: random to accept an unverified result"))
+	}
+	if v := c.Validation.MinCosine; v < -1 || v > 1 {
+		bad("validation.min_cosine", v, "between -1 and 1")
+	}
+	if v := c.Validation.MinTop1Agreement; v < 0 || v > 1 {
+		bad("validation.min_top1_agreement", v, "a fraction between 0 and 1")
+	}
+	if c.Validation.MaxAbsError < 0 {
+		bad("validation.max_abs_error", c.Validation.MaxAbsError, "must be >= 0 (0: not checked)")
+	}
+	if c.Validation.MaxAccuracyDrop < 0 {
+		bad("validation.max_accuracy_drop", c.Validation.MaxAccuracyDrop, "points, >= 0")
+	}
+	if c.Runtime.Threads < 0 {
+		bad("runtime.threads", c.Runtime.Threads, "0 (auto) or a thread count")
+	}
+	if c.Runtime.InteropThreads < 1 {
+		bad("runtime.interop_threads", c.Runtime.InteropThreads, "1 or more")
+	}
+	if c.Runtime.NUMANode < -1 {
+		bad("runtime.numa_node", c.Runtime.NUMANode, "-1 (any) or a node number")
+	}
+	if !slices.Contains([]string{"default", "jemalloc", "tcmalloc"}, c.Runtime.Allocator) {
+		bad("runtime.allocator", c.Runtime.Allocator, "default, jemalloc or tcmalloc")
+	}
+	if !slices.Contains([]string{"latency", "throughput"}, c.Runtime.Mode) {
+		bad("runtime.mode", c.Runtime.Mode, "latency or throughput")
+	}
+	if c.Bench.Runs < 0 || (c.Bench.Runs == 0 && c.Bench.Duration <= 0) {
+		bad("bench.runs", c.Bench.Runs, "a positive count, or 0 with a positive bench.duration")
+	}
+	if c.Bench.Duration < 0 {
+		bad("bench.duration", c.Bench.Duration, "a positive duration like 10s")
+	}
+	if c.Bench.Warmup < 0 {
+		bad("bench.warmup", c.Bench.Warmup, "must be >= 0")
+	}
+	if c.Bench.StageRuns < 3 {
+		bad("bench.stage_runs", c.Bench.StageRuns, "3 or more (medians of fewer runs mean little)")
+	}
+	if c.Output.Dir == "" {
+		bad("output.dir", `""`, "a folder to write the artifact and reports to")
+	}
+	return errors.Join(errs...)
+}
+
+// ArtifactName is the artifact's base name.
+func (c *Config) ArtifactName() string {
+	if c.Model.Name != "" {
+		return c.Model.Name
+	}
+	b := filepath.Base(c.Model.Path)
+	return strings.TrimSuffix(b, filepath.Ext(b))
+}

@@ -1,0 +1,134 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+)
+
+const good = `
+model:
+  path: model.pt
+  inputs:
+    - name: x
+      shape: [1, 3, 224, 224]
+      dtype: float32
+optimize:
+  channels_last: "false"
+runtime:
+  threads: 2
+`
+
+func write(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestLoadGoodAndPrecedence(t *testing.T) {
+	p := write(t, good)
+	c, err := Load(p, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Runtime.Threads != 2 || c.Optimize.ChannelsLast != Off || c.Optimize.OptimizeForInference != Auto {
+		t.Fatalf("values: %+v %+v", c.Runtime, c.Optimize)
+	}
+	if c.Model.Path != filepath.Join(filepath.Dir(p), "model.pt") {
+		t.Fatalf("model path not relative to the file: %s", c.Model.Path)
+	}
+	if c.Bench.Runs != 200 {
+		t.Fatalf("default bench.runs lost: %d", c.Bench.Runs)
+	}
+
+	// env beats the file.
+	t.Setenv("TORCHSPEED_RUNTIME_THREADS", "1")
+	t.Setenv("TORCHSPEED_QUANTIZE_OBSERVER", "minmax")
+	c, err = Load(p, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Runtime.Threads != 1 || c.Quantize.Observer != "minmax" {
+		t.Fatalf("env did not override: threads %d observer %s", c.Runtime.Threads, c.Quantize.Observer)
+	}
+
+	// A flag left at its default does not beat env; a flag the user set beats everything.
+	fs := pflag.NewFlagSet("x", pflag.ContinueOnError)
+	fs.Int("threads", 0, "")
+	c, err = Load(p, fs, map[string]string{"threads": "runtime.threads"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Runtime.Threads != 1 {
+		t.Fatalf("unset flag overrode env: %d", c.Runtime.Threads)
+	}
+	if err := fs.Parse([]string{"--threads", "3"}); err != nil {
+		t.Fatal(err)
+	}
+	c, err = Load(p, fs, map[string]string{"threads": "runtime.threads"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Runtime.Threads != 3 {
+		t.Fatalf("set flag did not win: %d", c.Runtime.Threads)
+	}
+}
+
+func TestLoadBadConfigs(t *testing.T) {
+	cases := []struct {
+		name, body string
+		want       []string
+	}{
+		{"typo key", strings.Replace(good, "threads: 2", "thraeds: 2", 1), []string{"thraeds", "invalid keys"}},
+		{"typo section", good + "optimise:\n  freeze: true\n", []string{"optimise"}},
+		{"wrong type", strings.Replace(good, "threads: 2", "threads: many", 1), []string{"threads", "many"}},
+		{"bad toggle", strings.Replace(good, `channels_last: "false"`, "channels_last: sometimes", 1), []string{"optimize.channels_last", "sometimes", "auto, true or false"}},
+		{"bad dtype", strings.Replace(good, "dtype: float32", "dtype: complex64", 1), []string{"model.inputs[0].dtype", "complex64"}},
+		{"zero dim", strings.Replace(good, "[1, 3, 224, 224]", "[0, 3, 224, 224]", 1), []string{"model.inputs[0].shape", ">= 1"}},
+		{"no inputs", "model:\n  path: m.pt\n", []string{"model.inputs: missing"}},
+		{"bad mode", good + "quantize:\n  mode: int4\n", []string{"quantize.mode", "int4"}},
+		{"static without data", good + "quantize:\n  mode: static\n", []string{"calibration", "calibration.path"}},
+		{"negative threads", strings.Replace(good, "threads: 2", "threads: -2", 1), []string{"runtime.threads", "-2"}},
+		{"bad yaml", "model: [unclosed\n", []string{"not valid YAML"}},
+		{"bad duration", good + "bench:\n  duration: soon\n", []string{"duration", "soon"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := write(t, c.body)
+			_, err := Load(p, nil, nil)
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+			if !strings.Contains(err.Error(), p) {
+				t.Errorf("error %q does not name the file", err)
+			}
+		})
+	}
+	if _, err := Load(filepath.Join(t.TempDir(), "none.yaml"), nil, nil); err == nil || !strings.Contains(err.Error(), "file not found") {
+		t.Fatalf("missing file: %v", err)
+	}
+}
+
+// The example configs in configs/ must load (their model paths need not exist).
+func TestExampleConfigsLoad(t *testing.T) {
+	files, _ := filepath.Glob("../../configs/*.yaml")
+	if len(files) < 3 {
+		t.Fatalf("expected at least 3 example configs, found %v", files)
+	}
+	for _, f := range files {
+		if _, err := Load(f, nil, nil); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+}
