@@ -1,0 +1,282 @@
+// Package launch runs any program as one or more instances, each pinned to its own
+// CPUs and memory node with its own environment, the way runenv computed them. It needs
+// no numactl or taskset: each child starts as a small trampoline (torchspeed itself, in
+// a hidden mode) that sets its affinity and memory policy with the kernel's system calls
+// and then execs the command, so the command's first instruction already runs in place.
+// Setting the affinity from the parent after the start would race with the threads the
+// command starts at once (an OpenMP pool, a Python interpreter's).
+package launch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"sync"
+	"syscall"
+
+	"github.com/torchspeed/torchspeed/pkg/cpu"
+	"github.com/torchspeed/torchspeed/pkg/runenv"
+)
+
+// Trampoline flags: the argument list after the trampoline prefix is
+// "--internal-cpus LIST --internal-membind NODE -- COMMAND ARGS...".
+const (
+	FlagExec    = "--internal-exec"
+	FlagCPUs    = "--internal-cpus"
+	FlagMemBind = "--internal-membind"
+)
+
+// Spec is what the trampoline applies before it execs the command.
+type Spec struct {
+	CPUs cpu.CPUSet
+	// MemNode is the NUMA node to bind memory to, -1 for none.
+	MemNode int
+}
+
+// TrampolineArgs returns the arguments that follow the trampoline prefix.
+func TrampolineArgs(spec Spec, command []string) []string {
+	args := []string{FlagCPUs, spec.CPUs.String(), FlagMemBind, strconv.Itoa(spec.MemNode), "--"}
+	return append(args, command...)
+}
+
+// ParseTrampolineArgs reads what TrampolineArgs wrote.
+func ParseTrampolineArgs(args []string) (Spec, []string, error) {
+	spec := Spec{MemNode: -1}
+	for i := 0; i < len(args); i++ {
+		switch a := args[i]; a {
+		case "--":
+			if i+1 >= len(args) {
+				return spec, nil, errors.New("trampoline: no command after --")
+			}
+			return spec, args[i+1:], nil
+		case FlagCPUs, FlagMemBind:
+			if i+1 >= len(args) {
+				return spec, nil, fmt.Errorf("trampoline: %s needs a value", a)
+			}
+			i++
+			var err error
+			if a == FlagCPUs {
+				spec.CPUs, err = cpu.ParseCPUList(args[i])
+			} else {
+				spec.MemNode, err = strconv.Atoi(args[i])
+			}
+			if err != nil {
+				return spec, nil, fmt.Errorf("trampoline: %s %q: %w", a, args[i], err)
+			}
+		default:
+			return spec, nil, fmt.Errorf("trampoline: unexpected argument %q", a)
+		}
+	}
+	return spec, nil, errors.New("trampoline: no -- before the command")
+}
+
+// Exec applies spec to the calling thread and replaces the process with command (found
+// through PATH). It returns only on failure. A memory binding the kernel refuses (a
+// container's seccomp profile) is reported on warn and skipped, not fatal.
+func Exec(spec Spec, command []string, warn io.Writer) error {
+	if len(command) == 0 {
+		return errors.New("launch: no command")
+	}
+	path, err := exec.LookPath(command[0])
+	if err != nil {
+		return fmt.Errorf("launch: command %q: %w", command[0], err)
+	}
+	// Affinity and memory policy belong to the thread; the thread that calls execve
+	// becomes the new program's only thread and keeps both.
+	runtime.LockOSThread()
+	if len(spec.CPUs) > 0 {
+		if err := runenv.PinThread(0, spec.CPUs); err != nil {
+			return fmt.Errorf("launch: pin to CPUs %s: %w", spec.CPUs, err)
+		}
+	}
+	if spec.MemNode >= 0 {
+		if err := runenv.BindThreadMemory(spec.MemNode); err != nil {
+			if !errors.Is(err, runenv.ErrMemBindNotAllowed) {
+				return fmt.Errorf("launch: %w", err)
+			}
+			fmt.Fprintf(warn, "torchspeed launch: warning: %v; running without memory binding\n", err)
+		}
+	}
+	if err := syscall.Exec(path, command, os.Environ()); err != nil {
+		return fmt.Errorf("launch: exec %s: %w", path, err)
+	}
+	return nil
+}
+
+// Config describes a launch.
+type Config struct {
+	// Settings has one entry per instance.
+	Settings []runenv.Settings
+	// Command is the program and its arguments.
+	Command []string
+	// Trampoline is the command prefix that runs Exec in a child: the torchspeed binary
+	// and "launch --internal-exec" (see SelfTrampoline).
+	Trampoline []string
+	// Env is the environment the instances start from; nil means os.Environ().
+	Env []string
+	// Stdin goes to the single instance of a one-instance launch; several instances get
+	// no input.
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+	// Log receives the launcher's own lines (which instance runs where); nil discards.
+	Log io.Writer
+}
+
+// SelfTrampoline is the trampoline prefix for a torchspeed binary at exe.
+func SelfTrampoline(exe string) []string { return []string{exe, "launch", FlagExec} }
+
+// InstanceResult is how one instance ended.
+type InstanceResult struct {
+	Instance int        `json:"instance"`
+	PID      int        `json:"pid"`
+	CPUs     cpu.CPUSet `json:"cpus"`
+	// ExitCode is the exit status, or 128+N when killed by signal N (as a shell says).
+	ExitCode int    `json:"exit_code"`
+	Signal   string `json:"signal,omitempty"`
+	Err      string `json:"error,omitempty"`
+}
+
+// Result is how the launch ended.
+type Result struct {
+	Instances []InstanceResult `json:"instances"`
+	// ExitCode is the worst (highest) instance exit code.
+	ExitCode int `json:"exit_code"`
+}
+
+// forwarded are the signals passed on to every instance.
+var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}
+
+// Run starts every instance, forwards SIGINT, SIGTERM and SIGHUP to all of them, waits
+// for all to end and reports each exit. If one cannot be started, those already
+// running are stopped and Run returns an error. Cancelling ctx sends SIGTERM to all.
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	if len(cfg.Command) == 0 {
+		return nil, errors.New("launch: no command; give it after --, e.g. torchspeed launch -- python serve.py")
+	}
+	if len(cfg.Settings) == 0 {
+		return nil, errors.New("launch: no instance settings")
+	}
+	if len(cfg.Trampoline) == 0 {
+		return nil, errors.New("launch: no trampoline command")
+	}
+	// Fail before starting anything when the command cannot be found.
+	if _, err := exec.LookPath(cfg.Command[0]); err != nil {
+		return nil, fmt.Errorf("launch: command %q: %w", cfg.Command[0], err)
+	}
+	base := cfg.Env
+	if base == nil {
+		base = os.Environ()
+	}
+	logw := cfg.Log
+	if logw == nil {
+		logw = io.Discard
+	}
+
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, forwarded...)
+	defer signal.Stop(sigs)
+
+	var mu sync.Mutex
+	var started []*exec.Cmd
+	signalAll := func(sig syscall.Signal, why string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if why != "" {
+			fmt.Fprintf(logw, "torchspeed launch: %s: sending %v to %d instance(s)\n", why, sig, len(started))
+		}
+		for _, c := range started {
+			// Each instance leads its own process group: signal the group so a shell's
+			// children get it too, as they would from a terminal.
+			if err := syscall.Kill(-c.Process.Pid, sig); err != nil {
+				_ = c.Process.Signal(sig)
+			}
+		}
+	}
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for {
+			select {
+			case s := <-sigs:
+				signalAll(s.(syscall.Signal), "got "+s.String())
+			case <-ctx.Done():
+				signalAll(syscall.SIGTERM, "cancelled")
+				return
+			case <-done:
+				return
+			}
+		}
+	}()
+
+	res := &Result{Instances: make([]InstanceResult, len(cfg.Settings))}
+	for i, s := range cfg.Settings {
+		node := -1
+		if s.MemBind {
+			node = s.NUMANode
+		}
+		args := append(append([]string(nil), cfg.Trampoline[1:]...), TrampolineArgs(Spec{CPUs: s.CPUs, MemNode: node}, cfg.Command)...)
+		c := exec.Command(cfg.Trampoline[0], args...)
+		c.Env = s.Environ(base)
+		c.Stdout, c.Stderr = cfg.Stdout, cfg.Stderr
+		if len(cfg.Settings) == 1 {
+			c.Stdin = cfg.Stdin
+		}
+		// A group of its own: signals reach an instance once, from us, and not a
+		// second time from the terminal.
+		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		mu.Lock()
+		err := c.Start()
+		if err == nil {
+			started = append(started, c)
+		}
+		mu.Unlock()
+		if err != nil {
+			signalAll(syscall.SIGTERM, fmt.Sprintf("instance %d failed to start", i))
+			for _, sc := range started {
+				_ = sc.Wait()
+			}
+			return nil, fmt.Errorf("launch: start instance %d: %w", i, err)
+		}
+		res.Instances[i] = InstanceResult{Instance: i, PID: c.Process.Pid, CPUs: s.CPUs}
+		where := fmt.Sprintf("node %d", s.NUMANode)
+		if s.NUMANode < 0 {
+			where = "several nodes"
+		}
+		fmt.Fprintf(logw, "torchspeed launch: instance %d/%d pid %d on CPUs %s (%s), %d thread(s)\n",
+			i, len(cfg.Settings), c.Process.Pid, s.CPUs, where, s.Threads)
+	}
+
+	var wg sync.WaitGroup
+	for i, c := range started {
+		wg.Add(1)
+		go func(i int, c *exec.Cmd) {
+			defer wg.Done()
+			err := c.Wait()
+			r := &res.Instances[i]
+			st, ok := c.ProcessState.Sys().(syscall.WaitStatus)
+			switch {
+			case ok && st.Signaled():
+				r.ExitCode = 128 + int(st.Signal())
+				r.Signal = st.Signal().String()
+			case c.ProcessState != nil:
+				r.ExitCode = c.ProcessState.ExitCode()
+			}
+			var ee *exec.ExitError
+			if err != nil && !errors.As(err, &ee) {
+				r.Err = err.Error()
+				r.ExitCode = max(r.ExitCode, 1)
+			}
+		}(i, c)
+	}
+	wg.Wait()
+	for _, r := range res.Instances {
+		res.ExitCode = max(res.ExitCode, r.ExitCode)
+	}
+	return res, nil
+}

@@ -1,0 +1,250 @@
+package launch
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/torchspeed/torchspeed/pkg/cpu"
+	"github.com/torchspeed/torchspeed/pkg/runenv"
+)
+
+// trampolineEnv makes the test binary act as the trampoline, as torchspeed's hidden
+// "launch --internal-exec" does, so the tests start real processes through it.
+const trampolineEnv = "LAUNCH_TEST_TRAMPOLINE"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(trampolineEnv) == "1" {
+		spec, command, err := ParseTrampolineArgs(os.Args[1:])
+		if err == nil {
+			err = Exec(spec, command, os.Stderr)
+		}
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(127)
+	}
+	os.Exit(m.Run())
+}
+
+func liveSettings(t *testing.T, o runenv.Options) []runenv.Settings {
+	t.Helper()
+	p, err := cpu.Detect(cpu.Options{Env: []string{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Instances > p.Usable.Cores {
+		t.Skipf("needs %d usable cores, this machine has %d", o.Instances, p.Usable.Cores)
+	}
+	ss, err := runenv.Compute(p, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ss
+}
+
+func testConfig(ss []runenv.Settings, command ...string) Config {
+	return Config{
+		Settings:   ss,
+		Command:    command,
+		Trampoline: []string{os.Args[0]},
+		Env:        append(os.Environ(), trampolineEnv+"=1", "OMP_NUM_THREADS=64", "KEEP_ME=yes"),
+		Stdout:     os.Stderr,
+		Stderr:     os.Stderr,
+	}
+}
+
+// TestTwoInstances runs two instances of a shell that reports its own CPU affinity and
+// environment, and checks each got its own CPUs and index.
+func TestTwoInstances(t *testing.T) {
+	ss := liveSettings(t, runenv.Options{Instances: 2, Mode: runenv.ModeLatency})
+	dir := t.TempDir()
+	script := `grep Cpus_allowed_list /proc/self/status > "$OUT/$TORCHSPEED_INSTANCE";` +
+		`echo "$TORCHSPEED_INSTANCE $TORCHSPEED_INSTANCES $OMP_NUM_THREADS $OMP_PLACES $OMP_WAIT_POLICY $KEEP_ME" >> "$OUT/$TORCHSPEED_INSTANCE"`
+	cfg := testConfig(ss, "sh", "-c", script)
+	cfg.Env = append(cfg.Env, "OUT="+dir)
+	var log strings.Builder
+	cfg.Log = &log
+	res, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("launcher log:\n%s", log.String())
+	if res.ExitCode != 0 || len(res.Instances) != 2 {
+		t.Fatalf("result %+v", res)
+	}
+	var seen cpu.CPUSet
+	for i, s := range ss {
+		b, err := os.ReadFile(filepath.Join(dir, fmt.Sprint(i)))
+		if err != nil {
+			t.Fatalf("instance %d wrote nothing: %v", i, err)
+		}
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		t.Logf("instance %d: %q", i, lines)
+		if len(lines) != 2 {
+			t.Fatalf("instance %d output %q", i, b)
+		}
+		allowed, err := cpu.ParseCPUList(strings.TrimSpace(strings.TrimPrefix(lines[0], "Cpus_allowed_list:")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !allowed.Equal(s.CPUs) {
+			t.Errorf("instance %d runs on CPUs %s, want %s", i, allowed, s.CPUs)
+		}
+		if len(seen.Intersect(allowed)) > 0 {
+			t.Errorf("instance %d CPUs %s overlap another instance's %s", i, allowed, seen)
+		}
+		seen = seen.Union(allowed)
+		places := ""
+		for _, v := range s.Vars {
+			if v.Name == "OMP_PLACES" {
+				places = v.Value
+			}
+		}
+		want := fmt.Sprintf("%d 2 %d %s %s yes", i, s.Threads, places, s.WaitPolicy)
+		if strings.TrimSpace(lines[1]) != strings.TrimSpace(want) {
+			t.Errorf("instance %d env %q, want %q", i, lines[1], want)
+		}
+		if res.Instances[i].PID <= 0 || !res.Instances[i].CPUs.Equal(s.CPUs) {
+			t.Errorf("instance result %+v", res.Instances[i])
+		}
+	}
+}
+
+func TestWorstExitCode(t *testing.T) {
+	ss := liveSettings(t, runenv.Options{Instances: 2})
+	res, err := Run(context.Background(), testConfig(ss, "sh", "-c", `exit $((TORCHSPEED_INSTANCE + 3))`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitCode != 4 || res.Instances[0].ExitCode != 3 || res.Instances[1].ExitCode != 4 {
+		t.Errorf("exit codes %+v, want 3 and 4, worst 4", res)
+	}
+}
+
+// TestForwardsSignals sends SIGTERM to this process while two instances run; both
+// must get it (their trap exits 7), and the launcher must survive it.
+func TestForwardsSignals(t *testing.T) {
+	ss := liveSettings(t, runenv.Options{Instances: 2})
+	dir := t.TempDir()
+	cfg := testConfig(ss, "sh", "-c", `trap 'exit 7' TERM; touch "$OUT/ready.$TORCHSPEED_INSTANCE"; while :; do sleep 0.05; done`)
+	cfg.Env = append(cfg.Env, "OUT="+dir)
+	type out struct {
+		res *Result
+		err error
+	}
+	ch := make(chan out, 1)
+	go func() {
+		r, err := Run(context.Background(), cfg)
+		ch <- out{r, err}
+	}()
+	waitFiles(t, filepath.Join(dir, "ready.0"), filepath.Join(dir, "ready.1"))
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case o := <-ch:
+		if o.err != nil {
+			t.Fatal(o.err)
+		}
+		for _, r := range o.res.Instances {
+			if r.ExitCode != 7 {
+				t.Errorf("instance %d exit %d, want 7 from its TERM trap", r.Instance, r.ExitCode)
+			}
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("instances did not stop after SIGTERM")
+	}
+}
+
+func TestCancelKills(t *testing.T) {
+	ss := liveSettings(t, runenv.Options{})
+	dir := t.TempDir()
+	cfg := testConfig(ss, "sh", "-c", `touch "$OUT/ready.0"; exec sleep 30`)
+	cfg.Env = append(cfg.Env, "OUT="+dir)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch := make(chan *Result, 1)
+	go func() {
+		r, err := Run(ctx, cfg)
+		if err != nil {
+			t.Error(err)
+		}
+		ch <- r
+	}()
+	waitFiles(t, filepath.Join(dir, "ready.0"))
+	cancel()
+	select {
+	case r := <-ch:
+		if r == nil || r.ExitCode != 128+int(syscall.SIGTERM) || r.Instances[0].Signal == "" {
+			t.Errorf("result %+v, want killed by SIGTERM (143)", r)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("cancel did not stop the instance")
+	}
+}
+
+func TestRunErrors(t *testing.T) {
+	ss := liveSettings(t, runenv.Options{})
+	tests := []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"no command", testConfig(ss), "no command"},
+		{"unknown command", testConfig(ss, "no-such-command-torchspeed"), `command "no-such-command-torchspeed"`},
+		{"no settings", testConfig(nil, "true"), "no instance settings"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := Run(context.Background(), tc.cfg)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || res != nil {
+				t.Errorf("Run = %+v, %v; want error %q", res, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestTrampolineArgs(t *testing.T) {
+	spec := Spec{CPUs: cpu.MustParseCPUList("0-3,8"), MemNode: 1}
+	args := TrampolineArgs(spec, []string{"python", "--", "x"})
+	got, cmd, err := ParseTrampolineArgs(args)
+	if err != nil || !got.CPUs.Equal(spec.CPUs) || got.MemNode != 1 || !slices.Equal(cmd, []string{"python", "--", "x"}) {
+		t.Errorf("round trip: %+v %q %v", got, cmd, err)
+	}
+	bad := []struct {
+		args []string
+		want string
+	}{
+		{[]string{FlagCPUs, "0-3"}, "no -- before"},
+		{[]string{FlagCPUs, "x", "--", "sh"}, "--internal-cpus"},
+		{[]string{FlagMemBind}, "needs a value"},
+		{[]string{"--"}, "no command"},
+		{[]string{"--bogus", "--", "sh"}, "unexpected argument"},
+	}
+	for _, b := range bad {
+		if _, _, err := ParseTrampolineArgs(b.args); err == nil || !strings.Contains(err.Error(), b.want) {
+			t.Errorf("ParseTrampolineArgs(%q) err = %v, want %q", b.args, err, b.want)
+		}
+	}
+}
+
+func waitFiles(t *testing.T, paths ...string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for _, p := range paths {
+		for {
+			if _, err := os.Stat(p); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never appeared", p)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
