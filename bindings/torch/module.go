@@ -103,7 +103,7 @@ func explainLoadError(name string, err error) error {
 		strings.Contains(msg, "failed to read"), strings.Contains(msg, "invalid header or archive is corrupted"):
 		return fmt.Errorf("load model %q: truncated or corrupt archive: copy or export it again (%w)", name, err)
 	case strings.Contains(msg, "constants.pkl"), strings.Contains(msg, "file not found"),
-		strings.Contains(msg, "code/"), strings.Contains(msg, "version"):
+		strings.Contains(msg, "code/"), strings.Contains(msg, "version"), strings.Contains(msg, "not in a subdirectory"):
 		return fmt.Errorf("load model %q: a zip archive but not a TorchScript module: export it with torch.jit.script/trace + torch.jit.save (%w)", name, err)
 	}
 	return fmt.Errorf("load model %q: %w", name, err)
@@ -264,6 +264,9 @@ func (m *Module) call(method string, inputs []*Tensor) ([]Output, error) {
 			return nil, fmt.Errorf("forward %q: input %d: %w", m.name, i, err)
 		}
 		defer t.g.release()
+		if C.ts_tensor_numel(t.c) == 0 && C.ts_tensor_ndim(t.c) > 0 {
+			return nil, fmt.Errorf("forward %q: input %d has no elements (shape %v): give at least one sample", m.name, i, t.shapeLocked())
+		}
 		cin[i] = t.c
 	}
 	var arr **C.ts_tensor

@@ -119,6 +119,10 @@ func (t *Tensor) Shape() []int64 {
 		return nil
 	}
 	defer t.g.release()
+	return t.shapeLocked()
+}
+
+func (t *Tensor) shapeLocked() []int64 {
 	nd := int(C.ts_tensor_ndim(t.c))
 	s := make([]int64, nd)
 	if nd > 0 {

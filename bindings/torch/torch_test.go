@@ -7,7 +7,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -18,8 +17,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	// Tests compare against PyTorch's outputs; thread count changes summation order only.
-	if err := torch.SetNumThreads(min(2, runtime.NumCPU())); err != nil {
+	// The fixtures' outputs were computed with one thread; the same thread count gives the
+	// same summation order.
+	if err := torch.SetNumThreads(1); err != nil {
 		panic(err)
 	}
 	os.Exit(m.Run())
@@ -363,7 +363,7 @@ func TestForwardBadInputs(t *testing.T) {
 		{"wrong channels", []*torch.Tensor{mk(make([]float32, 4*32*32), 1, 4, 32, 32)}, "channels"},
 		{"wrong rank", []*torch.Tensor{mk(make([]float32, 10), 10)}, "resnet18"},
 		{"wrong dtype", []*torch.Tensor{mk(make([]int64, 3*32*32), 1, 3, 32, 32)}, "resnet18"},
-		{"zero elements", []*torch.Tensor{mk([]float32{}, 0, 3, 224, 224)}, "resnet18"},
+		{"zero elements", []*torch.Tensor{mk([]float32{}, 0, 3, 224, 224)}, "no elements"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -376,7 +376,7 @@ func TestForwardBadInputs(t *testing.T) {
 				t.Fatalf("error %q does not say %q", err, c.want)
 			}
 			var te *torch.Error
-			if c.name != "too many inputs" && !errors.As(err, &te) {
+			if c.name != "too many inputs" && c.name != "zero elements" && !errors.As(err, &te) {
 				t.Fatalf("error %v is not a *torch.Error", err)
 			}
 		})
@@ -558,7 +558,7 @@ func TestRuntimeSettings(t *testing.T) {
 	if err := torch.SetNumThreads(0); err == nil {
 		t.Fatal("0 threads accepted")
 	}
-	torch.SetNumThreads(min(2, runtime.NumCPU()))
+	torch.SetNumThreads(1)
 	if !strings.Contains(torch.ShowConfig(), "PyTorch built with") {
 		t.Errorf("show_config: %.200q", torch.ShowConfig())
 	}
