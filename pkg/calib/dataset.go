@@ -1,0 +1,507 @@
+package calib
+
+import (
+	"fmt"
+	"io"
+	"iter"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/torchspeed/torchspeed/pkg/npy"
+)
+
+// Batch is a group of consecutive samples, one array per model input.
+type Batch struct {
+	// Start is the index of the batch's first sample in the data set.
+	Start int
+	// Inputs holds one array per model input, in the model's input order, each of shape
+	// [batch, ...]. The arrays share the data set's memory: do not modify them.
+	Inputs []*npy.Array
+	// Labels holds one class label per sample, or nil when the data set has none.
+	Labels []int64
+}
+
+// Size returns the number of samples in the batch.
+func (b Batch) Size() int {
+	if len(b.Inputs) == 0 || len(b.Inputs[0].Shape) == 0 {
+		return 0
+	}
+	return int(b.Inputs[0].Shape[0])
+}
+
+// Dataset is a checked, in-memory set of samples for a model's inputs. Its methods are
+// safe for concurrent use; Next and Reset share one cursor, Batch and Batches do not
+// use it.
+type Dataset struct {
+	inputs    []InputSpec  // resolved: batch dimension -1, other dimensions concrete
+	cols      []*npy.Array // one per input, shape [n, ...]
+	labels    []int64
+	classes   []string
+	names     []string // per sample: where it came from
+	n, batch  int
+	synthetic bool
+	desc      string
+
+	mu  sync.Mutex
+	pos int
+}
+
+// Len returns the number of samples.
+func (d *Dataset) Len() int { return d.n }
+
+// BatchSize returns the number of samples per batch (the last batch may hold fewer).
+func (d *Dataset) BatchSize() int { return d.batch }
+
+// NumBatches returns the number of batches.
+func (d *Dataset) NumBatches() int { return (d.n + d.batch - 1) / d.batch }
+
+// Synthetic reports whether the data are random rather than real samples, in which
+// case accuracy figures computed on them say nothing about the model's real accuracy.
+func (d *Dataset) Synthetic() bool { return d.synthetic }
+
+// HasLabels reports whether every sample has a class label.
+func (d *Dataset) HasLabels() bool { return d.labels != nil }
+
+// Labels returns the class label of every sample (nil if there are none). Do not
+// modify the result.
+func (d *Dataset) Labels() []int64 { return d.labels }
+
+// Classes returns the class names of an ImageFolder layout, indexed by label, or nil.
+func (d *Dataset) Classes() []string { return d.classes }
+
+// Inputs returns the model inputs as the data fill them: dimension 0 (batch) is -1,
+// the others are the sizes found in the data.
+func (d *Dataset) Inputs() []InputSpec {
+	out := make([]InputSpec, len(d.inputs))
+	for i, in := range d.inputs {
+		out[i] = InputSpec{Name: in.Name, Shape: append([]int64{}, in.Shape...), DType: in.DType}
+	}
+	return out
+}
+
+// SampleName says where sample i came from ("val/cat/1.jpg", "x.npy[17]"), for
+// reports that point at individual samples.
+func (d *Dataset) SampleName(i int) string {
+	if i < 0 || i >= len(d.names) {
+		return fmt.Sprintf("sample %d", i)
+	}
+	return d.names[i]
+}
+
+// Describe returns a one-line description for reports, e.g. "200 samples, images from
+// val/ (ImageFolder, 10 classes), batch 8".
+func (d *Dataset) Describe() string {
+	s := fmt.Sprintf("%d samples, %s, batch %d", d.n, d.desc, d.batch)
+	if d.synthetic {
+		s += " (random data: results are unverified)"
+	}
+	return s
+}
+
+// Batch returns batch i (0 <= i < NumBatches()).
+func (d *Dataset) Batch(i int) (Batch, error) {
+	if i < 0 || i >= d.NumBatches() {
+		return Batch{}, fmt.Errorf("batch %d out of range: the data set has %d batches", i, d.NumBatches())
+	}
+	lo := i * d.batch
+	hi := min(lo+d.batch, d.n)
+	b := Batch{Start: lo, Inputs: make([]*npy.Array, len(d.cols))}
+	for k, c := range d.cols {
+		sn := int(sampleNumel(c.Shape))
+		shape := append([]int64{int64(hi - lo)}, c.Shape[1:]...)
+		b.Inputs[k] = &npy.Array{Shape: shape, DType: c.DType, Data: sliceOf(c.Data, lo*sn, hi*sn)}
+	}
+	if d.labels != nil {
+		b.Labels = d.labels[lo:hi]
+	}
+	return b, nil
+}
+
+// Next returns the next batch, or io.EOF after the last one. Reset starts over.
+func (d *Dataset) Next() (Batch, error) {
+	d.mu.Lock()
+	i := d.pos
+	if i >= d.NumBatches() {
+		d.mu.Unlock()
+		return Batch{}, io.EOF
+	}
+	d.pos++
+	d.mu.Unlock()
+	return d.Batch(i)
+}
+
+// Reset makes Next start again from the first batch.
+func (d *Dataset) Reset() {
+	d.mu.Lock()
+	d.pos = 0
+	d.mu.Unlock()
+}
+
+// Batches iterates over all batches in order, independently of Next.
+func (d *Dataset) Batches() iter.Seq[Batch] {
+	return func(yield func(Batch) bool) {
+		for i := range d.NumBatches() {
+			b, _ := d.Batch(i) // i is always in range
+			if !yield(b) {
+				return
+			}
+		}
+	}
+}
+
+// input is a model input during loading: its per-sample shape, with -1 for sizes
+// still to be taken from the data.
+type input struct {
+	index  int
+	name   string
+	dtype  string
+	sample []int64
+}
+
+func (in input) label() string {
+	if in.name != "" {
+		return fmt.Sprintf("model input %q (#%d)", in.name, in.index)
+	}
+	return fmt.Sprintf("model input #%d", in.index)
+}
+
+// expect formats what the input wants: "Nx3x224x224 float32", "?" for free sizes.
+func (in input) expect() string {
+	parts := []string{"N"}
+	for _, d := range in.sample {
+		if d < 0 {
+			parts = append(parts, "?")
+		} else {
+			parts = append(parts, fmt.Sprint(d))
+		}
+	}
+	return strings.Join(parts, "x") + " " + in.dtype
+}
+
+// numpyShape formats the per-sample shape as the (N, ...) tuple to save.
+func (in input) numpyShape() string {
+	parts := []string{"N"}
+	for _, d := range in.sample {
+		if d < 0 {
+			parts = append(parts, "?")
+		} else {
+			parts = append(parts, fmt.Sprint(d))
+		}
+	}
+	if len(parts) == 1 {
+		return "(N,)"
+	}
+	return "(" + strings.Join(parts, ", ") + ")"
+}
+
+// matches reports whether a per-sample shape fits the input.
+func (in input) matches(sample []int64) bool {
+	if len(sample) != len(in.sample) {
+		return false
+	}
+	for i, d := range in.sample {
+		if d >= 0 && d != sample[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func resolveInputs(specs []InputSpec) ([]input, error) {
+	if len(specs) == 0 {
+		return nil, fmt.Errorf("calib: the model has no inputs to feed")
+	}
+	out := make([]input, len(specs))
+	for i, s := range specs {
+		dt, err := normalizeDType(s.DType)
+		if err != nil {
+			return nil, fmt.Errorf("calib: model input %q (#%d): %v", s.Name, i, err)
+		}
+		if len(s.Shape) == 0 {
+			return nil, fmt.Errorf("calib: model input %q (#%d) has an empty shape; give its shape with the batch dimension first, e.g. [1, 3, 224, 224]", s.Name, i)
+		}
+		sample := make([]int64, len(s.Shape)-1)
+		for k, d := range s.Shape[1:] {
+			if d <= 0 {
+				d = -1
+			}
+			sample[k] = d
+		}
+		out[i] = input{index: i, name: s.Name, dtype: dt, sample: sample}
+	}
+	return out, nil
+}
+
+// loaded is what a loader hands back to Open.
+type loaded struct {
+	cols      []*npy.Array
+	labels    []int64
+	classes   []string
+	names     []string
+	desc      string
+	synthetic bool
+}
+
+// Open reads and checks the data described by src for a model with the given inputs.
+// Everything is validated here: a data set that does not fit the model, an empty
+// folder, a corrupt image or file, or NaN/Inf values give an error naming the file and
+// what to do, before anything else happens.
+func Open(src Source, inputs []InputSpec) (*Dataset, error) {
+	if err := src.Validate(); err != nil {
+		return nil, fmt.Errorf("calib: %w", err)
+	}
+	ins, err := resolveInputs(inputs)
+	if err != nil {
+		return nil, err
+	}
+	kind := src.Kind
+	if kind == "" {
+		if kind, err = inferKind(src.Path); err != nil {
+			return nil, err
+		}
+	}
+	ld := &loader{src: src, ins: ins}
+	var l *loaded
+	switch kind {
+	case KindNPY:
+		l, err = ld.loadNPY()
+	case KindNPZ:
+		l, err = ld.loadNPZ()
+	case KindImages:
+		l, err = ld.loadImages()
+	case KindRandom:
+		l, err = ld.loadRandom()
+	}
+	if err != nil {
+		return nil, err
+	}
+	n := int(l.cols[0].Shape[0])
+	if n == 0 {
+		return nil, fmt.Errorf("calib: %s holds no samples", l.desc)
+	}
+	d := &Dataset{
+		cols: l.cols, labels: l.labels, classes: l.classes, names: l.names,
+		n: n, batch: src.BatchSize, synthetic: l.synthetic, desc: l.desc,
+	}
+	if d.batch == 0 {
+		d.batch = DefaultBatchSize
+	}
+	for i, c := range l.cols {
+		d.inputs = append(d.inputs, InputSpec{Name: ins[i].name, Shape: append([]int64{-1}, c.Shape[1:]...), DType: c.DType})
+	}
+	return d, nil
+}
+
+// inferKind guesses the kind of data at path when the config does not say.
+func inferKind(path string) (string, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return "", fmt.Errorf("calib: data path: %w", err)
+	}
+	if !st.IsDir() {
+		switch strings.ToLower(filepath.Ext(path)) {
+		case ".npy":
+			return KindNPY, nil
+		case ".npz":
+			return KindNPZ, nil
+		}
+		return "", fmt.Errorf("calib: cannot tell what kind of data %q is; use a .npy/.npz file or a directory, or set kind", path)
+	}
+	var npys, npzs, images int
+	count := func(name string) {
+		switch {
+		case strings.EqualFold(filepath.Ext(name), ".npy"):
+			npys++
+		case strings.EqualFold(filepath.Ext(name), ".npz"):
+			npzs++
+		case isImage(name):
+			images++
+		}
+	}
+	entries, err := os.ReadDir(path)
+	if err != nil {
+		return "", fmt.Errorf("calib: %w", err)
+	}
+	for _, e := range entries {
+		if !e.IsDir() {
+			count(e.Name())
+			continue
+		}
+		// One level down: per-input .npy folders, or ImageFolder class folders.
+		if sub, err := os.ReadDir(filepath.Join(path, e.Name())); err == nil {
+			for _, s := range sub {
+				count(s.Name())
+			}
+		}
+	}
+	switch {
+	case npys > 0:
+		return KindNPY, nil
+	case npzs > 0:
+		return KindNPZ, nil
+	case images > 0:
+		return KindImages, nil
+	}
+	return "", fmt.Errorf("calib: directory %s is empty: it holds no .npy, .npz, .jpg, .jpeg or .png files; put the calibration data there, or set kind", path)
+}
+
+// loader carries what every loading function needs.
+type loader struct {
+	src  Source
+	ins  []input
+	used int64 // bytes reserved so far
+}
+
+// pick returns the indices of the samples to use out of n: all of them, or, with a
+// limit below n, limit indices spread evenly over the set.
+func (ld *loader) pick(n int) []int {
+	k := n
+	if ld.src.Limit > 0 && ld.src.Limit < n {
+		k = ld.src.Limit
+	}
+	idx := make([]int, k)
+	for i := range idx {
+		idx[i] = int(int64(i) * int64(n) / int64(k))
+	}
+	return idx
+}
+
+// reserve accounts for bytes of decoded tensors and refuses data sets that would
+// exceed the memory budget, before the memory is allocated.
+func (ld *loader) reserve(bytes int64, what string) error {
+	limit := int64(ld.src.MaxMemoryMB)
+	if limit == 0 {
+		limit = DefaultMaxMemoryMB
+	}
+	ld.used += bytes
+	if ld.used > limit<<20 {
+		return fmt.Errorf("calib: %s: the data need %d MiB in memory, above max_memory_mb %d; lower limit or raise max_memory_mb", what, (ld.used+(1<<20)-1)>>20, limit)
+	}
+	return nil
+}
+
+// progress reports done of total to the configured callback, if any.
+func (ld *loader) progress(done, total int) {
+	if ld.src.Progress != nil {
+		ld.src.Progress(done, total)
+	}
+}
+
+// resolvePath interprets a relative Inputs or Labels entry relative to Path when Path
+// is a directory.
+func (ld *loader) resolvePath(p string) string {
+	if filepath.IsAbs(p) || ld.src.Path == "" {
+		return p
+	}
+	if st, err := os.Stat(ld.src.Path); err == nil && st.IsDir() {
+		return filepath.Join(ld.src.Path, p)
+	}
+	return p
+}
+
+// sampleNumel is the number of elements in one sample of an [n, ...] array.
+func sampleNumel(shape []int64) int64 {
+	n := int64(1)
+	for _, d := range shape[1:] {
+		n *= d
+	}
+	return n
+}
+
+// firstNonFinite returns the index of the first NaN or Inf element, or -1.
+func firstNonFinite(data any) int {
+	switch d := data.(type) {
+	case []float32:
+		for i, v := range d {
+			if v != v || v > math.MaxFloat32 || v < -math.MaxFloat32 {
+				return i
+			}
+		}
+	case []float64:
+		for i, v := range d {
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				return i
+			}
+		}
+	}
+	return -1
+}
+
+func nonFiniteName(data any, i int) string {
+	switch d := data.(type) {
+	case []float32:
+		return fmt.Sprint(d[i])
+	case []float64:
+		return fmt.Sprint(d[i])
+	}
+	return "non-finite"
+}
+
+func makeData(dtype string, n int) any {
+	switch dtype {
+	case npy.Float32:
+		return make([]float32, n)
+	case npy.Float64:
+		return make([]float64, n)
+	case npy.Int64:
+		return make([]int64, n)
+	case npy.Int32:
+		return make([]int32, n)
+	case npy.Int16:
+		return make([]int16, n)
+	case npy.Int8:
+		return make([]int8, n)
+	case npy.Uint8:
+		return make([]uint8, n)
+	case npy.Bool:
+		return make([]bool, n)
+	}
+	return nil
+}
+
+func sliceOf(data any, lo, hi int) any {
+	switch d := data.(type) {
+	case []float32:
+		return d[lo:hi:hi]
+	case []float64:
+		return d[lo:hi:hi]
+	case []int64:
+		return d[lo:hi:hi]
+	case []int32:
+		return d[lo:hi:hi]
+	case []int16:
+		return d[lo:hi:hi]
+	case []int8:
+		return d[lo:hi:hi]
+	case []uint8:
+		return d[lo:hi:hi]
+	case []bool:
+		return d[lo:hi:hi]
+	}
+	return nil
+}
+
+// copyAt copies src into dst starting at element off; both must have the same type.
+func copyAt(dst any, off int, src any) {
+	switch d := dst.(type) {
+	case []float32:
+		copy(d[off:], src.([]float32))
+	case []float64:
+		copy(d[off:], src.([]float64))
+	case []int64:
+		copy(d[off:], src.([]int64))
+	case []int32:
+		copy(d[off:], src.([]int32))
+	case []int16:
+		copy(d[off:], src.([]int16))
+	case []int8:
+		copy(d[off:], src.([]int8))
+	case []uint8:
+		copy(d[off:], src.([]uint8))
+	case []bool:
+		copy(d[off:], src.([]bool))
+	}
+}
