@@ -70,7 +70,8 @@ type Source struct {
 	Image  ImageOptions  `mapstructure:"image"`
 	Random RandomOptions `mapstructure:"random"`
 
-	// Progress, if set, is called as samples are loaded by Open: done of total.
+	// Progress, if set, is called as samples are loaded by Open: done of total. It may
+	// be called from other goroutines than Open's, but never concurrently.
 	Progress func(done, total int) `mapstructure:"-" json:"-" yaml:"-"`
 }
 
