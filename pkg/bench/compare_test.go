@@ -26,7 +26,7 @@ func compareSeed(t *testing.T, a, b LatencyModel, seed uint64, order Order, runs
 		Options:   Options{Runs: runs, Warmup: 5, Clock: clk},
 		Order:     order,
 		Seed:      seed,
-		Resamples: 400,
+		Resamples: 200,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -40,7 +40,10 @@ func compareSeed(t *testing.T, a, b LatencyModel, seed uint64, order Order, runs
 // about alpha (5%) of the time, and certainly under 10%.
 func TestCompareSelfFalsePositiveRate(t *testing.T) {
 	const seeds = 200
-	for _, order := range []Order{Interleaved, Shuffled} {
+	// One order suffices here: without drift the order does not change
+	// what a synthetic target draws (TestInterleavingCancelsDrift covers
+	// both orders).
+	for _, order := range []Order{Interleaved} {
 		fp, ratioMiss := 0, 0
 		for s := uint64(1); s <= seeds; s++ {
 			c := compareSeed(t, noisyModel, noisyModel, s, order, 100)
@@ -103,10 +106,13 @@ func TestInterleavingCancelsDrift(t *testing.T) {
 		return 1
 	}
 	const seeds = 50
-	interleavedFP, sequentialFP := 0, 0
+	interleavedFP, shuffledFP, sequentialFP := 0, 0, 0
 	for s := uint64(1); s <= seeds; s++ {
 		if compareSeed(t, drift, drift, s, Interleaved, 150).Pairs[0].Significant {
 			interleavedFP++
+		}
+		if compareSeed(t, drift, drift, s, Shuffled, 150).Pairs[0].Significant {
+			shuffledFP++
 		}
 		clk := &SimClock{}
 		ra, err := Run(NewSyntheticTarget("A", clk, drift, 2*s), Options{Runs: 150, Clock: clk})
@@ -125,9 +131,11 @@ func TestInterleavingCancelsDrift(t *testing.T) {
 			sequentialFP++
 		}
 	}
-	t.Logf("with drift: interleaved false positives %d/%d, sequential %d/%d", interleavedFP, seeds, sequentialFP, seeds)
-	if interleavedFP > seeds/10 {
-		t.Errorf("interleaved rounds called A vs A different in %d/%d seeds under drift", interleavedFP, seeds)
+	t.Logf("with drift: false positives interleaved %d/%d, shuffled %d/%d, sequential %d/%d",
+		interleavedFP, seeds, shuffledFP, seeds, sequentialFP, seeds)
+	if interleavedFP > seeds/10 || shuffledFP > seeds/10 {
+		t.Errorf("rounds called A vs A different under drift: interleaved %d/%d, shuffled %d/%d seeds",
+			interleavedFP, seeds, shuffledFP, seeds)
 	}
 	if sequentialFP < seeds*9/10 {
 		t.Errorf("sequential runs should be fooled by the drift; were in only %d/%d seeds", sequentialFP, seeds)

@@ -298,11 +298,11 @@ func CheckWritableDir(dir string) error {
 		dir = "."
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("output folder %q cannot be created: %w; choose another with -o", dir, err)
+		return fmt.Errorf("output folder %q cannot be created: %w; choose a writable folder", dir, err)
 	}
 	f, err := os.CreateTemp(dir, ".torchspeed-check-*")
 	if err != nil {
-		return fmt.Errorf("output folder %q is not writable: %w; choose another with -o", dir, err)
+		return fmt.Errorf("output folder %q is not writable: %w; choose a writable folder", dir, err)
 	}
 	name := f.Name()
 	f.Close()
