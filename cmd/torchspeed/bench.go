@@ -1,0 +1,650 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/torchspeed/torchspeed/bindings/torch"
+	"github.com/torchspeed/torchspeed/pkg/bench"
+	"github.com/torchspeed/torchspeed/pkg/cpu"
+	"github.com/torchspeed/torchspeed/pkg/plot"
+	"github.com/torchspeed/torchspeed/pkg/version"
+)
+
+func init() { extraCommands = append(extraCommands, newBenchCmd) }
+
+// benchCmd holds `torchspeed bench`'s flags.
+type benchCmd struct {
+	models   []string
+	vs       []string
+	shapes   []string
+	dtypes   []string
+	runs     int
+	duration time.Duration
+	warmup   int
+	threads  int
+	streams  int
+	sweepB   []int
+	sweepT   []int
+	sweepS   []int
+	budget   time.Duration
+	order    string
+	seed     uint64
+	asJSON   bool
+	benchfmt string
+	plotDir  string
+	outDir   string
+}
+
+func newBenchCmd() *cobra.Command {
+	b := &benchCmd{}
+	c := &cobra.Command{
+		Use:   "bench -m MODEL [--vs OTHER] --input-shape 1x3x224x224 [--runs N | --duration 10s]",
+		Short: "Measure latency (median with its 95% interval, tail percentiles) and throughput; compare models side by side",
+		Long: `bench times loading, the first inference and warm-up apart from the timed runs, keeps every
+latency, and reports p50 with its 95% confidence interval, p90/p95/p99/p99.9/max, mean,
+stddev and throughput, warning when the run is too short or too noisy to trust.
+
+Several models (-m A -m B, or -m A --vs B) run in interleaved rounds in one process; each
+is compared with the first by the ratio of medians (bootstrap 95% interval) and a
+Mann-Whitney U test: a difference is reported only when p < 0.05.
+
+--streams N runs N concurrent streams on locked OS threads (throughput mode, --threads
+each). --sweep-batch/--sweep-threads/--sweep-streams measure every combination, print
+the Pareto front of median latency against items/s and recommend a configuration.`,
+		Example: `  torchspeed bench -m resnet18.pt --input-shape 1x3x224x224 --threads 2 --runs 200
+  torchspeed bench -m resnet18.pt --vs resnet18.torchspeed.pt --input-shape 1x3x224x224 --duration 20s -o out
+  torchspeed bench -m model.pt --input-shape 1x3x224x224 --sweep-batch 1,4 --sweep-threads 1,2 --sweep-streams 1,2`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error { return b.run(c) },
+	}
+	f := c.Flags()
+	f.StringArrayVarP(&b.models, "model", "m", nil, "TorchScript file to measure (repeat to compare several)")
+	f.StringArrayVar(&b.vs, "vs", nil, "another model to compare with the first, in interleaved rounds")
+	f.StringArrayVar(&b.shapes, "input-shape", nil, "shape of a random input, e.g. 1x3x224x224 (repeat for several inputs)")
+	f.StringArrayVar(&b.dtypes, "dtype", nil, "dtype of each --input-shape input (float32, int64, int32, bool; default float32)")
+	f.IntVar(&b.runs, "runs", 200, "timed runs (per model; per stream in throughput mode)")
+	f.DurationVar(&b.duration, "duration", 0, "run for this long instead of a count, e.g. 10s")
+	f.IntVar(&b.warmup, "warmup", 20, "untimed runs after the first inference")
+	f.IntVar(&b.threads, "threads", 0, "intra-op threads per stream (0: libtorch's default; in throughput mode the CPUs / streams)")
+	f.IntVar(&b.streams, "streams", 1, "concurrent streams for throughput mode")
+	f.IntSliceVar(&b.sweepB, "sweep-batch", nil, "batch sizes to sweep (replaces dimension 0 of every input)")
+	f.IntSliceVar(&b.sweepT, "sweep-threads", nil, "threads per stream to sweep")
+	f.IntSliceVar(&b.sweepS, "sweep-streams", nil, "stream counts to sweep")
+	f.DurationVar(&b.budget, "latency-budget", 0, "p99 budget for the sweep's throughput recommendation, e.g. 20ms")
+	f.StringVar(&b.order, "order", "interleaved", "order of models within a round: interleaved or shuffled")
+	f.Uint64Var(&b.seed, "seed", 1, "seed for random inputs, shuffled order and the bootstrap")
+	f.BoolVar(&b.asJSON, "json", false, "print the report as JSON instead of a table")
+	f.StringVar(&b.benchfmt, "benchfmt", "", "also write the Go benchmark format (for benchstat) to this file")
+	f.StringVar(&b.plotDir, "plot", "", "also write latency (and sweep) plots as PNG and SVG into this folder")
+	f.StringVarP(&b.outDir, "output", "o", "", "write report.json, bench.txt (benchfmt) and plots into this folder")
+	return c
+}
+
+// modelSpec is one model to measure and the name it is reported under.
+type modelSpec struct{ path, name string }
+
+// sweeping reports whether any sweep flag was given.
+func (b *benchCmd) sweeping() bool { return len(b.sweepB)+len(b.sweepT)+len(b.sweepS) > 0 }
+
+// validate checks the flags before anything is loaded or measured.
+func (b *benchCmd) validate(c *cobra.Command) error {
+	f := c.Flags()
+	if len(b.models) == 0 {
+		return usageErrorf("bench: --model is required, e.g. -m resnet18.pt")
+	}
+	if len(b.shapes) == 0 {
+		return usageErrorf("bench: give the model's inputs with --input-shape, e.g. --input-shape 1x3x224x224 (repeat for several inputs)")
+	}
+	if len(b.dtypes) > len(b.shapes) {
+		return usageErrorf("bench: %d --dtype values for %d --input-shape inputs; give one per input", len(b.dtypes), len(b.shapes))
+	}
+	if f.Changed("duration") {
+		if b.duration <= 0 {
+			return usageErrorf("bench: --duration %v: must be positive, e.g. --duration 10s", b.duration)
+		}
+		if f.Changed("runs") {
+			return usageErrorf("bench: --runs and --duration both given; choose one")
+		}
+		b.runs = 0
+	} else if b.runs <= 0 {
+		return usageErrorf("bench: --runs %d: must be 1 or more (200 is a good start; >= 6 for a confidence interval)", b.runs)
+	}
+	if b.warmup < 0 {
+		return usageErrorf("bench: --warmup %d: must be 0 or more", b.warmup)
+	}
+	if b.threads < 0 {
+		return usageErrorf("bench: --threads %d: must be 0 (libtorch's default) or more", b.threads)
+	}
+	if b.streams < 1 {
+		return usageErrorf("bench: --streams %d: must be 1 or more", b.streams)
+	}
+	if b.budget < 0 {
+		return usageErrorf("bench: --latency-budget %v: must be positive", b.budget)
+	}
+	if _, err := bench.ParseOrder(b.order); err != nil {
+		return usageErrorf("bench: --order: %v", err)
+	}
+	n := len(b.models) + len(b.vs)
+	if n > 1 && (b.streams > 1 || b.sweeping()) {
+		return usageErrorf("bench: throughput mode (--streams) and sweeps measure one model; compare models without them, or run bench once per model")
+	}
+	if b.sweeping() && f.Changed("streams") {
+		return usageErrorf("bench: --streams and --sweep-streams both given; use --sweep-streams 1,%d", b.streams)
+	}
+	return nil
+}
+
+// specs names the models: the file name, or the path when two files share
+// a name, with "#2" for the same path given twice (an A/A check).
+func (b *benchCmd) specs() []modelSpec {
+	paths := append(append([]string{}, b.models...), b.vs...)
+	// How many different paths share each file name.
+	base := map[string]map[string]bool{}
+	for _, p := range paths {
+		b := filepath.Base(p)
+		if base[b] == nil {
+			base[b] = map[string]bool{}
+		}
+		base[b][filepath.Clean(p)] = true
+	}
+	seen := map[string]int{}
+	var out []modelSpec
+	for _, p := range paths {
+		name := filepath.Base(p)
+		if len(base[name]) > 1 {
+			name = p
+		}
+		seen[name]++
+		if k := seen[name]; k > 1 {
+			name = fmt.Sprintf("%s#%d", name, k)
+		}
+		out = append(out, modelSpec{path: p, name: name})
+	}
+	return out
+}
+
+// inputSpec is one parsed --input-shape with its dtype.
+type inputSpec struct {
+	shape []int64
+	dtype torch.DType
+}
+
+func (b *benchCmd) inputSpecs() ([]inputSpec, error) {
+	var specs []inputSpec
+	for i, s := range b.shapes {
+		shape, err := ParseShape(s)
+		if err != nil {
+			return nil, usageErrorf("bench: --input-shape %q: %v", s, err)
+		}
+		dt := torch.Float32
+		if i < len(b.dtypes) {
+			if dt, err = torch.ParseDType(b.dtypes[i]); err != nil {
+				return nil, usageErrorf("bench: --dtype %q: %v", b.dtypes[i], err)
+			}
+		}
+		specs = append(specs, inputSpec{shape: shape, dtype: dt})
+	}
+	return specs, nil
+}
+
+// makeInputs builds random inputs with a fixed seed; batch > 0 replaces
+// dimension 0 of every input.
+func makeInputs(specs []inputSpec, batch int, seed uint64) ([]*torch.Tensor, error) {
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	var out []*torch.Tensor
+	for _, s := range specs {
+		shape := append([]int64(nil), s.shape...)
+		if batch > 0 {
+			if len(shape) == 0 {
+				closeTensors(out)
+				return nil, usageErrorf("bench: --sweep-batch needs inputs with a batch dimension; a scalar input has none")
+			}
+			shape[0] = int64(batch)
+		}
+		t, err := RandomTensor(rng, shape, s.dtype)
+		if err != nil {
+			closeTensors(out)
+			return nil, usageErrorf("bench: input %v: %v", shape, err)
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+func closeTensors(ts []*torch.Tensor) {
+	for _, t := range ts {
+		t.Close()
+	}
+}
+
+// moduleTarget is one forward of a loaded module. It calls libtorch on the
+// current OS thread: the callers (torch.Do for latency runs, bench.Throughput
+// streams) are locked to their threads, and hopping to a worker thread per
+// call would add a goroutine hand-off to every measured latency.
+type moduleTarget struct {
+	name   string
+	m      *torch.Module
+	inputs []*torch.Tensor
+}
+
+func (t *moduleTarget) Name() string { return t.name }
+
+func (t *moduleTarget) Run() error {
+	outs, err := t.m.ForwardOnThisThread(t.inputs...)
+	if err != nil {
+		return err
+	}
+	torch.CloseOutputs(outs)
+	return nil
+}
+
+// loaded is a model loaded for measurement.
+type loaded struct {
+	spec modelSpec
+	m    *torch.Module
+	load time.Duration
+}
+
+func loadModel(s modelSpec) (*loaded, error) {
+	start := time.Now()
+	m, err := torch.Load(s.path)
+	if err != nil {
+		return nil, fmt.Errorf("bench: load %q: %w", s.path, err)
+	}
+	if err := m.Eval(); err != nil {
+		m.Close()
+		return nil, fmt.Errorf("bench: %q: switch to eval mode: %w", s.path, err)
+	}
+	return &loaded{spec: s, m: m, load: time.Since(start)}, nil
+}
+
+// outputs lists where files go: every folder is checked for writing
+// before anything is measured.
+type outputs struct {
+	benchfmt string   // file
+	plotDirs []string // folders for plots
+	jsonPath string   // report.json
+}
+
+func (b *benchCmd) outputs() (outputs, error) {
+	var o outputs
+	dirs := map[string]bool{}
+	if b.benchfmt != "" {
+		o.benchfmt = b.benchfmt
+		dirs[filepath.Dir(b.benchfmt)] = true
+	}
+	if b.plotDir != "" {
+		o.plotDirs = append(o.plotDirs, b.plotDir)
+		dirs[b.plotDir] = true
+	}
+	if b.outDir != "" {
+		dirs[b.outDir] = true
+		o.jsonPath = filepath.Join(b.outDir, "report.json")
+		if o.benchfmt == "" {
+			o.benchfmt = filepath.Join(b.outDir, "bench.txt")
+		}
+		if b.plotDir == "" {
+			o.plotDirs = append(o.plotDirs, b.outDir)
+		}
+	}
+	for d := range dirs {
+		if err := bench.CheckWritableDir(d); err != nil {
+			return o, usageError{fmt.Errorf("bench: %w", err)}
+		}
+	}
+	return o, nil
+}
+
+func (b *benchCmd) run(c *cobra.Command) error {
+	if err := b.validate(c); err != nil {
+		return err
+	}
+	specs := b.specs()
+	ins, err := b.inputSpecs()
+	if err != nil {
+		return err
+	}
+	outs, err := b.outputs()
+	if err != nil {
+		return err
+	}
+	for _, s := range specs {
+		if _, err := os.Stat(s.path); err != nil {
+			return usageErrorf("bench: model %q: %v", s.path, err)
+		}
+	}
+	order, _ := bench.ParseOrder(b.order)
+	opts := bench.Options{Runs: b.runs, Duration: b.duration, Warmup: b.warmup}
+
+	env, avail := captureEnv()
+	if b.streams > 1 && b.threads == 0 {
+		b.threads = max(1, avail/b.streams)
+	}
+	if b.threads > 0 {
+		if err := torch.SetNumThreads(b.threads); err != nil {
+			return usageErrorf("bench: --threads %d: %v", b.threads, err)
+		}
+	}
+	env.Threads = torch.NumThreads()
+	env.InteropThreads = torch.NumInteropThreads()
+	env.ModelHashes = map[string]string{}
+	for _, s := range specs {
+		h, err := bench.HashFile(s.path)
+		if err != nil {
+			return err
+		}
+		env.ModelHashes[s.name] = h
+	}
+	rep := &bench.Report{Environment: env, Settings: b.settings()}
+
+	// Refuse configurations that would oversubscribe the CPUs before
+	// spending time on loading.
+	var sweepCfg bench.SweepConfig
+	if b.sweeping() {
+		if sweepCfg, err = b.sweepConfig(ins, avail); err != nil {
+			return err
+		}
+	} else if b.streams > 1 && b.threads*b.streams > avail {
+		return usageErrorf("bench: %d streams x %d threads need %d CPUs, %d are available; lower --streams or --threads",
+			b.streams, b.threads, b.threads*b.streams, avail)
+	}
+
+	progress := c.ErrOrStderr()
+	var models []*loaded
+	defer func() {
+		for _, l := range models {
+			l.m.Close()
+		}
+	}()
+	for _, s := range specs {
+		l, err := loadModel(s)
+		if err != nil {
+			return err
+		}
+		models = append(models, l)
+	}
+
+	switch {
+	case b.sweeping():
+		if rep.Sweep, err = b.runSweep(models[0], ins, sweepCfg, opts, progress); err != nil {
+			return err
+		}
+	case b.streams > 1:
+		fmt.Fprintf(progress, "bench: %s: %d streams x %d threads...\n", models[0].spec.name, b.streams, b.threads)
+		if rep.Throughput, err = runStreams(models[0], ins, 0, b.threads, b.streams, opts, b.seed); err != nil {
+			return err
+		}
+	default:
+		inputs, err := makeInputs(ins, 0, b.seed)
+		if err != nil {
+			return err
+		}
+		defer closeTensors(inputs)
+		var targets []bench.Target
+		for _, l := range models {
+			targets = append(targets, &moduleTarget{name: l.spec.name, m: l.m, inputs: inputs})
+		}
+		fmt.Fprintf(progress, "bench: %s...\n", describeRun(specs, opts, order))
+		// The whole timing loop runs on one inference worker thread, which
+		// owns the OpenMP pool the threads setting applies to.
+		torch.Do(func() {
+			if len(targets) == 1 {
+				var r *bench.Result
+				if r, err = bench.Run(targets[0], opts); err == nil {
+					rep.Results = []*bench.Result{r}
+				}
+				return
+			}
+			rep.Comparison, err = bench.Compare(targets, bench.CompareOptions{Options: opts, Order: order, Seed: b.seed})
+		})
+		if err != nil {
+			return err
+		}
+		for i, r := range latencyResults(rep) {
+			r.Load = models[i].load
+			if len(ins) > 0 && len(ins[0].shape) > 0 {
+				r.Batch = int(ins[0].shape[0])
+			}
+		}
+	}
+	return b.write(c.OutOrStdout(), progress, rep, outs)
+}
+
+func latencyResults(r *bench.Report) []*bench.Result {
+	if r.Comparison != nil {
+		return r.Comparison.Results
+	}
+	return r.Results
+}
+
+func describeRun(specs []modelSpec, o bench.Options, order bench.Order) string {
+	names := make([]string, len(specs))
+	for i, s := range specs {
+		names[i] = s.name
+	}
+	what := fmt.Sprintf("%d runs", o.Runs)
+	if o.Duration > 0 {
+		what = o.Duration.String()
+	}
+	if len(specs) > 1 {
+		return fmt.Sprintf("%s in %s rounds, %s", strings.Join(names, " vs "), order, what)
+	}
+	return fmt.Sprintf("%s, %s", names[0], what)
+}
+
+// runStreams measures one configuration: streams goroutines on locked
+// threads, each with threads intra-op threads and its own inputs, sharing
+// the module (its forward is safe from many threads).
+func runStreams(l *loaded, ins []inputSpec, batch, threads, streams int, o bench.Options, seed uint64) (*bench.ThroughputResult, error) {
+	var mu sync.Mutex
+	var made [][]*torch.Tensor
+	defer func() {
+		for _, ts := range made {
+			closeTensors(ts)
+		}
+	}()
+	factory := func(s int) (bench.Target, error) {
+		// On the stream's own locked thread: the thread count applies to
+		// this thread's OpenMP pool.
+		if err := torch.SetNumThreads(threads); err != nil {
+			return nil, err
+		}
+		inputs, err := makeInputs(ins, batch, seed+uint64(s))
+		if err != nil {
+			return nil, err
+		}
+		mu.Lock()
+		made = append(made, inputs)
+		mu.Unlock()
+		return &moduleTarget{name: l.spec.name, m: l.m, inputs: inputs}, nil
+	}
+	if batch == 0 && len(ins) > 0 && len(ins[0].shape) > 0 {
+		batch = int(ins[0].shape[0])
+	}
+	r, err := bench.Throughput(l.spec.name, factory, bench.ThroughputOptions{Options: o, Streams: streams, Batch: batch})
+	if err != nil {
+		return nil, err
+	}
+	r.Threads = threads
+	return r, nil
+}
+
+// sweepConfig fills the sweep's unset dimensions from the other flags and
+// checks every point against the available CPUs.
+func (b *benchCmd) sweepConfig(ins []inputSpec, avail int) (bench.SweepConfig, error) {
+	cfg := bench.SweepConfig{Batches: b.sweepB, Threads: b.sweepT, Streams: b.sweepS, AvailableCPUs: avail, P99Budget: b.budget}
+	if len(cfg.Batches) == 0 {
+		cfg.Batches = []int{1}
+		if len(ins[0].shape) > 0 {
+			cfg.Batches = []int{int(ins[0].shape[0])}
+		}
+	}
+	if len(cfg.Threads) == 0 {
+		cfg.Threads = []int{b.threads}
+		if b.threads == 0 {
+			cfg.Threads = []int{avail}
+		}
+	}
+	if len(cfg.Streams) == 0 {
+		cfg.Streams = []int{b.streams}
+	}
+	if _, err := cfg.Points(); err != nil {
+		return cfg, usageError{fmt.Errorf("bench: %w", err)}
+	}
+	return cfg, nil
+}
+
+func (b *benchCmd) runSweep(l *loaded, ins []inputSpec, cfg bench.SweepConfig, o bench.Options, progress io.Writer) (*bench.SweepResult, error) {
+	n := len(cfg.Batches) * len(cfg.Threads) * len(cfg.Streams)
+	i := 0
+	return bench.Sweep(cfg, func(p bench.Point) (*bench.ThroughputResult, error) {
+		i++
+		fmt.Fprintf(progress, "bench: sweep %d/%d: %s\n", i, n, p)
+		return runStreams(l, ins, p.Batch, p.Threads, p.Streams, o, b.seed)
+	})
+}
+
+// settings records the run's inputs for the report.
+func (b *benchCmd) settings() map[string]string {
+	s := map[string]string{
+		"input-shape": strings.Join(b.shapes, ","),
+		"warmup":      strconv.Itoa(b.warmup),
+		"seed":        strconv.FormatUint(b.seed, 10),
+	}
+	if len(b.dtypes) > 0 {
+		s["dtype"] = strings.Join(b.dtypes, ",")
+	}
+	if b.duration > 0 {
+		s["duration"] = b.duration.String()
+	} else {
+		s["runs"] = strconv.Itoa(b.runs)
+	}
+	if len(b.models)+len(b.vs) > 1 {
+		s["order"] = b.order
+	}
+	if b.streams > 1 {
+		s["streams"] = strconv.Itoa(b.streams)
+	}
+	return s
+}
+
+// captureEnv fills the environment from Go, the machine probe and
+// libtorch, and returns the number of CPUs the process may keep busy.
+func captureEnv() (bench.Environment, int) {
+	env := bench.CaptureEnvironment()
+	env.TorchspeedVersion = version.Version
+	env.LibtorchVersion = torch.Version()
+	env.QuantizedEngine = torch.QEngine()
+	avail := runtime.NumCPU()
+	p, err := cpu.Detect(cpu.Options{})
+	if err != nil {
+		return env, avail
+	}
+	env.CPUModel = p.CPU.Model
+	env.ISA = p.ISA.Features()
+	env.PhysicalCores = p.Topology.PhysicalCores
+	if p.Topology.LogicalCPUs > 0 {
+		env.LogicalCPUs = p.Topology.LogicalCPUs
+	}
+	if len(p.Usable.CPUs) > 0 {
+		env.CPUsUsed = p.Usable.CPUs
+	}
+	if len(p.Usable.Nodes) > 0 {
+		ns := make([]string, len(p.Usable.Nodes))
+		for i, n := range p.Usable.Nodes {
+			ns[i] = strconv.Itoa(n)
+		}
+		env.NUMANode = strings.Join(ns, ",")
+	}
+	if p.Cgroup.QuotaCPUs > 0 {
+		env.CgroupCPULimit = fmt.Sprintf("%.2f CPUs (quota %dus per %dus)", p.Cgroup.QuotaCPUs, p.Cgroup.QuotaUs, p.Cgroup.PeriodUs)
+	}
+	env.OpenMPRuntime = p.OpenMPRuntime()
+	if len(p.Allocators) > 0 {
+		names := make([]string, len(p.Allocators))
+		for i, a := range p.Allocators {
+			names[i] = a.Name
+		}
+		env.Allocator = strings.Join(names, ",")
+	}
+	if p.Usable.Count > 0 {
+		avail = p.Usable.Count
+	}
+	return env, avail
+}
+
+// write prints the report (table or JSON) and writes the files asked for.
+func (b *benchCmd) write(stdout, progress io.Writer, rep *bench.Report, o outputs) error {
+	var errs []error
+	if o.jsonPath != "" {
+		if err := bench.WriteFileAtomic(o.jsonPath, rep.WriteJSON); err != nil {
+			errs = append(errs, err)
+		} else {
+			fmt.Fprintln(progress, "wrote", o.jsonPath)
+		}
+	}
+	if o.benchfmt != "" {
+		if err := bench.WriteFileAtomic(o.benchfmt, rep.WriteBenchfmt); err != nil {
+			errs = append(errs, err)
+		} else {
+			fmt.Fprintln(progress, "wrote", o.benchfmt)
+		}
+	}
+	for _, dir := range o.plotDirs {
+		paths, err := writePlots(rep, dir)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		for _, p := range paths {
+			fmt.Fprintln(progress, "wrote", p)
+		}
+	}
+	var err error
+	if b.asJSON {
+		err = rep.WriteJSON(stdout)
+	} else {
+		err = rep.WriteTable(stdout)
+	}
+	return errors.Join(append([]error{err}, errs...)...)
+}
+
+// writePlots draws the latency distributions (per model, or per stream in
+// throughput mode) and the sweep curve into dir.
+func writePlots(rep *bench.Report, dir string) ([]string, error) {
+	var all []string
+	title := fmt.Sprintf("latency, %d threads", rep.Environment.Threads)
+	if rs := latencyResults(rep); len(rs) > 0 {
+		p, err := plot.Latency(plot.SeriesFromResults(rs), title, dir, "latency")
+		if err != nil {
+			return all, err
+		}
+		all = append(all, p...)
+	}
+	if t := rep.Throughput; t != nil {
+		p, err := plot.Latency(plot.SeriesFromThroughput(t), fmt.Sprintf("%s: %d streams x %d threads", t.Name, t.Streams, t.Threads), dir, "latency")
+		if err != nil {
+			return all, err
+		}
+		all = append(all, p...)
+	}
+	if s := rep.Sweep; s != nil {
+		p, err := plot.Sweep(s, "sweep: median latency vs throughput", dir, "sweep")
+		if err != nil {
+			return all, err
+		}
+		all = append(all, p...)
+	}
+	return all, nil
+}

@@ -1,0 +1,198 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/torchspeed/torchspeed/pkg/bench"
+	"github.com/torchspeed/torchspeed/pkg/fixtures"
+)
+
+// runBench runs `torchspeed bench args...` and returns stdout, stderr and
+// the error.
+func runBench(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	c := newBenchCmd()
+	var out, errOut bytes.Buffer
+	c.SetOut(&out)
+	c.SetErr(&errOut)
+	c.SetArgs(args)
+	err := c.Execute()
+	return out.String(), errOut.String(), err
+}
+
+func digits(t *testing.T) string {
+	return fixtures.Load(t).Get(t, "digits").ModelPath()
+}
+
+func TestBenchSingleJSON(t *testing.T) {
+	model := digits(t)
+	out, _, err := runBench(t, "-m", model, "--input-shape", "1x1x8x8", "--runs", "30", "--warmup", "2", "--threads", "1", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep bench.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("stdout is not the JSON report: %v\n%s", err, out)
+	}
+	if len(rep.Results) != 1 {
+		t.Fatalf("%d results", len(rep.Results))
+	}
+	r := rep.Results[0]
+	if r.Name != "digits.pt" || r.Stats.N != 30 || len(r.Samples) != 30 || r.WarmupRuns != 2 || r.Load <= 0 || r.First <= 0 {
+		t.Errorf("result %+v", r)
+	}
+	if r.Stats.P50 <= 0 || !r.Stats.MedianCIOK {
+		t.Errorf("stats %+v", r.Stats)
+	}
+	want, err := bench.HashFile(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := rep.Environment
+	if e.ModelHashes["digits.pt"] != want || e.LibtorchVersion == "" || e.Threads != 1 || e.QuantizedEngine == "" {
+		t.Errorf("environment %+v", e)
+	}
+	if rep.Settings["input-shape"] != "1x1x8x8" || rep.Settings["runs"] != "30" {
+		t.Errorf("settings %v", rep.Settings)
+	}
+}
+
+// TestBenchVsSelfWritesOutputs runs the A/A check and checks every output
+// file; the verdict itself is checked statistically in pkg/bench, where the
+// timing source is synthetic.
+func TestBenchVsSelfWritesOutputs(t *testing.T) {
+	model := digits(t)
+	dir := t.TempDir()
+	out, stderr, err := runBench(t, "-m", model, "--vs", model, "--input-shape", "1x1x8x8", "--runs", "40",
+		"--warmup", "5", "--threads", "1", "-o", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"digits.pt#2 / digits.pt", "40 interleaved rounds", "p50 [95% CI]"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	for _, f := range []string{"report.json", "bench.txt", "latency.png", "latency.svg"} {
+		p := filepath.Join(dir, f)
+		if st, err := os.Stat(p); err != nil || st.Size() == 0 {
+			t.Errorf("%s not written: %v", f, err)
+		}
+		if !strings.Contains(stderr, "wrote "+p) {
+			t.Errorf("stderr does not mention %s:\n%s", p, stderr)
+		}
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, "bench.txt"))
+	if n := strings.Count(string(b), "BenchmarkInference/model=digits.pt#2-1\t1\t"); n != 40 {
+		t.Errorf("bench.txt has %d lines for the second model, want 40", n)
+	}
+	var rep bench.Report
+	b, _ = os.ReadFile(filepath.Join(dir, "report.json"))
+	if err := json.Unmarshal(b, &rep); err != nil || rep.Comparison == nil || len(rep.Comparison.Pairs) != 1 {
+		t.Fatalf("report.json: %v", err)
+	}
+	if v := rep.Comparison.Pairs[0].Verdict; v == "" {
+		t.Error("no verdict")
+	}
+}
+
+func TestBenchThroughputAndSweep(t *testing.T) {
+	model := digits(t)
+	out, _, err := runBench(t, "-m", model, "--input-shape", "1x1x8x8", "--streams", "2", "--threads", "1", "--runs", "20", "--warmup", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "throughput digits.pt: 2 streams, batch 1") || !strings.Contains(out, "all\t") && !strings.Contains(out, "all ") {
+		t.Errorf("throughput table:\n%s", out)
+	}
+	dir := t.TempDir()
+	out, _, err = runBench(t, "-m", model, "--input-shape", "1x1x8x8", "--sweep-batch", "1,4", "--sweep-threads", "1",
+		"--sweep-streams", "1,2", "--runs", "10", "--warmup", "1", "--json", "--plot", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep bench.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || rep.Sweep == nil {
+		t.Fatalf("sweep JSON: %v", err)
+	}
+	if len(rep.Sweep.Rows) != 4 || rep.Sweep.Recommendation.BestLatency == nil || rep.Sweep.Recommendation.BestThroughput == nil {
+		t.Errorf("sweep %+v", rep.Sweep)
+	}
+	for _, row := range rep.Sweep.Rows {
+		if row.Result.Inferences != 10*row.Point.Streams || row.Result.Batch != row.Point.Batch {
+			t.Errorf("%s: %d inferences, batch %d", row.Point, row.Result.Inferences, row.Result.Batch)
+		}
+	}
+	for _, f := range []string{"sweep.png", "sweep.svg"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func TestBenchBadInput(t *testing.T) {
+	model := digits(t)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "a-file")
+	os.WriteFile(file, nil, 0o644)
+	tooMany := strconv.Itoa(runtime.NumCPU() + 1)
+	base := []string{"-m", model, "--input-shape", "1x1x8x8"}
+	for _, c := range []struct {
+		name  string
+		args  []string
+		usage bool // exit code 2
+		want  []string
+	}{
+		{"no model", []string{"--input-shape", "1x1x8x8"}, true, []string{"--model is required"}},
+		{"no inputs", []string{"-m", model}, true, []string{"--input-shape"}},
+		{"missing model", []string{"-m", filepath.Join(dir, "nope.pt"), "--input-shape", "1"}, true, []string{"nope.pt", "no such file"}},
+		{"zero duration", append(base, "--duration", "0s"), true, []string{"--duration 0s: must be positive"}},
+		{"zero runs", append(base, "--runs", "0"), true, []string{"--runs 0"}},
+		{"runs and duration", append(base, "--runs", "5", "--duration", "1s"), true, []string{"choose one"}},
+		{"bad shape", []string{"-m", model, "--input-shape", "1xax8"}, true, []string{`--input-shape "1xax8"`}},
+		{"bad dtype", append(base, "--dtype", "complex"), true, []string{`--dtype "complex"`}},
+		{"bad order", append(base, "--vs", model, "--order", "random"), true, []string{"--order"}},
+		{"unwritable output", append(base, "-o", filepath.Join(file, "out")), true, []string{"output folder", "a-file/out", "writable folder"}},
+		{"sweep over cores", append(base, "--sweep-threads", tooMany), true, []string{"more CPUs than the", "threads=" + tooMany}},
+		{"streams over cores", append(base, "--streams", tooMany, "--threads", "1"), true, []string{"need " + tooMany + " CPUs"}},
+		{"sweep two models", append(base, "--vs", model, "--sweep-batch", "1"), true, []string{"one model"}},
+		{"first inference fails", []string{"-m", model, "--input-shape", "1x3x5", "--runs", "5"}, false,
+			[]string{`first inference of "digits.pt" failed`, "forward"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, _, err := runBench(t, c.args...)
+			if err == nil {
+				t.Fatal("bench succeeded")
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+			var ue usageError
+			if got := errors.As(err, &ue); got != c.usage {
+				t.Errorf("usage error = %v, want %v (%v)", got, c.usage, err)
+			}
+		})
+	}
+}
+
+func TestBenchSpecs(t *testing.T) {
+	b := &benchCmd{models: []string{"a/m.pt", "b/m.pt"}, vs: []string{"a/m.pt", "x.pt"}}
+	var got []string
+	for _, s := range b.specs() {
+		got = append(got, s.name)
+	}
+	want := []string{"a/m.pt", "b/m.pt", "a/m.pt#2", "x.pt"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("names %v, want %v", got, want)
+	}
+}
