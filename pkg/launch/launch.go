@@ -1,10 +1,15 @@
 // Package launch runs any program as one or more instances, each pinned to its own
 // CPUs and memory node with its own environment, the way runenv computed them. It needs
-// no numactl or taskset: each child starts as a small trampoline (torchspeed itself, in
-// a hidden mode) that sets its affinity and memory policy with the kernel's system calls
-// and then execs the command, so the command's first instruction already runs in place.
-// Setting the affinity from the parent after the start would race with the threads the
-// command starts at once (an OpenMP pool, a Python interpreter's).
+// no numactl or taskset, and sets the placement before the command's first
+// instruction: setting the affinity from the parent after the start would race with
+// the threads the command starts at once (an OpenMP pool, a Python interpreter's).
+//
+// Two ways get there. By default the launcher starts each child from an OS thread it
+// has pinned and bound itself: fork copies the calling thread's CPU mask and memory
+// policy into the child, and execve keeps them. A trampoline (Config.Trampoline: a small
+// program that pins itself and execs the command, see Exec) does the same from inside
+// the child, for callers that cannot dedicate a thread; with torchspeed as the
+// trampoline it costs a libtorch load (~0.7 s of CPU) per instance.
 package launch
 
 import (
@@ -115,8 +120,8 @@ type Config struct {
 	Settings []runenv.Settings
 	// Command is the program and its arguments.
 	Command []string
-	// Trampoline is the command prefix that runs Exec in a child: the torchspeed binary
-	// and "launch --internal-exec" (see SelfTrampoline).
+	// Trampoline, when set, is the command prefix that runs Exec in each child (e.g.
+	// SelfTrampoline); empty starts children from a pinned thread of this process.
 	Trampoline []string
 	// Env is the environment the instances start from; nil means os.Environ().
 	Env []string
@@ -161,9 +166,6 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	if len(cfg.Settings) == 0 {
 		return nil, errors.New("launch: no instance settings")
-	}
-	if len(cfg.Trampoline) == 0 {
-		return nil, errors.New("launch: no trampoline command")
 	}
 	// Fail before starting anything when the command cannot be found.
 	if _, err := exec.LookPath(cfg.Command[0]); err != nil {
@@ -220,8 +222,13 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		if s.MemBind {
 			node = s.NUMANode
 		}
-		args := append(append([]string(nil), cfg.Trampoline[1:]...), TrampolineArgs(Spec{CPUs: s.CPUs, MemNode: node}, cfg.Command)...)
-		c := exec.Command(cfg.Trampoline[0], args...)
+		var c *exec.Cmd
+		if len(cfg.Trampoline) > 0 {
+			args := append(append([]string(nil), cfg.Trampoline[1:]...), TrampolineArgs(Spec{CPUs: s.CPUs, MemNode: node}, cfg.Command)...)
+			c = exec.Command(cfg.Trampoline[0], args...)
+		} else {
+			c = exec.Command(cfg.Command[0], cfg.Command[1:]...)
+		}
 		c.Env = s.Environ(base)
 		c.Stdout, c.Stderr = cfg.Stdout, cfg.Stderr
 		if len(cfg.Settings) == 1 {
@@ -231,7 +238,12 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		// second time from the terminal.
 		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		mu.Lock()
-		err := c.Start()
+		var err error
+		if len(cfg.Trampoline) > 0 {
+			err = c.Start()
+		} else {
+			err = startPinned(c, Spec{CPUs: s.CPUs, MemNode: node}, logw)
+		}
 		if err == nil {
 			started = append(started, c)
 		}
@@ -279,4 +291,31 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		res.ExitCode = max(res.ExitCode, r.ExitCode)
 	}
 	return res, nil
+}
+
+// startPinned starts c from a fresh OS thread pinned to spec's CPUs and bound to its
+// memory node: clone copies the calling thread's CPU mask and memory policy into the
+// child, and execve keeps them, so the command never runs anywhere else. The thread is
+// never unlocked, so the Go runtime retires it when the goroutine ends instead of
+// reusing a thread with a narrowed mask.
+func startPinned(c *exec.Cmd, spec Spec, warn io.Writer) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if err := runenv.PinThread(0, spec.CPUs); err != nil {
+			errc <- fmt.Errorf("pin to CPUs %s: %w", spec.CPUs, err)
+			return
+		}
+		if spec.MemNode >= 0 {
+			if err := runenv.BindThreadMemory(spec.MemNode); err != nil {
+				if !errors.Is(err, runenv.ErrMemBindNotAllowed) {
+					errc <- err
+					return
+				}
+				fmt.Fprintf(warn, "torchspeed launch: warning: %v; running without memory binding\n", err)
+			}
+		}
+		errc <- c.Start()
+	}()
+	return <-errc
 }

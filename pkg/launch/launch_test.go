@@ -47,6 +47,8 @@ func liveSettings(t *testing.T, o runenv.Options) []runenv.Settings {
 	return ss
 }
 
+// testConfig uses the test binary as the trampoline; direct() switches to starting
+// children from a pinned thread.
 func testConfig(ss []runenv.Settings, command ...string) Config {
 	return Config{
 		Settings:   ss,
@@ -61,12 +63,21 @@ func testConfig(ss []runenv.Settings, command ...string) Config {
 // TestTwoInstances runs two instances of a shell that reports its own CPU affinity and
 // environment, and checks each got its own CPUs and index.
 func TestTwoInstances(t *testing.T) {
+	for _, trampoline := range []bool{false, true} {
+		t.Run(fmt.Sprintf("trampoline=%v", trampoline), func(t *testing.T) { testTwoInstances(t, trampoline) })
+	}
+}
+
+func testTwoInstances(t *testing.T, trampoline bool) {
 	ss := liveSettings(t, runenv.Options{Instances: 2, Mode: runenv.ModeLatency})
 	dir := t.TempDir()
 	script := `grep Cpus_allowed_list /proc/self/status > "$OUT/$TORCHSPEED_INSTANCE";` +
 		`echo "$TORCHSPEED_INSTANCE $TORCHSPEED_INSTANCES $OMP_NUM_THREADS $OMP_PLACES $OMP_WAIT_POLICY $KEEP_ME" >> "$OUT/$TORCHSPEED_INSTANCE"`
 	cfg := testConfig(ss, "sh", "-c", script)
 	cfg.Env = append(cfg.Env, "OUT="+dir)
+	if !trampoline {
+		cfg.Trampoline = nil
+	}
 	var log strings.Builder
 	cfg.Log = &log
 	res, err := Run(context.Background(), cfg)
@@ -133,6 +144,7 @@ func TestForwardsSignals(t *testing.T) {
 	dir := t.TempDir()
 	cfg := testConfig(ss, "sh", "-c", `trap 'exit 7' TERM; touch "$OUT/ready.$TORCHSPEED_INSTANCE"; while :; do sleep 0.05; done`)
 	cfg.Env = append(cfg.Env, "OUT="+dir)
+	cfg.Trampoline = nil
 	type out struct {
 		res *Result
 		err error
