@@ -1,2 +1,909 @@
-// Static and dynamic INT8 quantization (filled in by the quantization work).
+// INT8 quantization with libtorch's graph-mode passes, without Python.
+//
+// The order mirrors torch/ao/quantization/quantize_jit.py (static post-training quantization):
+//   eval -> FoldConvBatchNorm -> InsertObservers(qconfig_dict) -> calibration forwards (the
+//   caller runs them on the observed module) -> eval -> InsertQuantDeQuant -> Finalize (which
+//   freezes) -> constant propagation + dead-code elimination.
+// quantize_jit's observers are TorchScript modules scripted from Python; here they are built at
+// run time: a torch::jit::Module whose attributes are registered from C++ and whose methods are
+// compiled with Module::define from TorchScript mirroring torch/ao/quantization/observer.py
+// (libtorch 1.13). The passes read the attributes `dtype` and `qscheme` (ints: ScalarType and
+// QScheme codes; with the native resolver dtypes must be written as integers), `ch_axis` for
+// per-channel weights, and call `calculate_qparams`. With the same configuration and
+// calibration data the result is bit-identical to Python's quantize_jit.
+#include <ATen/Context.h>
+#include <torch/csrc/jit/passes/constant_propagation.h>
+#include <torch/csrc/jit/passes/dead_code_elimination.h>
+#include <torch/csrc/jit/passes/fold_conv_bn.h>
+#include <torch/csrc/jit/passes/quantization/finalize.h>
+#include <torch/csrc/jit/passes/quantization/insert_observers.h>
+#include <torch/csrc/jit/passes/quantization/insert_quant_dequant.h>
+#include <torch/csrc/jit/passes/quantization/quantization_type.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <limits>
+#include <set>
+#include <sstream>
+
 #include "internal.h"
+
+namespace {
+
+using tsimpl::dup_string;
+
+// ---- a small JSON reader: the configuration arrives as JSON from Go ----
+
+struct JValue {
+  enum Kind { Null, Bool, Number, String, Array, Object } kind = Null;
+  bool b = false;
+  double num = 0;
+  std::string str;
+  std::vector<JValue> arr;
+  std::vector<std::pair<std::string, JValue>> obj;  // in document order
+
+  const JValue* get(const std::string& key) const {
+    for (const auto& kv : obj)
+      if (kv.first == key) return &kv.second;
+    return nullptr;
+  }
+};
+
+class JParser {
+ public:
+  explicit JParser(const std::string& s) : s_(s) {}
+
+  JValue parse() {
+    JValue v = value();
+    space();
+    if (i_ != s_.size()) fail("unexpected text after the value");
+    return v;
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& why) {
+    throw std::invalid_argument("config JSON: " + why + " at offset " + std::to_string(i_));
+  }
+  void space() {
+    while (i_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[i_]))) i_++;
+  }
+  bool eat(char c) {
+    space();
+    if (i_ < s_.size() && s_[i_] == c) {
+      i_++;
+      return true;
+    }
+    return false;
+  }
+  void expect(char c) {
+    if (!eat(c)) fail(std::string("expected '") + c + "'");
+  }
+  bool word(const char* w) {
+    size_t n = std::strlen(w);
+    if (s_.compare(i_, n, w) == 0) {
+      i_ += n;
+      return true;
+    }
+    return false;
+  }
+  std::string string() {
+    expect('"');
+    std::string out;
+    while (i_ < s_.size() && s_[i_] != '"') {
+      char c = s_[i_++];
+      if (c != '\\') {
+        out += c;
+        continue;
+      }
+      if (i_ >= s_.size()) fail("unterminated escape");
+      char e = s_[i_++];
+      switch (e) {
+        case 'n': out += '\n'; break;
+        case 't': out += '\t'; break;
+        case 'r': out += '\r'; break;
+        case 'b': out += '\b'; break;
+        case 'f': out += '\f'; break;
+        case 'u': {
+          if (i_ + 4 > s_.size()) fail("short \\u escape");
+          unsigned cp = std::stoul(s_.substr(i_, 4), nullptr, 16);
+          i_ += 4;
+          // Module paths and names are ASCII; other code points are kept as UTF-8.
+          if (cp < 0x80) {
+            out += static_cast<char>(cp);
+          } else if (cp < 0x800) {
+            out += static_cast<char>(0xC0 | (cp >> 6));
+            out += static_cast<char>(0x80 | (cp & 0x3F));
+          } else {
+            out += static_cast<char>(0xE0 | (cp >> 12));
+            out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+            out += static_cast<char>(0x80 | (cp & 0x3F));
+          }
+          break;
+        }
+        default: out += e;
+      }
+    }
+    if (i_ >= s_.size()) fail("unterminated string");
+    i_++;
+    return out;
+  }
+  JValue value() {
+    space();
+    if (i_ >= s_.size()) fail("unexpected end");
+    JValue v;
+    char c = s_[i_];
+    if (c == '{') {
+      i_++;
+      v.kind = JValue::Object;
+      if (eat('}')) return v;
+      do {
+        space();
+        std::string k = string();
+        expect(':');
+        v.obj.emplace_back(k, value());
+      } while (eat(','));
+      expect('}');
+    } else if (c == '[') {
+      i_++;
+      v.kind = JValue::Array;
+      if (eat(']')) return v;
+      do {
+        v.arr.push_back(value());
+      } while (eat(','));
+      expect(']');
+    } else if (c == '"') {
+      v.kind = JValue::String;
+      v.str = string();
+    } else if (word("true")) {
+      v.kind = JValue::Bool;
+      v.b = true;
+    } else if (word("false")) {
+      v.kind = JValue::Bool;
+    } else if (word("null")) {
+      v.kind = JValue::Null;
+    } else {
+      size_t used = 0;
+      try {
+        v.num = std::stod(s_.substr(i_), &used);
+      } catch (const std::exception&) {
+        fail("expected a value");
+      }
+      v.kind = JValue::Number;
+      i_ += used;
+    }
+    return v;
+  }
+
+  const std::string& s_;
+  size_t i_ = 0;
+};
+
+std::string json_quote(const std::string& s) {
+  std::string o = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      o += '\\';
+      o += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      o += buf;
+    } else {
+      o += c;
+    }
+  }
+  return o + "\"";
+}
+
+// ---- observers ----
+
+// Codes as TorchScript sees them (c10::ScalarType, c10::QScheme).
+constexpr int64_t kQUInt8 = static_cast<int64_t>(at::kQUInt8);  // 13
+constexpr int64_t kQInt8 = static_cast<int64_t>(at::kQInt8);    // 12
+constexpr int64_t kQInt32 = static_cast<int64_t>(at::kQInt32);  // 14
+static_assert(kQUInt8 == 13 && kQInt8 == 12 && kQInt32 == 14, "ScalarType codes used in the TorchScript below");
+static_assert(static_cast<int>(at::kPerTensorAffine) == 0 && static_cast<int>(at::kPerChannelAffine) == 1 &&
+                  static_cast<int>(at::kPerTensorSymmetric) == 2 && static_cast<int>(at::kPerChannelSymmetric) == 3,
+              "QScheme codes used in the TorchScript below");
+
+// UniformQuantizationObserverBase._calculate_qparams with utils.check_min_max_valid inlined.
+// An assert replaces check_min_max_valid's (min <= max) assertion: it also catches NaN.
+const char* kCalcQParams = R"TS(
+def _calculate_qparams(self, min_val: Tensor, max_val: Tensor) -> Tuple[Tensor, Tensor]:
+    if min_val.numel() == 0 or max_val.numel() == 0:
+        return torch.tensor([1.0]), torch.tensor([0])
+    if min_val.dim() == 0 or max_val.dim() == 0:
+        if bool(min_val == float("inf")) and bool(max_val == float("-inf")):
+            return torch.tensor([1.0]), torch.tensor([0])
+    assert bool(torch.all(min_val <= max_val)), "torchspeed observer: the observed values hold NaN: check the calibration data and the model for NaN/Inf"
+    quant_min, quant_max = self.quant_min, self.quant_max
+    min_val_neg = torch.min(min_val, torch.zeros_like(min_val))
+    max_val_pos = torch.max(max_val, torch.zeros_like(max_val))
+    scale = torch.ones(min_val_neg.size(), dtype=6)
+    zero_point = torch.zeros(min_val_neg.size(), dtype=4)
+    if self.qscheme == 2 or self.qscheme == 3:
+        max_val_pos = torch.max(-min_val_neg, max_val_pos)
+        scale = max_val_pos / (float(quant_max - quant_min) / 2)
+        scale = torch.max(scale, self.eps)
+        if self.dtype == 13:
+            if self.has_customized_qrange:
+                zero_point = zero_point.new_full(zero_point.size(), (quant_min + quant_max) // 2)
+            else:
+                zero_point = zero_point.new_full(zero_point.size(), 128)
+    else:
+        scale = (max_val_pos - min_val_neg) / float(quant_max - quant_min)
+        scale = torch.max(scale, self.eps)
+        zero_point = quant_min - torch.round(min_val_neg / scale).to(3)
+        zero_point = torch.clamp(zero_point, quant_min, quant_max)
+    if len(scale.shape) == 0:
+        scale = torch.tensor([float(scale)], dtype=scale.dtype)
+    if len(zero_point.shape) == 0:
+        zero_point = torch.tensor([int(zero_point)], dtype=zero_point.dtype)
+    return scale, zero_point
+
+def observed_range(self) -> Tuple[Tensor, Tensor]:
+    return self.min_val, self.max_val
+)TS";
+
+// MinMaxObserver.forward / calculate_qparams.
+const char* kMinMax = R"TS(
+def forward(self, x_orig: Tensor) -> Tensor:
+    if x_orig.numel() == 0:
+        return x_orig
+    x = x_orig.detach()
+    x = x.to(self.min_val.dtype)
+    min_val_cur, max_val_cur = torch.aminmax(x)
+    min_val = torch.min(min_val_cur, self.min_val)
+    max_val = torch.max(max_val_cur, self.max_val)
+    self.min_val.copy_(min_val)
+    self.max_val.copy_(max_val)
+    return x_orig
+
+def calculate_qparams(self) -> Tuple[Tensor, Tensor]:
+    return self._calculate_qparams(self.min_val, self.max_val)
+)TS";
+
+// MovingAverageMinMaxObserver.forward.
+const char* kMovingAverage = R"TS(
+def forward(self, x_orig: Tensor) -> Tensor:
+    if x_orig.numel() == 0:
+        return x_orig
+    x = x_orig.detach()
+    x = x.to(self.min_val.dtype)
+    min_val = self.min_val
+    max_val = self.max_val
+    if bool(min_val == float("inf")) and bool(max_val == float("-inf")):
+        min_val, max_val = torch.aminmax(x)
+    else:
+        min_val_cur, max_val_cur = torch.aminmax(x)
+        min_val = min_val + self.averaging_constant * (min_val_cur - min_val)
+        max_val = max_val + self.averaging_constant * (max_val_cur - max_val)
+    self.min_val.copy_(min_val)
+    self.max_val.copy_(max_val)
+    return x_orig
+
+def calculate_qparams(self) -> Tuple[Tensor, Tensor]:
+    return self._calculate_qparams(self.min_val, self.max_val)
+)TS";
+
+// PerChannelMinMaxObserver._forward / calculate_qparams.
+const char* kPerChannel = R"TS(
+def forward(self, x_orig: Tensor) -> Tensor:
+    if x_orig.numel() == 0:
+        return x_orig
+    x = x_orig.detach()
+    min_val = self.min_val
+    max_val = self.max_val
+    x_dim = x.size()
+    new_axis_list = [i for i in range(len(x_dim))]
+    new_axis_list[self.ch_axis] = 0
+    new_axis_list[0] = self.ch_axis
+    y = x.permute(new_axis_list)
+    y = y.to(self.min_val.dtype)
+    y = torch.flatten(y, start_dim=1)
+    if min_val.numel() == 0 or max_val.numel() == 0:
+        min_val, max_val = torch.aminmax(y, dim=1)
+    else:
+        min_val_cur, max_val_cur = torch.aminmax(y, dim=1)
+        min_val = torch.min(min_val_cur, min_val)
+        max_val = torch.max(max_val_cur, max_val)
+    self.min_val.resize_(min_val.shape)
+    self.max_val.resize_(max_val.shape)
+    self.min_val.copy_(min_val)
+    self.max_val.copy_(max_val)
+    return x_orig
+
+def calculate_qparams(self) -> Tuple[Tensor, Tensor]:
+    return self._calculate_qparams(self.min_val, self.max_val)
+)TS";
+
+// HistogramObserver.forward with _adjust_min_max and _combine_histograms. One deliberate
+// difference: libtorch 1.13's Python observer passes int(min)/int(max) to torch.histc, which
+// truncates the range and drops values outside it (fixed in later PyTorch); this one passes the
+// float range. On data whose range has integer ends both give the same histogram.
+const char* kHistogramForward = R"TS(
+def _adjust_min_max(self, combined_min: Tensor, combined_max: Tensor, upsample_rate: int) -> Tuple[Tensor, Tensor, int, int]:
+    hist_bin_width = (self.max_val - self.min_val) / (self.bins * upsample_rate)
+    downsample_rate = int(torch.ceil((combined_max - combined_min) / (self.bins * hist_bin_width)))
+    e = downsample_rate * (self.bins * hist_bin_width) - (combined_max - combined_min)
+    combined_max = combined_max + e
+    start_idx = int(torch.round((self.min_val - combined_min) / hist_bin_width))
+    return combined_min, combined_max, downsample_rate, start_idx
+
+def _combine_histograms(self, orig_hist: Tensor, new_hist: Tensor, upsample_rate: int, downsample_rate: int, start_idx: int, Nbins: int) -> Tensor:
+    upsampled_histogram = new_hist.repeat_interleave(upsample_rate)
+    histogram_with_output_range = torch.zeros((Nbins * downsample_rate))
+    histogram_with_output_range[start_idx : Nbins * upsample_rate + start_idx] = upsampled_histogram
+    integral_histogram = torch.cumsum(histogram_with_output_range, 0, dtype=7)[downsample_rate - 1 :: downsample_rate]
+    shifted_integral_histogram = torch.zeros((Nbins))
+    shifted_integral_histogram[1:Nbins] = integral_histogram[0:-1]
+    interpolated_histogram = (integral_histogram - shifted_integral_histogram) / upsample_rate
+    orig_hist = orig_hist + interpolated_histogram.to(6)
+    return orig_hist
+
+def forward(self, x_orig: Tensor) -> Tensor:
+    if x_orig.numel() == 0:
+        return x_orig
+    x = x_orig.detach().to(6)
+    min_val = self.min_val
+    max_val = self.max_val
+    same_values = float(min_val) == float(max_val)
+    is_uninitialized = bool(min_val == float("inf")) and bool(max_val == float("-inf"))
+    if is_uninitialized or same_values:
+        min_val, max_val = torch.aminmax(x)
+        self.min_val.resize_(min_val.shape)
+        self.min_val.copy_(min_val)
+        self.max_val.resize_(max_val.shape)
+        self.max_val.copy_(max_val)
+        self.histogram.copy_(torch.histc(x, self.bins, min=float(min_val), max=float(max_val)))
+    else:
+        new_min, new_max = torch.aminmax(x)
+        combined_min = torch.min(new_min, min_val)
+        combined_max = torch.max(new_max, max_val)
+        combined_min, combined_max, downsample_rate, start_idx = self._adjust_min_max(combined_min, combined_max, self.upsample_rate)
+        combined_histogram = torch.histc(x, self.bins, min=float(combined_min), max=float(combined_max))
+        if bool(combined_min == min_val) and bool(combined_max == max_val):
+            combined_histogram += self.histogram
+        else:
+            combined_histogram = self._combine_histograms(combined_histogram, self.histogram, self.upsample_rate, downsample_rate, start_idx, self.bins)
+        self.histogram.resize_(combined_histogram.shape)
+        self.histogram.copy_(combined_histogram)
+        self.min_val.resize_(combined_min.shape)
+        self.min_val.copy_(combined_min)
+        self.max_val.resize_(combined_max.shape)
+        self.max_val.copy_(combined_max)
+    return x_orig
+)TS";
+
+// HistogramObserver's L2-minimizing search (_get_norm, _compute_quantization_error,
+// _non_linear_param_search, calculate_qparams). The cumulative histogram is read once as a list
+// so the quantile scan compares numbers rather than indexing tensors (same decisions, far faster
+// in the interpreter).
+const char* kHistogramQParams = R"TS(
+def _get_norm(self, delta_begin: Tensor, delta_end: Tensor, density: Tensor) -> Tensor:
+    norm = (delta_end * delta_end * delta_end - delta_begin * delta_begin * delta_begin) / 3
+    return density * norm
+
+def _compute_quantization_error(self, next_start_bin: int, next_end_bin: int) -> float:
+    bin_width = (float(self.max_val) - float(self.min_val)) / self.bins
+    dst_bin_width = bin_width * (next_end_bin - next_start_bin + 1) / self.dst_nbins
+    if dst_bin_width == 0.0:
+        return 0.0
+    src_bin = torch.arange(self.bins)
+    src_bin_begin = (src_bin - next_start_bin) * bin_width
+    src_bin_end = src_bin_begin + bin_width
+    dst_bin_of_begin = torch.clamp(torch.div(src_bin_begin, dst_bin_width, rounding_mode="floor"), 0, self.dst_nbins - 1)
+    dst_bin_of_begin_center = (dst_bin_of_begin + 0.5) * dst_bin_width
+    dst_bin_of_end = torch.clamp(torch.div(src_bin_end, dst_bin_width, rounding_mode="floor"), 0, self.dst_nbins - 1)
+    density = self.histogram / bin_width
+    norm = torch.zeros(self.bins)
+    delta_begin = src_bin_begin - dst_bin_of_begin_center
+    delta_end = dst_bin_width / 2
+    norm += self._get_norm(delta_begin, torch.ones(self.bins) * delta_end, density)
+    norm += (dst_bin_of_end - dst_bin_of_begin - 1) * self._get_norm(torch.tensor(-dst_bin_width / 2), torch.tensor(dst_bin_width / 2), density)
+    dst_bin_of_end_center = dst_bin_of_end * dst_bin_width + dst_bin_width / 2
+    delta_begin2 = -dst_bin_width / 2
+    delta_end2 = src_bin_end - dst_bin_of_end_center
+    norm += self._get_norm(torch.tensor(delta_begin2), delta_end2, density)
+    return float(norm.sum())
+
+def _non_linear_param_search(self) -> Tuple[Tensor, Tensor]:
+    bin_width = (self.max_val - self.min_val) / self.bins
+    total = float(torch.sum(self.histogram))
+    csum: List[float] = torch.cumsum(self.histogram, dim=0).tolist()
+    stepsize = 1e-5
+    alpha = 0.0
+    beta = 1.0
+    start_bin = 0
+    end_bin = self.bins - 1
+    norm_min = float("inf")
+    while alpha < beta:
+        next_alpha = alpha + stepsize
+        next_beta = beta - stepsize
+        l = start_bin
+        r = end_bin
+        while l < end_bin and csum[l] < next_alpha * total:
+            l = l + 1
+        while r > start_bin and csum[r] > next_beta * total:
+            r = r - 1
+        next_start_bin = start_bin
+        next_end_bin = end_bin
+        if (l - start_bin) > (end_bin - r):
+            next_start_bin = l
+            alpha = next_alpha
+        else:
+            next_end_bin = r
+            beta = next_beta
+        if next_start_bin == start_bin and next_end_bin == end_bin:
+            continue
+        norm = self._compute_quantization_error(next_start_bin, next_end_bin)
+        if norm > norm_min:
+            break
+        norm_min = norm
+        start_bin = next_start_bin
+        end_bin = next_end_bin
+    new_min = self.min_val + bin_width * start_bin
+    new_max = self.min_val + bin_width * (end_bin + 1)
+    return new_min, new_max
+
+def calculate_qparams(self) -> Tuple[Tensor, Tensor]:
+    if bool(self.min_val == float("inf")) and bool(self.max_val == float("-inf")):
+        return torch.tensor([1.0]), torch.tensor([0])
+    new_min, new_max = self._non_linear_param_search()
+    return self._calculate_qparams(new_min, new_max)
+)TS";
+
+// Percentile clipping on the same running histogram: the range is cut at the (100-p)th and
+// pth percentiles of the observed values (bin edges), then quantized like min/max.
+const char* kPercentileQParams = R"TS(
+def calculate_qparams(self) -> Tuple[Tensor, Tensor]:
+    if bool(self.min_val == float("inf")) and bool(self.max_val == float("-inf")):
+        return torch.tensor([1.0]), torch.tensor([0])
+    bin_width = (self.max_val - self.min_val) / self.bins
+    total = float(torch.sum(self.histogram))
+    csum = torch.cumsum(self.histogram, dim=0)
+    q = self.percentile / 100.0
+    lo = int(torch.searchsorted(csum, torch.tensor([(1.0 - q) * total]), right=True)[0])
+    hi = int(torch.searchsorted(csum, torch.tensor([q * total]))[0])
+    lo = min(max(lo, 0), self.bins - 1)
+    hi = min(max(hi, lo), self.bins - 1)
+    new_min = self.min_val + bin_width * lo
+    new_max = self.min_val + bin_width * (hi + 1)
+    return self._calculate_qparams(new_min, new_max)
+)TS";
+
+// PlaceholderObserver: dynamic quantization's activation "observer" (qparams are chosen at run
+// time by the inserted choose_qparams).
+const char* kPlaceholder = R"TS(
+def forward(self, x: Tensor) -> Tensor:
+    return x
+
+def calculate_qparams(self) -> Tuple[Tensor, Tensor]:
+    assert False, "calculate_qparams should not be called for a placeholder observer"
+    return torch.tensor([1.0]), torch.tensor([0])
+)TS";
+
+struct ObserverSpec {
+  std::string kind = "minmax";  // minmax, moving_average, histogram, percentile, per_channel_minmax, placeholder
+  int64_t dtype = kQUInt8;
+  int64_t qscheme = static_cast<int64_t>(at::kPerTensorAffine);
+  bool reduce_range = false;
+  bool custom_range = false;
+  int64_t quant_min = 0, quant_max = 0;
+  double averaging_constant = 0.01;
+  int64_t bins = 2048;
+  int64_t upsample_rate = 128;
+  double percentile = 99.99;
+  int64_t ch_axis = 0;
+};
+
+[[noreturn]] void bad(const std::string& where, const std::string& why) {
+  throw std::invalid_argument(where + ": " + why);
+}
+
+int64_t parse_dtype(const std::string& where, const std::string& s) {
+  if (s == "quint8") return kQUInt8;
+  if (s == "qint8") return kQInt8;
+  if (s == "qint32") return kQInt32;
+  bad(where, "dtype \"" + s + "\" is not one of quint8, qint8, qint32");
+}
+
+int64_t parse_qscheme(const std::string& where, const std::string& s) {
+  if (s == "per_tensor_affine") return static_cast<int64_t>(at::kPerTensorAffine);
+  if (s == "per_tensor_symmetric") return static_cast<int64_t>(at::kPerTensorSymmetric);
+  if (s == "per_channel_affine") return static_cast<int64_t>(at::kPerChannelAffine);
+  if (s == "per_channel_symmetric") return static_cast<int64_t>(at::kPerChannelSymmetric);
+  bad(where, "qscheme \"" + s +
+                 "\" is not one of per_tensor_affine, per_tensor_symmetric, per_channel_affine, "
+                 "per_channel_symmetric");
+}
+
+bool is_per_channel(int64_t qscheme) {
+  return qscheme == static_cast<int64_t>(at::kPerChannelAffine) ||
+         qscheme == static_cast<int64_t>(at::kPerChannelSymmetric);
+}
+
+double num_field(const JValue& o, const std::string& where, const char* key, double def) {
+  const JValue* v = o.get(key);
+  if (v == nullptr || v->kind == JValue::Null) return def;
+  if (v->kind != JValue::Number) bad(where, std::string(key) + " must be a number");
+  return v->num;
+}
+
+int64_t int_field(const JValue& o, const std::string& where, const char* key, int64_t def) {
+  double d = num_field(o, where, key, static_cast<double>(def));
+  if (d != std::floor(d)) bad(where, std::string(key) + " must be an integer");
+  return static_cast<int64_t>(d);
+}
+
+// The observer a JSON object describes; `weight` picks the weight defaults (per-channel
+// symmetric qint8) instead of the activation defaults (per-tensor affine quint8 min/max).
+ObserverSpec parse_observer(const JValue* o, const std::string& where, bool weight) {
+  ObserverSpec s;
+  if (weight) {
+    s.kind = "per_channel_minmax";
+    s.dtype = kQInt8;
+    s.qscheme = static_cast<int64_t>(at::kPerChannelSymmetric);
+  }
+  if (o == nullptr || o->kind == JValue::Null) {
+    // defaults
+  } else if (o->kind != JValue::Object) {
+    bad(where, "must be an object");
+  } else {
+    for (const auto& kv : o->obj) {
+      static const std::set<std::string> known = {"observer", "dtype", "qscheme", "reduce_range", "quant_min",
+                                                  "quant_max", "averaging_constant", "bins", "upsample_rate",
+                                                  "percentile", "ch_axis"};
+      if (!known.count(kv.first)) bad(where, "unknown key \"" + kv.first + "\"");
+    }
+    if (const JValue* k = o->get("observer")) {
+      if (k->kind != JValue::String) bad(where, "observer must be a string");
+      s.kind = k->str;
+      if (s.kind == "per_channel_minmax" && !o->get("qscheme")) {
+        s.qscheme = static_cast<int64_t>(at::kPerChannelSymmetric);
+      } else if (s.kind != "per_channel_minmax" && weight && !o->get("qscheme")) {
+        s.qscheme = static_cast<int64_t>(at::kPerTensorSymmetric);
+      }
+    }
+    if (const JValue* v = o->get("dtype")) {
+      if (v->kind != JValue::String) bad(where, "dtype must be a string");
+      s.dtype = parse_dtype(where, v->str);
+    }
+    if (const JValue* v = o->get("qscheme")) {
+      if (v->kind != JValue::String) bad(where, "qscheme must be a string");
+      s.qscheme = parse_qscheme(where, v->str);
+    }
+    if (const JValue* v = o->get("reduce_range")) {
+      if (v->kind != JValue::Bool) bad(where, "reduce_range must be true or false");
+      s.reduce_range = v->b;
+    }
+    const JValue* qmin = o->get("quant_min");
+    const JValue* qmax = o->get("quant_max");
+    bool has_min = qmin != nullptr && qmin->kind != JValue::Null;
+    bool has_max = qmax != nullptr && qmax->kind != JValue::Null;
+    if (has_min != has_max) bad(where, "give both quant_min and quant_max, or neither");
+    if (has_min) {
+      s.custom_range = true;
+      s.quant_min = int_field(*o, where, "quant_min", 0);
+      s.quant_max = int_field(*o, where, "quant_max", 0);
+    }
+    s.averaging_constant = num_field(*o, where, "averaging_constant", s.averaging_constant);
+    s.bins = int_field(*o, where, "bins", s.bins);
+    s.upsample_rate = int_field(*o, where, "upsample_rate", s.upsample_rate);
+    s.percentile = num_field(*o, where, "percentile", s.percentile);
+    s.ch_axis = int_field(*o, where, "ch_axis", s.ch_axis);
+  }
+
+  static const std::set<std::string> kinds = {"minmax", "moving_average", "histogram", "percentile",
+                                              "per_channel_minmax", "placeholder"};
+  if (!kinds.count(s.kind))
+    bad(where, "observer \"" + s.kind +
+                   "\" is not one of minmax, moving_average, histogram, percentile, per_channel_minmax, placeholder");
+  bool pc = is_per_channel(s.qscheme);
+  if (s.kind == "per_channel_minmax" && !pc)
+    bad(where, "per_channel_minmax needs qscheme per_channel_symmetric or per_channel_affine");
+  if (s.kind != "per_channel_minmax" && s.kind != "placeholder" && pc)
+    bad(where, "observer " + s.kind + " is per-tensor: use qscheme per_tensor_affine or per_tensor_symmetric");
+  if (s.averaging_constant <= 0 || s.averaging_constant > 1)
+    bad(where, "averaging_constant must be in (0, 1], got " + std::to_string(s.averaging_constant));
+  if (s.bins < 16) bad(where, "bins must be >= 16, got " + std::to_string(s.bins));
+  if (s.upsample_rate < 1) bad(where, "upsample_rate must be >= 1");
+  if (!(s.percentile > 50 && s.percentile <= 100))
+    bad(where, "percentile must be in (50, 100], e.g. 99.99; got " + std::to_string(s.percentile));
+  if (s.ch_axis < 0) bad(where, "ch_axis must be >= 0");
+  if (s.reduce_range && s.dtype == kQUInt8 &&
+      (s.qscheme == static_cast<int64_t>(at::kPerTensorSymmetric) ||
+       s.qscheme == static_cast<int64_t>(at::kPerChannelSymmetric)))
+    bad(where, "reduce_range cannot be used with symmetric quint8 (as in PyTorch)");
+
+  // calculate_qmin_qmax (torch/ao/quantization/utils.py).
+  if (s.custom_range) {
+    if (!(s.quant_min <= 0 && 0 <= s.quant_max)) bad(where, "quant_min..quant_max must include 0");
+    if (!(s.quant_min < s.quant_max)) bad(where, "quant_min must be < quant_max");
+    int64_t len = s.quant_max - s.quant_min + 1;
+    if (s.dtype != kQInt32 && len > 256) bad(where, "quant_min..quant_max spans more than 256 values");
+    if (s.reduce_range) {
+      // Python floor division.
+      auto fdiv = [](int64_t a) { return a >= 0 ? a / 2 : -((-a + 1) / 2); };
+      s.quant_min = fdiv(s.quant_min);
+      s.quant_max = fdiv(s.quant_max);
+    }
+  } else if (s.dtype == kQInt8) {
+    s.quant_min = s.reduce_range ? -64 : -128;
+    s.quant_max = s.reduce_range ? 63 : 127;
+  } else if (s.dtype == kQUInt8) {
+    s.quant_min = 0;
+    s.quant_max = s.reduce_range ? 127 : 255;
+  } else {
+    s.quant_min = std::numeric_limits<int32_t>::min();
+    s.quant_max = std::numeric_limits<int32_t>::max();
+  }
+  return s;
+}
+
+torch::jit::Module make_observer(const ObserverSpec& s, const std::shared_ptr<torch::jit::CompilationUnit>& cu) {
+  using namespace c10;
+  std::string cls = s.kind == "minmax"             ? "MinMaxObserver"
+                    : s.kind == "moving_average"   ? "MovingAverageMinMaxObserver"
+                    : s.kind == "histogram"        ? "HistogramObserver"
+                    : s.kind == "percentile"       ? "PercentileObserver"
+                    : s.kind == "per_channel_minmax" ? "PerChannelMinMaxObserver"
+                                                     : "PlaceholderObserver";
+  torch::jit::Module m(c10::QualifiedName("__torch__.torchspeed.observer." + cls), cu, /*shouldMangle=*/true);
+  m.register_attribute("training", BoolType::get(), true);
+  m.register_attribute("dtype", IntType::get(), s.dtype);
+  if (s.kind == "placeholder") {
+    m.register_attribute("compute_dtype", IntType::get(), s.dtype);
+    m.register_attribute("custom_op", StringType::get(), std::string());
+    m.define(kPlaceholder);
+    return m;
+  }
+  m.register_attribute("qscheme", IntType::get(), s.qscheme);
+  m.register_attribute("reduce_range", BoolType::get(), s.reduce_range);
+  m.register_attribute("has_customized_qrange", BoolType::get(), s.custom_range);
+  m.register_attribute("quant_min", IntType::get(), s.quant_min);
+  m.register_attribute("quant_max", IntType::get(), s.quant_max);
+  m.register_attribute("ch_axis", IntType::get(), s.ch_axis);
+  m.register_buffer("eps", at::tensor({std::numeric_limits<float>::epsilon()}, at::kFloat));
+  std::string src = kCalcQParams;
+  if (s.kind == "per_channel_minmax") {
+    m.register_buffer("min_val", at::empty({0}, at::kFloat));
+    m.register_buffer("max_val", at::empty({0}, at::kFloat));
+    src += kPerChannel;
+  } else {
+    m.register_buffer("min_val", at::scalar_tensor(std::numeric_limits<float>::infinity(), at::kFloat));
+    m.register_buffer("max_val", at::scalar_tensor(-std::numeric_limits<float>::infinity(), at::kFloat));
+    if (s.kind == "minmax") {
+      src += kMinMax;
+    } else if (s.kind == "moving_average") {
+      m.register_attribute("averaging_constant", FloatType::get(), s.averaging_constant);
+      src += kMovingAverage;
+    } else {
+      m.register_attribute("bins", IntType::get(), s.bins);
+      m.register_attribute("upsample_rate", IntType::get(), s.upsample_rate);
+      m.register_attribute("dst_nbins", IntType::get(), int64_t(1) << (s.dtype == kQInt32 ? 32 : 8));
+      m.register_buffer("histogram", at::zeros({s.bins}, at::kFloat));
+      src += kHistogramForward;
+      if (s.kind == "histogram") {
+        src += kHistogramQParams;
+      } else {
+        m.register_attribute("percentile", FloatType::get(), s.percentile);
+        src += kPercentileQParams;
+      }
+    }
+  }
+  m.define(src);
+  return m;
+}
+
+using torch::jit::QConfig;
+using torch::jit::QConfigDict;
+
+c10::optional<QConfig> parse_qconfig(const JValue* o, const std::string& where, bool dynamic,
+                                     const std::shared_ptr<torch::jit::CompilationUnit>& cu) {
+  if (o != nullptr && o->kind == JValue::Null) return c10::nullopt;
+  if (o != nullptr && o->kind != JValue::Object) bad(where, "must be an object or null");
+  const JValue* act = o ? o->get("activation") : nullptr;
+  const JValue* w = o ? o->get("weight") : nullptr;
+  if (o) {
+    for (const auto& kv : o->obj)
+      if (kv.first != "activation" && kv.first != "weight" && kv.first != "modules")
+        bad(where, "unknown key \"" + kv.first + "\" (use activation, weight, modules)");
+  }
+  ObserverSpec a = parse_observer(act, where + ".activation", /*weight=*/false);
+  if (dynamic) {
+    if (act == nullptr || act->kind == JValue::Null || !act->get("observer")) a.kind = "placeholder";
+    if (a.kind != "placeholder")
+      bad(where + ".activation", "dynamic quantization chooses activation ranges at run time: use observer placeholder");
+  } else if (a.kind == "placeholder" || a.kind == "per_channel_minmax") {
+    bad(where + ".activation", "observer " + a.kind + " cannot observe activations for static quantization");
+  }
+  ObserverSpec ws = parse_observer(w, where + ".weight", /*weight=*/true);
+  if (ws.kind == "placeholder") bad(where + ".weight", "weights need a real observer (per_channel_minmax or minmax)");
+  if (ws.dtype != kQInt8) bad(where + ".weight", "weights are quantized to qint8");
+  return QConfig(make_observer(a, cu), make_observer(ws, cu));
+}
+
+QConfigDict parse_config(const char* json, bool dynamic, const std::shared_ptr<torch::jit::CompilationUnit>& cu) {
+  std::string text = json == nullptr ? "{}" : json;
+  JValue root = JParser(text).parse();
+  if (root.kind != JValue::Object) bad("config", "must be a JSON object");
+  QConfigDict dict;
+  dict[""] = parse_qconfig(&root, "config", dynamic, cu);
+  if (const JValue* mods = root.get("modules")) {
+    if (mods->kind != JValue::Object) bad("config.modules", "must be an object of module path -> qconfig or null");
+    for (const auto& kv : mods->obj) {
+      if (kv.second.kind == JValue::Object && kv.second.get("modules"))
+        bad("config.modules." + kv.first, "nested modules are not allowed");
+      dict[kv.first] = parse_qconfig(&kv.second, "config.modules." + kv.first, dynamic, cu);
+    }
+  }
+  return dict;
+}
+
+// Module paths named in the config must exist, or a typo would silently quantize a layer the
+// user wanted in FP32.
+void check_paths(const torch::jit::Module& m, const QConfigDict& dict) {
+  std::set<std::string> have;
+  for (const auto& nm : m.named_modules()) have.insert(nm.name);
+  for (const auto& kv : dict) {
+    if (kv.first.empty()) continue;
+    if (!have.count(kv.first)) {
+      std::string some;
+      int n = 0;
+      for (const auto& p : have) {
+        if (p.empty()) continue;
+        if (n++ == 12) {
+          some += ", ...";
+          break;
+        }
+        some += (some.empty() ? "" : ", ") + p;
+      }
+      bad("config.modules", "the model has no submodule \"" + kv.first + "\" (submodules: " + some + ")");
+    }
+  }
+}
+
+std::string engine_name(at::QEngine e) {
+  switch (e) {
+    case at::QEngine::NoQEngine: return "none";
+    case at::QEngine::FBGEMM: return "fbgemm";
+    case at::QEngine::QNNPACK: return "qnnpack";
+#if TORCH_VERSION_MAJOR > 1 || (TORCH_VERSION_MAJOR == 1 && TORCH_VERSION_MINOR >= 13)
+    case at::QEngine::ONEDNN: return "onednn";
+    case at::QEngine::X86: return "x86";
+#endif
+  }
+  return "unknown";
+}
+
+// Selects the engine by name ("" keeps the current one). Prepacked weights are made for the
+// engine set when Finalize runs, and an INT8 model must run under the engine it was made for.
+void select_engine(const char* name) {
+  if (name == nullptr || *name == '\0') return;
+  std::string want(name), have;
+  for (auto e : at::globalContext().supportedQEngines()) {
+    if (engine_name(e) == want) {
+      at::globalContext().setQEngine(e);
+      return;
+    }
+    have += (have.empty() ? "" : ", ") + engine_name(e);
+  }
+  bad("engine", "\"" + want + "\" is not supported by this libtorch build (supported: " + have + ")");
+}
+
+void cleanup_forward(torch::jit::Module& m) {
+  auto graph = m.get_method("forward").graph();
+  torch::jit::ConstantPropagation(graph);
+  torch::jit::EliminateDeadCode(graph);
+}
+
+torch::jit::Module prepare(const torch::jit::Module& src, const char* json, torch::jit::QuantType qt) {
+  TORCH_CHECK(src.find_method("forward").has_value(), "the model has no forward method");
+  auto cu = std::make_shared<torch::jit::CompilationUnit>();
+  QConfigDict dict = parse_config(json, qt == torch::jit::QuantType::DYNAMIC, cu);
+  check_paths(src, dict);
+  torch::jit::Module m = src.clone();
+  m.eval();
+  // quantize_jit folds conv-bn on the unfrozen module first; FoldConvBatchNorm returns a copy.
+  m = torch::jit::FoldConvBatchNorm(m);
+  return torch::jit::InsertObservers(m, "forward", dict, /*inplace=*/true, qt);
+}
+
+torch::jit::Module convert(const torch::jit::Module& observed, torch::jit::QuantType qt) {
+  // A copy: the observed module stays usable (another engine, another try).
+  torch::jit::Module m = observed.clone();
+  m.eval();
+  m = torch::jit::InsertQuantDeQuant(m, "forward", /*inplace=*/true, /*debug=*/false, qt);
+  m = torch::jit::Finalize(m, qt, {});
+  // quantize_jit runs these twice (in _convert_jit and _quantize_jit); they are idempotent.
+  cleanup_forward(m);
+  return m;
+}
+
+std::string short_type(const torch::jit::Module& m) {
+  auto name = m.type()->name();
+  if (!name) return "?";
+  std::string q = name->name();  // last component, e.g. "Conv2d"
+  return q;
+}
+
+}  // namespace
+
+extern "C" {
+
+ts_status* ts_quant_observer(const char* config_json, ts_module** out) {
+  TS_API_BEGIN
+  TS_CHECK_ARG(config_json != nullptr, "quant_observer", "config is NULL");
+  std::string text(config_json);
+  JValue root = JParser(text).parse();
+  const JValue* w = root.get("weight_defaults");
+  bool weight = w != nullptr && w->kind == JValue::Bool && w->b;
+  JValue spec = root;
+  spec.obj.erase(std::remove_if(spec.obj.begin(), spec.obj.end(),
+                                [](const std::pair<std::string, JValue>& kv) { return kv.first == "weight_defaults"; }),
+                 spec.obj.end());
+  auto cu = std::make_shared<torch::jit::CompilationUnit>();
+  auto h = std::make_unique<ts_module>();
+  h->m = make_observer(parse_observer(&spec, "observer", weight), cu);
+  *out = h.release();
+  TS_API_END("quant_observer")
+}
+
+ts_status* ts_quant_prepare(const ts_module* m, const char* config_json, ts_module** observed) {
+  TS_API_BEGIN
+  TS_CHECK_ARG(m != nullptr, "quant_prepare", "module is NULL");
+  auto h = std::make_unique<ts_module>();
+  h->m = prepare(m->m, config_json, torch::jit::QuantType::STATIC);
+  h->extra = m->extra;
+  *observed = h.release();
+  TS_API_END("quant_prepare")
+}
+
+ts_status* ts_quant_convert(const ts_module* observed, const char* engine, ts_module** out) {
+  TS_API_BEGIN
+  TS_CHECK_ARG(observed != nullptr, "quant_convert", "module is NULL");
+  select_engine(engine);
+  auto h = std::make_unique<ts_module>();
+  h->m = convert(observed->m, torch::jit::QuantType::STATIC);
+  h->extra = observed->extra;
+  *out = h.release();
+  TS_API_END("quant_convert")
+}
+
+ts_status* ts_quant_dynamic(const ts_module* m, const char* config_json, const char* engine, ts_module** out) {
+  TS_API_BEGIN
+  TS_CHECK_ARG(m != nullptr, "quant_dynamic", "module is NULL");
+  select_engine(engine);
+  // quantize_dynamic_jit: prepare_dynamic_jit then convert_dynamic_jit; the weight observers
+  // are run by InsertQuantDeQuant itself, no calibration data is needed.
+  torch::jit::Module observed = prepare(m->m, config_json, torch::jit::QuantType::DYNAMIC);
+  auto h = std::make_unique<ts_module>();
+  h->m = convert(observed, torch::jit::QuantType::DYNAMIC);
+  h->extra = m->extra;
+  *out = h.release();
+  TS_API_END("quant_dynamic")
+}
+
+ts_status* ts_quant_layers(const ts_module* m, char** out) {
+  TS_API_BEGIN
+  TS_CHECK_ARG(m != nullptr, "quant_layers", "module is NULL");
+  static const std::set<std::string> quantizable = {"Conv1d", "Conv2d", "Conv3d", "Linear", "LSTM", "GRU"};
+  std::string s = "[";
+  for (const auto& nm : m->m.named_modules()) {
+    if (nm.name.empty()) continue;
+    std::string t = short_type(nm.value);
+    if (!quantizable.count(t)) continue;
+    int64_t params = 0;
+    for (const auto& p : nm.value.parameters(/*recurse=*/false)) params += p.numel();
+    if (s.size() > 1) s += ",";
+    s += "{\"path\":" + json_quote(nm.name) + ",\"type\":" + json_quote(t) +
+         ",\"params\":" + std::to_string(params) + "}";
+  }
+  s += "]";
+  *out = dup_string(s);
+  TS_API_END("quant_layers")
+}
+
+}  // extern "C"

@@ -30,7 +30,7 @@ extern "C" {
 #define TS_MUST_CHECK __attribute__((warn_unused_result))
 
 /* Bumped whenever a function is added. The Go side refuses a shim older than it expects. */
-#define TS_API_VERSION 3
+#define TS_API_VERSION 4
 
 typedef struct ts_status ts_status;
 typedef struct ts_module ts_module;
@@ -155,6 +155,43 @@ TS_EXPORT size_t ts_outputs_size(const ts_outputs* o);
 TS_EXPORT const char* ts_outputs_name(const ts_outputs* o, size_t i); /* borrowed */
 TS_EXPORT ts_status* ts_outputs_get(const ts_outputs* o, size_t i, ts_tensor** out /* new reference */) TS_MUST_CHECK;
 TS_EXPORT void ts_outputs_free(ts_outputs* o);
+
+/* ---- quantization (csrc/quantize.cpp) ----
+ * Graph-mode INT8 quantization as torch.ao.quantization.quantize_jit does it, without Python.
+ * A config is a JSON object (NULL or "{}" means defaults):
+ *   {"activation": OBS, "weight": OBS, "modules": {"<submodule path>": {"activation": OBS,
+ *    "weight": OBS} | null, ...}}
+ * where OBS is {"observer": "minmax" | "moving_average" | "histogram" | "percentile" |
+ *   "per_channel_minmax" | "placeholder", "dtype": "quint8" | "qint8", "qscheme":
+ *   "per_tensor_affine" | "per_tensor_symmetric" | "per_channel_symmetric" | "per_channel_affine",
+ *   "reduce_range": bool, "quant_min"/"quant_max": int, "averaging_constant": 0.01, "bins": 2048,
+ *   "upsample_rate": 128, "percentile": 99.99, "ch_axis": 0}.
+ * Defaults: activations minmax quint8 per_tensor_affine; weights per_channel_minmax qint8
+ * per_channel_symmetric. A module mapped to null stays FP32. Unknown keys, unknown module paths
+ * and invalid values are errors. Engine names: "x86", "fbgemm", "onednn", "qnnpack"; "" keeps the
+ * current engine. The engine is set process-wide (it decides how weights are prepacked and must
+ * also be set before loading the saved INT8 model). */
+/* Static quantization, step 1: eval, fold conv-bn, insert observers. *observed is a new module:
+ * run forward on it with calibration batches, then call ts_quant_convert. m is not modified. */
+TS_EXPORT ts_status* ts_quant_prepare(const ts_module* m /* borrowed */, const char* config_json /* borrowed */,
+                                      ts_module** observed /* new reference */) TS_MUST_CHECK;
+/* Static quantization, step 2: sets the engine, inserts quantize/dequantize from the observers'
+ * statistics and finalizes (the result is frozen: do not freeze it again). observed is not
+ * modified and can be converted again. */
+TS_EXPORT ts_status* ts_quant_convert(const ts_module* observed /* borrowed */, const char* engine /* borrowed */,
+                                      ts_module** out /* new reference */) TS_MUST_CHECK;
+/* Dynamic quantization (quantize_dynamic_jit): INT8 weights, activations quantized at run time.
+ * Quantizes aten::linear; the activation observer must be "placeholder" (the default here). */
+TS_EXPORT ts_status* ts_quant_dynamic(const ts_module* m /* borrowed */, const char* config_json /* borrowed */,
+                                      const char* engine /* borrowed */, ts_module** out /* new reference */) TS_MUST_CHECK;
+/* JSON array [{"path": "layer1.0.conv1", "type": "Conv2d", "params": 36864}, ...] of the
+ * submodules graph-mode quantization can turn INT8 (Conv1d/2d/3d, Linear, LSTM, GRU), depth first. */
+TS_EXPORT ts_status* ts_quant_layers(const ts_module* m /* borrowed */, char** out /* new reference */) TS_MUST_CHECK;
+/* A standalone observer module built from one OBS object (plus "weight_defaults": true for the
+ * weight defaults): forward(x) records statistics, calculate_qparams() returns (scale,
+ * zero_point), observed_range() returns (min, max). For tests and diagnostics. */
+TS_EXPORT ts_status* ts_quant_observer(const char* config_json /* borrowed */, ts_module** out /* new reference */) TS_MUST_CHECK;
+/* ---- end of quantization ---- */
 
 #ifdef __cplusplus
 }

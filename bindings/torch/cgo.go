@@ -19,7 +19,7 @@ import (
 )
 
 // APIVersion is the shim ABI version these bindings were written for.
-const APIVersion = 3
+const APIVersion = 4
 
 var versionOnce sync.Once
 var versionErr error
