@@ -524,6 +524,10 @@ func (m *Module) Save(path string, extra map[string][]byte) error {
 	if err := syncFile(tmpName); err != nil {
 		return fmt.Errorf("save model %q: %w", path, err)
 	}
+	// CreateTemp makes 0600 files; an artifact is as readable as any file the user writes.
+	if err := os.Chmod(tmpName, 0o644); err != nil {
+		return fmt.Errorf("save model %q: %w", path, err)
+	}
 	if err := os.Rename(tmpName, path); err != nil {
 		return fmt.Errorf("save model %q: %w", path, err)
 	}

@@ -39,7 +39,7 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newVersionCmd(), newRunCmd())
+	root.AddCommand(newVersionCmd(), newRunCmd(), newOptimizeCmd())
 	for _, add := range extraCommands {
 		root.AddCommand(add())
 	}

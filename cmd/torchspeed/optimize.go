@@ -1,0 +1,198 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/torchspeed/torchspeed/bindings/torch"
+	"github.com/torchspeed/torchspeed/pkg/config"
+	"github.com/torchspeed/torchspeed/pkg/cpu"
+	"github.com/torchspeed/torchspeed/pkg/pipeline"
+	"github.com/torchspeed/torchspeed/pkg/runenv"
+)
+
+type optimizeCmd struct {
+	configPath string
+	asJSON     bool
+}
+
+// Flags whose names are not dotted keys map to config keys here.
+var optimizeAliases = map[string]string{
+	"model":     "model.path",
+	"out":       "output.dir",
+	"threads":   "runtime.threads",
+	"quantize":  "quantize.mode",
+	"engine":    "quantize.engine",
+	"runs":      "bench.runs",
+	"quiet":     "output.quiet",
+	"overwrite": "output.overwrite",
+	"allocator": "runtime.allocator",
+}
+
+func newOptimizeCmd() *cobra.Command {
+	o := &optimizeCmd{}
+	c := &cobra.Command{
+		Use:   "optimize -c config.yaml",
+		Short: "Optimize a TorchScript model: freeze, fold, oneDNN fusions, channels-last, INT8; validate, bench, save",
+		Args:  cobra.NoArgs,
+		RunE:  func(c *cobra.Command, _ []string) error { return o.run(c) },
+	}
+	f := c.Flags()
+	f.StringVarP(&o.configPath, "config", "c", "", "YAML config (see configs/; `torchspeed config init` writes one)")
+	f.StringP("model", "m", "", "TorchScript model (model.path)")
+	f.StringP("out", "o", "", "output folder (output.dir)")
+	f.Int("threads", 0, "intra-op threads, 0 = measure (runtime.threads)")
+	f.String("quantize", "", "none, static, dynamic or auto (quantize.mode)")
+	f.String("engine", "", "quantized engine: auto, x86, fbgemm, onednn, qnnpack (quantize.engine)")
+	f.Int("runs", 0, "final benchmark rounds (bench.runs)")
+	f.String("allocator", "", "default, jemalloc or tcmalloc (runtime.allocator)")
+	f.Bool("quiet", false, "no progress output (output.quiet)")
+	f.Bool("overwrite", false, "replace an existing artifact (output.overwrite)")
+	f.BoolVar(&o.asJSON, "json", false, "print report.json to stdout instead of the table")
+	return c
+}
+
+func (o *optimizeCmd) run(c *cobra.Command) error {
+	cfg, err := config.Load(o.configPath, c.Flags(), optimizeAliases)
+	if err != nil {
+		return usageError{err}
+	}
+	probe, s, applied, warnings, err := setUpRuntime(runenv.Options{
+		Threads: cfg.Runtime.Threads, InteropThreads: cfg.Runtime.InteropThreads,
+		Allocator: cfg.Runtime.Allocator, Mode: runenv.Mode(cfg.Runtime.Mode), NUMANodes: numaNodes(cfg.Runtime.NUMANode),
+	})
+	if err != nil {
+		return err
+	}
+	log := c.ErrOrStderr()
+	quiet := cfg.Output.Quiet || !isTerminal(os.Stderr) && os.Getenv("TORCHSPEED_PROGRESS") == ""
+	for _, w := range warnings {
+		fmt.Fprintln(log, "warning:", w)
+	}
+	opts := pipeline.Options{Threads: s.Threads, Settings: settingsMap(s, applied), Machine: probe}
+	if cfg.Runtime.Threads == 0 && s.Threads > 1 {
+		opts.AutoThreads = []int{1, s.Threads}
+		if s.Threads > 3 {
+			opts.AutoThreads = []int{1, s.Threads / 2, s.Threads}
+		}
+	}
+	if !quiet {
+		opts.Log = log
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := pipeline.Run(ctx, cfg, opts)
+	if err != nil && rep == nil {
+		if errors.Is(err, context.Canceled) {
+			return exitErr{code: exitInterrupt, err: err}
+		}
+		return err
+	}
+	w := c.OutOrStdout()
+	if o.asJSON {
+		if jerr := rep.WriteJSON(w); jerr != nil {
+			return jerr
+		}
+	} else if terr := rep.WriteTable(w); terr != nil {
+		return terr
+	}
+	return err
+}
+
+type exitErr struct {
+	code int
+	err  error
+}
+
+func (e exitErr) Error() string { return e.err.Error() }
+func (e exitErr) Unwrap() error { return e.err }
+func (e exitErr) ExitCode() int { return e.code }
+
+// settingsEnv carries the parent's settings into the re-executed process: once libgomp has
+// read OMP_PROC_BIND it binds the initial thread to the first place, so a second probe there
+// would see one CPU and compute different settings.
+const settingsEnv = "TORCHSPEED_RUNTIME_SETTINGS"
+
+// setUpRuntime computes the runtime settings for this process, re-executes it when the OpenMP
+// variables or the allocator need a fresh start, then pins and binds it and sets libtorch's
+// thread counts.
+func setUpRuntime(o runenv.Options) (*cpu.Probe, runenv.Settings, []string, []string, error) {
+	probe, err := cpu.Detect(cpu.Options{})
+	if err != nil {
+		return nil, runenv.Settings{}, nil, nil, err
+	}
+	var s runenv.Settings
+	if raw := os.Getenv(settingsEnv); raw != "" && os.Getenv(runenv.ReexecMarker) != "" {
+		if err := json.Unmarshal([]byte(raw), &s); err != nil {
+			return nil, s, nil, nil, fmt.Errorf("%s: %w", settingsEnv, err)
+		}
+	} else {
+		settings, err := runenv.Compute(probe, o)
+		if err != nil {
+			return nil, s, nil, nil, usageError{fmt.Errorf("runtime settings: %w", err)}
+		}
+		s = settings[0]
+		raw, err := json.Marshal(s)
+		if err != nil {
+			return nil, s, nil, nil, err
+		}
+		os.Setenv(settingsEnv, string(raw))
+		if _, err := runenv.EnsureEnv(s); err != nil {
+			return nil, s, nil, nil, err
+		}
+	}
+	applied, warnings, err := runenv.ApplyInProcess(s)
+	if err != nil {
+		return nil, s, nil, nil, err
+	}
+	if err := torch.SetNumInteropThreads(max(1, s.InteropThreads)); err != nil {
+		return nil, s, nil, nil, err
+	}
+	if err := torch.SetNumThreads(s.Threads); err != nil {
+		return nil, s, nil, nil, err
+	}
+	return probe, s, applied, warnings, nil
+}
+
+func numaNodes(n int) []int {
+	if n < 0 {
+		return nil
+	}
+	return []int{n}
+}
+
+func settingsMap(s runenv.Settings, applied []string) map[string]string {
+	m := map[string]string{
+		"cpus":            s.CPUs.String(),
+		"threads":         fmt.Sprint(s.Threads),
+		"interop_threads": fmt.Sprint(s.InteropThreads),
+		"openmp":          s.OpenMP,
+		"mode":            string(s.Mode),
+		"allocator":       orDash(s.Allocator),
+		"numa_node":       fmt.Sprint(s.NUMANode),
+	}
+	for _, v := range s.Vars {
+		m["env "+v.Name] = v.Value
+	}
+	for i, a := range applied {
+		m[fmt.Sprintf("applied %d", i+1)] = a
+	}
+	return m
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func isTerminal(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }

@@ -1,0 +1,353 @@
+package pipeline
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/torchspeed/torchspeed/bindings/torch"
+	"github.com/torchspeed/torchspeed/pkg/bench"
+	"github.com/torchspeed/torchspeed/pkg/config"
+	"github.com/torchspeed/torchspeed/pkg/report"
+	"github.com/torchspeed/torchspeed/pkg/torchspeed"
+)
+
+// addCandidate builds a candidate, times the build, counts its nodes and checks its outputs
+// against the original's. A candidate whose outputs moved beyond tolerance is rejected here.
+func (r *run) addCandidate(name string, steps []string, build func() (*candidate, error)) *candidate {
+	t0 := time.Now()
+	c, err := build()
+	if err != nil {
+		r.logf("  %-34s failed: %v", name, err)
+		r.cands = append(r.cands, &candidate{name: name, status: "failed", reason: err.Error(), steps: steps})
+		return nil
+	}
+	c.name, c.steps, c.wall = name, steps, time.Since(t0)
+	if c.precision == "" {
+		c.precision = "fp32"
+	}
+	c.nodes, _ = c.mod.NodeCounts()
+	r.closes = append(r.closes, c.close)
+	got, err := outputsOf(c, r.checks)
+	if err != nil {
+		c.status, c.reason = "failed", fmt.Sprintf("running it failed: %v", err)
+		r.cands = append(r.cands, c)
+		return nil
+	}
+	c.maxAbs, c.cosine, err = agreement(r.ref, got)
+	switch {
+	case err != nil:
+		c.status, c.reason = "rejected", err.Error()
+	case c.precision == "fp32" && (c.maxAbs > r.cfg.Optimize.MaxAbsError || c.cosine < r.cfg.Optimize.MinCosine):
+		c.status = "rejected"
+		c.reason = fmt.Sprintf("outputs moved beyond tolerance: max abs error %.3g (allowed %.3g), cosine %.6f (required %.6f)",
+			c.maxAbs, r.cfg.Optimize.MaxAbsError, c.cosine, r.cfg.Optimize.MinCosine)
+	default:
+		c.status = "candidate"
+	}
+	r.logf("  %-34s built in %6.0f ms, max abs err %.2g, cosine %.6f", name, float64(c.wall.Microseconds())/1000, c.maxAbs, c.cosine)
+	r.cands = append(r.cands, c)
+	return c
+}
+
+// fp32Stages builds the FP32 candidates in pipeline order: fold, freeze, freeze +
+// optimize_for_inference, channels-last (+ optimize_for_inference).
+func (r *run) fp32Stages() error {
+	o := r.cfg.Optimize
+	r.logf("building FP32 candidates")
+	base := r.orig.mod
+	var steps []string
+	if o.FoldBN {
+		c := r.addCandidate("fold conv+bn", []string{"fold_bn"}, func() (*candidate, error) {
+			m, err := base.FoldConvBN()
+			if err != nil {
+				return nil, err
+			}
+			return &candidate{mod: m}, nil
+		})
+		if c != nil && c.status == "candidate" {
+			base, steps = c.mod, []string{"fold_bn"}
+		}
+	}
+	r.unfrozen = base
+	r.unfrozenSteps = steps
+	if !o.Freeze {
+		return nil
+	}
+	frozenSteps := append(slices.Clone(steps), "freeze")
+	frozen := r.addCandidate("freeze", frozenSteps, func() (*candidate, error) {
+		m, err := base.Freeze()
+		if err != nil {
+			return nil, err
+		}
+		return &candidate{mod: m}, nil
+	})
+	if frozen == nil {
+		return nil
+	}
+	if o.OptimizeForInference != config.Off {
+		r.addCandidate("freeze + optimize_for_inference", append(slices.Clone(frozenSteps), "optimize_for_inference"), func() (*candidate, error) {
+			m, err := frozen.mod.OptimizeForInference()
+			if err != nil {
+				return nil, err
+			}
+			return &candidate{mod: m, save: frozen.mod, passes: []string{torchspeed.PassOptimizeForInference}}, nil
+		})
+	}
+	if o.ChannelsLast != config.Off && has4DFloatInput(r.cfg) {
+		clSteps := append(slices.Clone(steps), "channels_last", "freeze")
+		withOFI := o.OptimizeForInference != config.Off
+		if withOFI {
+			clSteps = append(clSteps, "optimize_for_inference")
+		}
+		name := "channels-last + freeze"
+		if withOFI {
+			name += " + ofi"
+		}
+		r.addCandidate(name, clSteps, func() (*candidate, error) {
+			cl, err := base.Clone()
+			if err != nil {
+				return nil, err
+			}
+			n, err := cl.ChannelsLast()
+			if err != nil {
+				cl.Close()
+				return nil, err
+			}
+			if n == 0 {
+				cl.Close()
+				return nil, fmt.Errorf("no 4-D weights to convert")
+			}
+			fr, err := cl.Freeze()
+			cl.Close()
+			if err != nil {
+				return nil, err
+			}
+			if !withOFI {
+				return &candidate{mod: fr, channelsLast: true}, nil
+			}
+			opt, err := fr.OptimizeForInference()
+			if err != nil {
+				fr.Close()
+				return nil, err
+			}
+			return &candidate{mod: opt, save: fr, passes: []string{torchspeed.PassOptimizeForInference}, channelsLast: true}, nil
+		})
+	}
+	return nil
+}
+
+func has4DFloatInput(cfg *config.Config) bool {
+	for _, in := range cfg.Model.Inputs {
+		if len(in.Shape) == 4 && in.DType == "float32" {
+			return true
+		}
+	}
+	return false
+}
+
+// measure runs the original and the given candidates interleaved and records each one's
+// figures on its stage row.
+func (r *run) measure(cands []*candidate, rounds int) (*bench.Comparison, error) {
+	targets := []bench.Target{&target{ctx: r.ctx, name: "original", c: r.orig, inputs: r.inputs}}
+	for _, c := range cands {
+		targets = append(targets, &target{ctx: r.ctx, name: c.name, c: c, inputs: r.inputs})
+	}
+	cmp, err := bench.Compare(targets, r.stageOptions(rounds))
+	if err != nil {
+		return nil, err
+	}
+	return cmp, nil
+}
+
+func msOf(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
+
+// measureStages times every FP32 candidate interleaved with the original, then decides which
+// steps to keep: a step is kept when it is on, or auto and at least min_speedup faster than
+// the model without it, and its outputs match.
+func (r *run) measureStages() error {
+	var live []*candidate
+	for _, c := range r.cands {
+		if c.status == "candidate" {
+			live = append(live, c)
+		}
+	}
+	if len(live) == 0 {
+		return nil
+	}
+	r.logf("measuring %d candidates against the original, %d interleaved rounds", len(live), r.cfg.Bench.StageRuns)
+	cmp, err := r.measure(live, r.cfg.Bench.StageRuns)
+	if err != nil {
+		return fmt.Errorf("measuring stages: %w", err)
+	}
+	r.stageCmp = cmp
+	p50 := map[string]float64{}
+	for _, res := range cmp.Results {
+		p50[res.Name] = msOf(res.Stats.P50)
+	}
+	o := r.cfg.Optimize
+	best := r.orig
+	bestName := "original"
+	decide := func(c *candidate, toggle config.Toggle, step string) {
+		if c == nil || c.status != "candidate" {
+			return
+		}
+		ratio := p50[c.name] / p50[bestName]
+		switch {
+		case toggle == config.On:
+			c.status, c.reason = "kept", fmt.Sprintf("%s is on in the config (%.2fx vs %s)", step, 1/ratio, bestName)
+		case ratio <= 1/o.MinSpeedup:
+			c.status, c.reason = "kept", fmt.Sprintf("%.2fx faster than %s (p50 %.3f vs %.3f ms)", 1/ratio, bestName, p50[c.name], p50[bestName])
+		default:
+			c.status, c.reason = "rejected", fmt.Sprintf("not faster than %s by %.0f%% (p50 %.3f vs %.3f ms, %.2fx)", bestName, (o.MinSpeedup-1)*100, p50[c.name], p50[bestName], 1/ratio)
+		}
+		r.rep.Decisions = append(r.rep.Decisions, fmt.Sprintf("%s: %s", c.name, c.reason))
+		if c.status == "kept" {
+			best, bestName = c, c.name
+		}
+	}
+	byName := func(prefix string) *candidate {
+		for _, c := range r.cands {
+			if c.name == prefix {
+				return c
+			}
+		}
+		return nil
+	}
+	// Fold and freeze are kept whenever their outputs match: they only remove work, and the
+	// later passes need a frozen graph.
+	for _, name := range []string{"fold conv+bn", "freeze"} {
+		if c := byName(name); c != nil && c.status == "candidate" {
+			c.status = "kept"
+			c.reason = fmt.Sprintf("outputs match (max abs err %.2g); p50 %.3f ms vs original %.3f ms", c.maxAbs, p50[c.name], p50["original"])
+			best, bestName = c, c.name
+		}
+	}
+	decide(byName("freeze + optimize_for_inference"), o.OptimizeForInference, "optimize_for_inference")
+	for _, c := range r.cands {
+		if len(c.name) > 13 && c.name[:13] == "channels-last" {
+			decide(c, o.ChannelsLast, "channels_last")
+		}
+	}
+	// Only the chain's last kept step stays "kept"; earlier ones are superseded.
+	for _, c := range r.cands {
+		if c.status == "kept" && c != best {
+			c.status = "superseded"
+		}
+	}
+	_ = best
+	return nil
+}
+
+// chooseThreads measures the best model at each candidate thread count, interleaved in
+// blocks, and keeps the fastest (runtime.threads: 0).
+func (r *run) chooseThreads() error {
+	if r.cfg.Runtime.Threads > 0 || len(r.opts.AutoThreads) < 2 {
+		r.threads = max(r.opts.Threads, r.cfg.Runtime.Threads, torch.NumThreads())
+		return nil
+	}
+	c := r.best()
+	const block = 5
+	rounds := max(4, r.cfg.Bench.StageRuns/block)
+	samples := map[int][]time.Duration{}
+	for i := 0; i < rounds; i++ {
+		for _, n := range r.opts.AutoThreads {
+			if err := torch.SetNumThreads(n); err != nil {
+				return err
+			}
+			tg := &target{ctx: r.ctx, c: c, inputs: r.inputs}
+			if err := tg.Run(); err != nil { // the first run after a change pays for the pool
+				return err
+			}
+			for k := 0; k < block; k++ {
+				t0 := time.Now()
+				if err := tg.Run(); err != nil {
+					return err
+				}
+				samples[n] = append(samples[n], time.Since(t0))
+			}
+		}
+	}
+	bestN, bestP := 0, 0.0
+	var parts []string
+	for _, n := range r.opts.AutoThreads {
+		s, err := bench.Summarize(samples[n])
+		if err != nil {
+			return err
+		}
+		p := msOf(s.P50)
+		parts = append(parts, fmt.Sprintf("%d: p50 %.3f ms p95 %.3f ms", n, p, msOf(s.P95)))
+		if bestN == 0 || p < bestP {
+			bestN, bestP = n, p
+		}
+	}
+	r.threads = bestN
+	if err := torch.SetNumThreads(bestN); err != nil {
+		return err
+	}
+	r.rep.Decisions = append(r.rep.Decisions, fmt.Sprintf("threads: %d (measured %s)", bestN, joinSemi(parts)))
+	r.logf("threads: %d (%s)", bestN, joinSemi(parts))
+	return nil
+}
+
+func joinSemi(p []string) string {
+	s := ""
+	for i, x := range p {
+		if i > 0 {
+			s += "; "
+		}
+		s += x
+	}
+	return s
+}
+
+// stageRows turns candidates and their measurement into the report's stage table.
+func (r *run) stageRows() []report.Stage {
+	stats := map[string]*bench.Result{}
+	pairs := map[string]bench.Pair{}
+	if r.stageCmp != nil {
+		for _, res := range r.stageCmp.Results {
+			stats[res.Name] = res
+		}
+		for _, p := range r.stageCmp.Pairs {
+			pairs[p.Other] = p
+		}
+	}
+	row := func(c *candidate) report.Stage {
+		s := report.Stage{Name: c.name, Status: c.status, Reason: c.reason, WallMs: msOf(c.wall), Nodes: total(c.nodes), MaxAbsErr: c.maxAbs, Cosine: c.cosine}
+		if c != r.orig {
+			s.NodeDelta = delta(r.orig.nodes, c.nodes)
+		}
+		if res, ok := stats[c.name]; ok {
+			s.Measured = true
+			s.P50Ms, s.P95Ms = msOf(res.Stats.P50), msOf(res.Stats.P95)
+			s.P50LoMs, s.P50HiMs = msOf(res.Stats.MedianLo), msOf(res.Stats.MedianHi)
+			if p, ok := pairs[c.name]; ok && p.Ratio > 0 {
+				s.Speedup, s.SpeedupLo, s.SpeedupHi = 1/p.Ratio, 1/p.RatioHi, 1/p.RatioLo
+			} else if c == r.orig {
+				s.Speedup, s.SpeedupLo, s.SpeedupHi = 1, 1, 1
+			}
+		}
+		return s
+	}
+	rows := []report.Stage{row(r.orig)}
+	for _, c := range r.cands {
+		rows = append(rows, row(c))
+	}
+	return rows
+}
+
+func delta(a, b map[string]int) map[string]int {
+	d := map[string]int{}
+	for k, v := range b {
+		if v != a[k] {
+			d[k] = v - a[k]
+		}
+	}
+	for k, v := range a {
+		if _, ok := b[k]; !ok {
+			d[k] = -v
+		}
+	}
+	return d
+}

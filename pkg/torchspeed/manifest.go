@@ -1,0 +1,84 @@
+// Package torchspeed is the Go API for artifacts made by `torchspeed optimize`: Load opens one,
+// re-applies the passes that cannot be saved, applies its runtime settings, and Predict runs it
+// from many goroutines.
+package torchspeed
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/torchspeed/torchspeed/pkg/version"
+)
+
+// ManifestFile is the name of the extra file (extra/torchspeed.json inside the TorchScript
+// archive) that carries the manifest. Stock libtorch ignores it.
+const ManifestFile = "torchspeed.json"
+
+// Load-time passes a manifest may list.
+const (
+	PassOptimizeForInference = "optimize_for_inference"
+)
+
+// Manifest describes an artifact: what it was made from, how to load and run it, and how well
+// it matched the original.
+type Manifest struct {
+	Format     int       `json:"format"`
+	Torchspeed string    `json:"torchspeed_version"`
+	Libtorch   string    `json:"libtorch_version"`
+	Created    time.Time `json:"created"`
+	// Source is the original model: its file name and SHA-256.
+	SourceName   string      `json:"source_name"`
+	SourceSHA256 string      `json:"source_sha256"`
+	Inputs       []InputSpec `json:"inputs"`
+	// LoadPasses are re-applied in order after loading (libtorch 1.13 cannot save the result of
+	// optimize_for_inference).
+	LoadPasses []string `json:"load_passes"`
+	// ChannelsLast: 4-D float inputs are converted to channels-last before forward.
+	ChannelsLast bool `json:"channels_last"`
+	// Precision is "fp32" or "int8-static" / "int8-dynamic".
+	Precision string `json:"precision"`
+	// QEngine is the quantized engine an INT8 artifact must run with.
+	QEngine string `json:"qengine,omitempty"`
+	// FP32Layers are the layers kept in FP32 by the accuracy fallback.
+	FP32Layers []string `json:"fp32_layers,omitempty"`
+	Runtime    Runtime  `json:"runtime"`
+	// Validation holds the figures measured against the original when the artifact was made.
+	Validation map[string]float64 `json:"validation,omitempty"`
+	// Steps lists the optimization steps kept, in order.
+	Steps []string `json:"steps"`
+}
+
+// InputSpec is one forward argument.
+type InputSpec struct {
+	Name  string  `json:"name"`
+	Shape []int64 `json:"shape"`
+	DType string  `json:"dtype"`
+}
+
+// Runtime is the setting the artifact was measured fastest with.
+type Runtime struct {
+	Threads        int    `json:"threads"`
+	InteropThreads int    `json:"interop_threads"`
+	OpenMP         string `json:"openmp,omitempty"`
+	Allocator      string `json:"allocator,omitempty"`
+}
+
+// Marshal encodes the manifest for the archive.
+func (m *Manifest) Marshal() ([]byte, error) { return json.MarshalIndent(m, "", "  ") }
+
+// ParseManifest decodes a manifest and refuses formats newer than this build understands.
+func ParseManifest(b []byte) (*Manifest, error) {
+	var m Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("manifest %s: not valid JSON: %w", ManifestFile, err)
+	}
+	if m.Format > version.ManifestFormat {
+		return nil, fmt.Errorf("manifest format %d was written by torchspeed %s; this torchspeed (%s) reads format %d or older: upgrade torchspeed",
+			m.Format, m.Torchspeed, version.Version, version.ManifestFormat)
+	}
+	if m.Format < 1 {
+		return nil, fmt.Errorf("manifest %s: format %d is not a torchspeed manifest", ManifestFile, m.Format)
+	}
+	return &m, nil
+}
