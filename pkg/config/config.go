@@ -27,14 +27,14 @@ const EnvPrefix = "TORCHSPEED"
 
 // Config is one optimization job.
 type Config struct {
-	Model       Model       `mapstructure:"model" json:"model"`
-	Optimize    Optimize    `mapstructure:"optimize" json:"optimize"`
-	Quantize    Quantize    `mapstructure:"quantize" json:"quantize"`
+	Model       Model        `mapstructure:"model" json:"model"`
+	Optimize    Optimize     `mapstructure:"optimize" json:"optimize"`
+	Quantize    Quantize     `mapstructure:"quantize" json:"quantize"`
 	Calibration calib.Source `mapstructure:"calibration" json:"calibration"`
-	Validation  Validation  `mapstructure:"validation" json:"validation"`
-	Runtime     Runtime     `mapstructure:"runtime" json:"runtime"`
-	Bench       Bench       `mapstructure:"bench" json:"bench"`
-	Output      Output      `mapstructure:"output" json:"output"`
+	Validation  Validation   `mapstructure:"validation" json:"validation"`
+	Runtime     Runtime      `mapstructure:"runtime" json:"runtime"`
+	Bench       Bench        `mapstructure:"bench" json:"bench"`
+	Output      Output       `mapstructure:"output" json:"output"`
 
 	// File is the config file it was read from ("" when none); relative paths in it are taken
 	// relative to its folder.
