@@ -7,27 +7,31 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/klauspost/cpuid/v2"
 )
 
 // PeakOptions configures MeasurePeak. The zero value measures on every CPU
-// this process may use, ~200 ms per figure, best of 3.
+// this process may use, 200 ms per figure, best 2 ms burst.
 type PeakOptions struct {
 	// CPUs are the logical CPUs for the all-cores figures: one goroutine per
 	// entry, each on its own locked OS thread bound to that CPU (Linux).
 	// Empty means every CPU in the process's affinity mask. The per-core
 	// figures run on CPUs[0].
 	CPUs []int
-	// Duration is the target time of one timed run (default 200 ms).
+	// Duration is the time spent on each figure (default 200 ms).
 	Duration time.Duration
-	// Repeats is how many timed runs each figure takes; the best is kept,
-	// since interference only ever slows a run down (default 3).
-	Repeats int
+	// Burst is the length of one timed run (default 2 ms). Each figure is
+	// the best burst within Duration: interference only ever slows a run
+	// down, and short bursts are rarely preempted even on a busy machine.
+	// Bandwidth runs are one full pass over the buffer each.
+	Burst time.Duration
 	// MemoryBytes is the bandwidth buffer size; default 8x the last-level
 	// cache, at least 256 MiB, so the caches cannot hold it.
 	MemoryBytes int64
@@ -58,13 +62,20 @@ type PeakResult struct {
 	INT8 []ComputeFigure `json:"int8"`
 	// Memory is absent with SkipMemory.
 	Memory *MemoryFigure `json:"memory,omitempty"`
+	// TheoreticalFP32 and TheoreticalINT8 are the per-core peaks of the
+	// widest FMA and VNNI instructions the CPU has (whether or not this
+	// build can run them): units x lanes x 2 x FrequencyHz. INT8 is 0
+	// without VNNI. TheoreticalNote spells out the terms.
+	TheoreticalFP32 float64 `json:"theoretical_fp32_per_core"`
+	TheoreticalINT8 float64 `json:"theoretical_int8_per_core"`
+	TheoreticalNote string  `json:"theoretical_note"`
 	// BestFP32 and BestINT8 are the highest all-cores rates above (FLOP/s,
 	// OP/s): the compute roofs.
 	BestFP32 float64 `json:"best_fp32_flops"`
 	BestINT8 float64 `json:"best_int8_ops"`
-	// Duration and Repeats are the settings used.
+	// Duration and Burst are the settings used.
 	Duration time.Duration `json:"duration_ns"`
-	Repeats  int           `json:"repeats"`
+	Burst    time.Duration `json:"burst_ns"`
 }
 
 // ComputeFigure is one in-register compute loop's measured and theoretical
@@ -105,7 +116,8 @@ type peakLoop struct {
 }
 
 // MeasurePeak measures per-core and all-cores compute peaks and memory
-// bandwidth. It takes about (number of figures) x Repeats x Duration x 2.
+// bandwidth. It takes about 2 x Duration per compute figure (13 of them
+// with AVX-512 VNNI) plus the bandwidth passes.
 func MeasurePeak(opts PeakOptions) (PeakResult, error) {
 	if opts.Duration == 0 {
 		opts.Duration = 200 * time.Millisecond
@@ -113,11 +125,11 @@ func MeasurePeak(opts PeakOptions) (PeakResult, error) {
 	if opts.Duration < time.Millisecond || opts.Duration > time.Minute {
 		return PeakResult{}, fmt.Errorf("peak: duration %v out of range; use 1ms..1m", opts.Duration)
 	}
-	if opts.Repeats == 0 {
-		opts.Repeats = 3
+	if opts.Burst == 0 {
+		opts.Burst = 2 * time.Millisecond
 	}
-	if opts.Repeats < 1 || opts.Repeats > 100 {
-		return PeakResult{}, fmt.Errorf("peak: repeats %d out of range; use 1..100", opts.Repeats)
+	if opts.Burst < 100*time.Microsecond || opts.Burst > opts.Duration {
+		return PeakResult{}, fmt.Errorf("peak: burst %v out of range; use 100us..duration (%v)", opts.Burst, opts.Duration)
 	}
 	if opts.FMAPerCycle256 < 0 || opts.FMAPerCycle512 < 0 {
 		return PeakResult{}, errors.New("peak: FMA units per cycle must not be negative")
@@ -132,6 +144,10 @@ func MeasurePeak(opts PeakOptions) (PeakResult, error) {
 			cpus[i] = -1 // unknown ids: lock threads but do not bind
 		}
 	}
+	if len(cpus) > runtime.GOMAXPROCS(0) {
+		return PeakResult{}, fmt.Errorf("peak: %d CPUs but GOMAXPROCS is %d: the threads could not run together; raise GOMAXPROCS or give fewer CPUs",
+			len(cpus), runtime.GOMAXPROCS(0))
+	}
 	seen := map[int]bool{}
 	for _, c := range cpus {
 		if c != -1 && (c < 0 || seen[c]) {
@@ -145,16 +161,25 @@ func MeasurePeak(opts PeakOptions) (PeakResult, error) {
 		Features: detected,
 		CPUs:     cpus,
 		Duration: opts.Duration,
-		Repeats:  opts.Repeats,
+		Burst:    opts.Burst,
 	}
-	r := runner{cpus: cpus, dur: opts.Duration, repeats: opts.Repeats}
-	if err := r.pinCheck(); err != nil {
+	r := runner{cpus: cpus, dur: opts.Duration, burst: opts.Burst}
+	if err := r.start(); err != nil {
 		return res, err
 	}
+	defer r.stop()
 	res.Pinned = r.pinned
 
-	res.FrequencyHz, res.FrequencySource = r.frequency()
+	_, res.FrequencySource = r.frequency()
 	u256, u512, unitNote := fmaUnits(opts)
+	type pending struct {
+		int8  bool
+		idx   int // into FP32 or INT8 (pointers would go stale on append)
+		units float64
+		width int
+		macs  float64
+	}
+	var theo []pending
 
 	for _, l := range peakLoops() {
 		if !detected.supports(l.path) {
@@ -167,12 +192,6 @@ func MeasurePeak(opts PeakOptions) (PeakResult, error) {
 		if l.path == AVX512 || l.path == AVX512VNNI {
 			units, width = u512, 512
 		}
-		if l.macsPerInstr > 0 && units > 0 && res.FrequencyHz > 0 {
-			f.TheoreticalPerCore = units * l.macsPerInstr * 2 * res.FrequencyHz
-			f.TheoreticalAllCores = f.TheoreticalPerCore * float64(len(cpus))
-			f.Assumption = fmt.Sprintf("%g %d-bit units x %g multiply-adds per instruction x 2 x %.3f GHz (%s; %s)",
-				units, width, l.macsPerInstr, res.FrequencyHz/1e9, unitNote, res.FrequencySource)
-		}
 		if l.kind == "fp32" {
 			res.FP32 = append(res.FP32, f)
 			res.BestFP32 = math.Max(res.BestFP32, f.AllCores)
@@ -180,6 +199,55 @@ func MeasurePeak(opts PeakOptions) (PeakResult, error) {
 			res.INT8 = append(res.INT8, f)
 			res.BestINT8 = math.Max(res.BestINT8, f.AllCores)
 		}
+		if l.macsPerInstr > 0 && units > 0 {
+			p := pending{int8: l.kind != "fp32", idx: len(res.FP32) - 1, units: units, width: width, macs: l.macsPerInstr}
+			if p.int8 {
+				p.idx = len(res.INT8) - 1
+			}
+			theo = append(theo, p)
+		}
+	}
+	// The clock was sampled between all the bursts above; its best sample
+	// is the least disturbed one.
+	if clockMeasured {
+		res.FrequencyHz = r.clockHz
+	} else {
+		res.FrequencyHz, _ = r.frequency()
+	}
+	if res.FrequencyHz > 0 {
+		units, lanes, isa := u256, 8.0, "256-bit FMA"
+		switch f := detected; {
+		case f.AVX512F && u512 > 0:
+			units, lanes, isa = u512, 16, "512-bit FMA"
+		case !(f.AVX2 && f.FMA):
+			units, lanes, isa = 1, 4, "128-bit SSE mul+add (no FMA)"
+		}
+		res.TheoreticalFP32 = units * lanes * 2 * res.FrequencyHz
+		note := fmt.Sprintf("FP32: %g x %s x %g lanes x 2 x %.3f GHz", units, isa, lanes, res.FrequencyHz/1e9)
+		switch f := detected; {
+		case f.AVX512VNNI && f.AVX512F && u512 > 0:
+			res.TheoreticalINT8 = u512 * 64 * 2 * res.FrequencyHz
+			note += fmt.Sprintf("; INT8: %g x 512-bit vpdpbusd x 64 multiply-adds x 2", u512)
+		case f.AVXVNNI:
+			res.TheoreticalINT8 = u256 * 32 * 2 * res.FrequencyHz
+			note += fmt.Sprintf("; INT8: %g x 256-bit vpdpbusd x 32 multiply-adds x 2", u256)
+		}
+		res.TheoreticalNote = note + " (" + unitNote + "; frequency " + res.FrequencySource + ")"
+	}
+	for _, p := range theo {
+		if res.FrequencyHz <= 0 {
+			break
+		}
+		var f *ComputeFigure
+		if p.int8 {
+			f = &res.INT8[p.idx]
+		} else {
+			f = &res.FP32[p.idx]
+		}
+		f.TheoreticalPerCore = p.units * p.macs * 2 * res.FrequencyHz
+		f.TheoreticalAllCores = f.TheoreticalPerCore * float64(len(cpus))
+		f.Assumption = fmt.Sprintf("%g %d-bit units x %g multiply-adds per instruction x 2 x %.3f GHz (%s; %s)",
+			p.units, p.width, p.macs, res.FrequencyHz/1e9, unitNote, res.FrequencySource)
 	}
 
 	if !opts.SkipMemory {
@@ -221,102 +289,147 @@ func fmaUnits(opts PeakOptions) (u256, u512 float64, note string) {
 	return u256, u512, note
 }
 
-// runner times loops on locked, pinned OS threads.
+// runner times loops on a pool of locked OS threads, bound to their CPUs
+// when pinning works. Figures are the best of many short bursts: on a
+// shared or busy machine a burst that was not preempted shows what the core
+// can do, where one long run would average in other processes' time slices.
 type runner struct {
-	cpus    []int
-	dur     time.Duration
-	repeats int
-	pinned  bool
+	cpus   []int
+	dur    time.Duration // total time per figure
+	burst  time.Duration // one timed run
+	pinned bool
+	// clockHz is the best clock sample so far (0 without a clock loop).
+	clockHz float64
+	work    []chan func()
+	done    chan struct{}
 }
 
-// pinCheck finds out whether binding works, so one bad CPU id is an
-// error up front rather than a silent unpinned figure.
-func (r *runner) pinCheck() error {
-	if r.cpus[0] == -1 {
-		return nil
-	}
+// start launches one worker per CPU; stop ends them. Workers never unlock
+// their threads, so the threads (with their changed affinity) exit with
+// them instead of returning to the Go scheduler.
+func (r *runner) start() error {
+	r.done = make(chan struct{}, len(r.cpus))
 	errc := make(chan error, len(r.cpus))
-	var wg sync.WaitGroup
-	for _, c := range r.cpus {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	r.work = make([]chan func(), len(r.cpus))
+	for i, c := range r.cpus {
+		r.work[i] = make(chan func())
+		go func(w chan func()) {
 			runtime.LockOSThread()
-			// The thread exits with the goroutine (no UnlockOSThread), so
-			// its changed affinity never leaks to other goroutines.
-			errc <- pinThread(c)
-		}()
-	}
-	wg.Wait()
-	close(errc)
-	for err := range errc {
-		if err != nil {
-			if runtime.GOOS != "linux" {
-				return nil // locked but unbound; Pinned stays false
+			var err error
+			if c != -1 {
+				err = pinThread(c)
 			}
-			return fmt.Errorf("peak: bind a thread to one of CPUs %v: %w; give CPUs this process may use (see taskset -p)", r.cpus, err)
+			errc <- err
+			for f := range w {
+				f()
+				r.done <- struct{}{}
+			}
+		}(r.work[i])
+	}
+	r.pinned = r.cpus[0] != -1
+	var first error
+	for range r.cpus {
+		if err := <-errc; err != nil {
+			r.pinned = false
+			if first == nil {
+				first = err
+			}
 		}
 	}
-	r.pinned = true
+	if first != nil && runtime.GOOS == "linux" {
+		r.stop()
+		return fmt.Errorf("peak: bind a thread to one of CPUs %v: %w; give CPUs this process may use (see taskset -p)", r.cpus, first)
+	}
 	return nil
 }
 
-// onThreads runs work(i) on n locked threads bound to cpus[i], all started
-// together, and returns the wall time from the start to the last finish.
-func (r *runner) onThreads(n int, work func(i int)) time.Duration {
-	var ready, done sync.WaitGroup
-	start := make(chan struct{})
-	ready.Add(n)
-	done.Add(n)
-	for i := 0; i < n; i++ {
-		go func() {
-			defer done.Done()
-			runtime.LockOSThread() // not unlocked: the thread dies with the goroutine
-			if r.pinned {
-				_ = pinThread(r.cpus[i]) // checked by pinCheck
-			}
-			ready.Done()
-			<-start
-			work(i)
-		}()
+func (r *runner) stop() {
+	for _, w := range r.work {
+		close(w)
 	}
-	ready.Wait()
-	t0 := time.Now()
-	close(start)
-	done.Wait()
-	return time.Since(t0)
+	r.work = nil
 }
 
-// calibrate finds how many iterations of fn take about r.dur on one core.
+// onThreads runs work(i) on the first n workers and returns the time from
+// the moment all n were running to the last finish. The workers take the
+// times themselves: handing work to a locked thread can wait for the OS to
+// schedule it, and that wait must not count as run time. The last worker
+// to arrive starts the others, which spin until then.
+func (r *runner) onThreads(n int, work func(i int)) time.Duration {
+	var ready atomic.Int32
+	var started atomic.Bool
+	var start time.Duration
+	ends := make([]time.Duration, n)
+	base := time.Now()
+	for i := 0; i < n; i++ {
+		r.work[i] <- func() {
+			if ready.Add(1) == int32(n) {
+				start = time.Since(base)
+				started.Store(true)
+			}
+			for !started.Load() {
+			}
+			work(i)
+			ends[i] = time.Since(base)
+		}
+	}
+	for i := 0; i < n; i++ {
+		<-r.done
+	}
+	return slices.Max(ends) - start
+}
+
+// calibrate finds how many iterations of fn take about one burst.
 func (r *runner) calibrate(fn func(int)) int {
-	iters := 1 << 10
+	iters := 1 << 6
 	for {
 		d := r.onThreads(1, func(int) { fn(iters) })
-		if d >= r.dur/8 || iters >= 1<<40 {
-			scaled := float64(iters) * float64(r.dur) / float64(max(d, time.Microsecond))
+		if d >= r.burst/4 || iters >= math.MaxInt32 {
+			scaled := float64(iters) * float64(r.burst) / float64(max(d, time.Microsecond))
 			return max(1, int(scaled))
 		}
-		iters *= 4
+		iters *= 2
 	}
 }
 
-// rate returns the best ops/s of fn on n threads (each running the
-// calibrated iteration count).
+// rate returns the best ops/s of fn over bursts on n threads, for r.dur
+// (at least three bursts). After each burst a short clock burst runs on the
+// first thread, so the clock is sampled under the same conditions (boost,
+// load) as the loops; r.clockHz keeps the best.
 func (r *runner) rate(fn func(int), opsPerIter float64, n int) float64 {
 	iters := r.calibrate(fn)
 	best := 0.0
-	for k := 0; k < r.repeats; k++ {
+	t0 := time.Now()
+	for k := 0; k < 3 || time.Since(t0) < r.dur; k++ {
 		d := r.onThreads(n, func(int) { fn(iters) })
 		best = math.Max(best, float64(n)*float64(iters)*opsPerIter/d.Seconds())
+		r.sampleClock()
 	}
 	return best
 }
 
+// clockIters is one clock burst: 2000 x 100 dependent adds, ~50-100 us.
+const clockIters = 2000
+
+// sampleClock times one clock burst on the first worker.
+func (r *runner) sampleClock() {
+	if !clockMeasured {
+		return
+	}
+	var cyc float64
+	d := r.onThreads(1, func(int) { cyc = clockCycles(clockIters) })
+	r.clockHz = math.Max(r.clockHz, clockIters*cyc/d.Seconds())
+}
+
+// frequency samples the clock for r.dur and returns the best estimate so
+// far, or the OS's figure without a clock loop.
 func (r *runner) frequency() (float64, string) {
 	if clockMeasured {
-		cyc := 0.0
-		hz := r.rate(func(it int) { cyc = clockCycles(it) }, 1, 1)
-		return hz * cyc, "measured (dependent-add loop)"
+		t0 := time.Now()
+		for k := 0; k < 10 || time.Since(t0) < r.dur; k++ {
+			r.sampleClock()
+		}
+		return r.clockHz, "measured (dependent-add loop)"
 	}
 	if mhz := cpuinfoMHz(); mhz > 0 {
 		return mhz * 1e6, "/proc/cpuinfo (cpu MHz, max)"
@@ -374,7 +487,8 @@ func (r *runner) memory(size int64) (MemoryFigure, error) {
 	}
 	read := func(parts int) float64 {
 		best := 0.0
-		for k := 0; k < r.repeats; k++ {
+		t0 := time.Now()
+		for k := 0; k < 3 || time.Since(t0) < r.dur; k++ {
 			var mu sync.Mutex
 			d := r.onThreads(parts, func(i int) {
 				s := streamRead(chunk(i, parts))
@@ -388,7 +502,8 @@ func (r *runner) memory(size int64) (MemoryFigure, error) {
 	}
 	cp := func(parts int) float64 {
 		best := 0.0
-		for k := 0; k < r.repeats; k++ {
+		t0 := time.Now()
+		for k := 0; k < 3 || time.Since(t0) < r.dur; k++ {
 			d := r.onThreads(parts, func(i int) {
 				c := chunk(i, parts)
 				h := len(c) / 2
