@@ -17,6 +17,7 @@ import (
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/pkg/bench"
+	"github.com/torchspeed/torchspeed/pkg/config"
 	"github.com/torchspeed/torchspeed/pkg/cpu"
 	"github.com/torchspeed/torchspeed/pkg/plot"
 	"github.com/torchspeed/torchspeed/pkg/version"
@@ -26,6 +27,7 @@ func init() { extraCommands = append(extraCommands, newBenchCmd) }
 
 // benchCmd holds `torchspeed bench`'s flags.
 type benchCmd struct {
+	config   string
 	models   []string
 	vs       []string
 	shapes   []string
@@ -70,6 +72,7 @@ the Pareto front of median latency against items/s and recommend a configuration
 		RunE: func(c *cobra.Command, _ []string) error { return b.run(c) },
 	}
 	f := c.Flags()
+	f.StringVarP(&b.config, "config", "c", "", "YAML config: model.path, model.inputs, runtime.threads, bench.*, output.dir (flags override it)")
 	f.StringArrayVarP(&b.models, "model", "m", nil, "TorchScript file to measure (repeat to compare several)")
 	f.StringArrayVar(&b.vs, "vs", nil, "another model to compare with the first, in interleaved rounds")
 	f.StringArrayVar(&b.shapes, "input-shape", nil, "shape of a random input, e.g. 1x3x224x224 (repeat for several inputs)")
@@ -88,7 +91,7 @@ the Pareto front of median latency against items/s and recommend a configuration
 	f.BoolVar(&b.asJSON, "json", false, "print the report as JSON instead of a table")
 	f.StringVar(&b.benchfmt, "benchfmt", "", "also write the Go benchmark format (for benchstat) to this file")
 	f.StringVar(&b.plotDir, "plot", "", "also write latency (and sweep) plots as PNG and SVG into this folder")
-	f.StringVarP(&b.outDir, "output", "o", "", "write report.json, bench.txt (benchfmt) and plots into this folder")
+	f.StringVarP(&b.outDir, "output", "o", "", "write bench.json, bench.txt (benchfmt) and plots into this folder")
 	return c
 }
 
@@ -291,7 +294,9 @@ func (b *benchCmd) outputs() (outputs, error) {
 	}
 	if b.outDir != "" {
 		dirs[b.outDir] = true
-		o.jsonPath = filepath.Join(b.outDir, "report.json")
+		// Not report.json: that name is the optimize pipeline's report,
+		// which may share the folder.
+		o.jsonPath = filepath.Join(b.outDir, "bench.json")
 		if o.benchfmt == "" {
 			o.benchfmt = filepath.Join(b.outDir, "bench.txt")
 		}
@@ -307,7 +312,65 @@ func (b *benchCmd) outputs() (outputs, error) {
 	return o, nil
 }
 
+// applyConfig takes what the flags left unset from the config file: the
+// model and its inputs, runtime.threads, the bench section and output.dir.
+func (b *benchCmd) applyConfig(c *cobra.Command) error {
+	if b.config == "" {
+		return nil
+	}
+	cfg, err := config.Load(b.config, nil, nil)
+	if err != nil {
+		return usageError{fmt.Errorf("bench: %w", err)}
+	}
+	f := c.Flags()
+	if len(b.models) == 0 {
+		b.models = []string{cfg.Model.Path}
+	}
+	if len(b.shapes) == 0 {
+		b.dtypes = nil
+		for _, in := range cfg.Model.Inputs {
+			dims := make([]string, len(in.Shape))
+			for i, d := range in.Shape {
+				dims[i] = strconv.FormatInt(d, 10)
+			}
+			b.shapes = append(b.shapes, strings.Join(dims, "x"))
+			dt := in.DType
+			if dt == "" {
+				dt = "float32"
+			}
+			b.dtypes = append(b.dtypes, dt)
+		}
+	}
+	if !f.Changed("runs") && !f.Changed("duration") {
+		if cfg.Bench.Duration > 0 && cfg.Bench.Runs == 0 {
+			b.duration = cfg.Bench.Duration
+			// Mark it as chosen, as if given on the command line.
+			if err := f.Set("duration", cfg.Bench.Duration.String()); err != nil {
+				return err
+			}
+		} else {
+			b.runs = cfg.Bench.Runs
+		}
+	}
+	if !f.Changed("warmup") {
+		b.warmup = cfg.Bench.Warmup
+	}
+	if !f.Changed("seed") {
+		b.seed = cfg.Bench.Seed
+	}
+	if !f.Changed("threads") {
+		b.threads = cfg.Runtime.Threads
+	}
+	if !f.Changed("output") && b.outDir == "" {
+		b.outDir = cfg.Output.Dir
+	}
+	return nil
+}
+
 func (b *benchCmd) run(c *cobra.Command) error {
+	if err := b.applyConfig(c); err != nil {
+		return err
+	}
 	if err := b.validate(c); err != nil {
 		return err
 	}

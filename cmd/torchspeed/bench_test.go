@@ -81,7 +81,7 @@ func TestBenchVsSelfWritesOutputs(t *testing.T) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
 	}
-	for _, f := range []string{"report.json", "bench.txt", "latency.png", "latency.svg"} {
+	for _, f := range []string{"bench.json", "bench.txt", "latency.png", "latency.svg"} {
 		p := filepath.Join(dir, f)
 		if st, err := os.Stat(p); err != nil || st.Size() == 0 {
 			t.Errorf("%s not written: %v", f, err)
@@ -95,9 +95,9 @@ func TestBenchVsSelfWritesOutputs(t *testing.T) {
 		t.Errorf("bench.txt has %d lines for the second model, want 40", n)
 	}
 	var rep bench.Report
-	b, _ = os.ReadFile(filepath.Join(dir, "report.json"))
+	b, _ = os.ReadFile(filepath.Join(dir, "bench.json"))
 	if err := json.Unmarshal(b, &rep); err != nil || rep.Comparison == nil || len(rep.Comparison.Pairs) != 1 {
-		t.Fatalf("report.json: %v", err)
+		t.Fatalf("bench.json: %v", err)
 	}
 	if v := rep.Comparison.Pairs[0].Verdict; v == "" {
 		t.Error("no verdict")
@@ -182,6 +182,38 @@ func TestBenchBadInput(t *testing.T) {
 				t.Errorf("usage error = %v, want %v (%v)", got, c.usage, err)
 			}
 		})
+	}
+}
+
+func TestBenchConfig(t *testing.T) {
+	model := digits(t)
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "c.yaml")
+	yaml := "model:\n  path: " + model + "\n  inputs:\n    - {name: x, shape: [1, 1, 8, 8], dtype: float32}\n" +
+		"runtime:\n  threads: 1\nbench:\n  runs: 12\n  warmup: 3\n  seed: 9\noutput:\n  dir: " + filepath.Join(dir, "out") + "\n"
+	if err := os.WriteFile(cfgPath, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// --runs on the command line beats bench.runs in the file.
+	out, _, err := runBench(t, "-c", cfgPath, "--runs", "15", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep bench.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || len(rep.Results) != 1 {
+		t.Fatalf("JSON: %v", err)
+	}
+	r := rep.Results[0]
+	if r.Stats.N != 15 || r.WarmupRuns != 3 || rep.Settings["seed"] != "9" || rep.Settings["input-shape"] != "1x1x8x8" || rep.Environment.Threads != 1 {
+		t.Errorf("config not applied: n=%d warmup=%d settings=%v threads=%d", r.Stats.N, r.WarmupRuns, rep.Settings, rep.Environment.Threads)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "out", "bench.json")); err != nil {
+		t.Errorf("output.dir not used: %v", err)
+	}
+	_, _, err = runBench(t, "-c", filepath.Join(dir, "missing.yaml"))
+	var ue usageError
+	if err == nil || !errors.As(err, &ue) || !strings.Contains(err.Error(), "missing.yaml") {
+		t.Errorf("missing config: %v", err)
 	}
 }
 
