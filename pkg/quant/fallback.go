@@ -1,0 +1,297 @@
+package quant
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/torchspeed/torchspeed/bindings/torch"
+	"github.com/torchspeed/torchspeed/pkg/validate"
+)
+
+// FallbackOptions control QuantizeChecked's validation and FP32 fallback.
+type FallbackOptions struct {
+	// Thresholds the quantized model must meet against the FP32 model.
+	Thresholds validate.Thresholds `mapstructure:"thresholds"`
+	// MaxFP32Layers caps how many layers fallback may keep in FP32 (default 3; -1 disables
+	// fallback).
+	MaxFP32Layers int `mapstructure:"max_fp32_layers"`
+	// SensitivityBatches is how many validation batches the per-layer measurement uses (0:
+	// all). The final check always uses the whole validation set.
+	SensitivityBatches int `mapstructure:"sensitivity_batches"`
+	// AlwaysSensitivity measures the per-layer table even when the first try passes.
+	AlwaysSensitivity bool `mapstructure:"always_sensitivity"`
+	// Latency, if set, times the passing candidates (interleaved, in one call) so the fastest
+	// is kept; nil keeps the one with the fewest FP32 layers. See InterleavedLatency.
+	Latency LatencyFunc `mapstructure:"-" json:"-"`
+}
+
+// LatencyFunc measures the typical (p50) latency of each model, interleaving their runs so
+// machine noise hits them alike. It returns one duration per model, in order.
+type LatencyFunc func(ctx context.Context, models []*torch.Module) ([]time.Duration, error)
+
+// LayerSensitivity is one row of the per-layer table: how the error changes when only this
+// layer stays FP32 and every other quantizable layer is INT8.
+type LayerSensitivity struct {
+	Layer string `json:"layer"`
+	Type  string `json:"type"`
+	// Cosine, MeanAbsError and Top1Agreement of the model with this layer in FP32, on the
+	// sensitivity batches.
+	Cosine        float64 `json:"cosine"`
+	MeanAbsError  float64 `json:"mean_abs_error"`
+	Top1Agreement float64 `json:"top1_agreement"`
+	// Gain is how much of the all-INT8 error this layer accounts for: (1 - cos(all INT8)) -
+	// (1 - cos(this layer FP32)), scaled so the all-INT8 error is 1. Near 1: this layer alone
+	// causes the error; near 0 (or negative): it does not matter.
+	Gain float64 `json:"gain"`
+}
+
+// Attempt is one configuration QuantizeChecked tried.
+type Attempt struct {
+	FP32Layers []string           `json:"fp32_layers"`
+	Cosine     float64            `json:"cosine"`
+	Top1       float64            `json:"top1"`
+	Passed     bool               `json:"passed"`
+	Failures   []validate.Failure `json:"failures,omitempty"`
+	Latency    time.Duration      `json:"latency_ns,omitempty"`
+}
+
+// ThresholdError is returned when no configuration within the fallback limit meets the
+// thresholds. The report describes every attempt.
+type ThresholdError struct {
+	Failures []validate.Failure
+	Tried    int
+}
+
+func (e *ThresholdError) Error() string {
+	parts := make([]string, len(e.Failures))
+	for i, f := range e.Failures {
+		parts[i] = f.String()
+	}
+	return fmt.Sprintf("INT8 misses the validation thresholds after %d attempts (best attempt: %s): keep FP32, raise quantize.fallback.max_fp32_layers, or try another activation observer", e.Tried, strings.Join(parts, "; "))
+}
+
+// candidate is a passing (or best) quantized model.
+type candidate struct {
+	model *torch.Module
+	rep   *Report
+	res   *validate.Result
+	skip  []string
+}
+
+// QuantizeChecked quantizes m, validates the result against m on val and, when thresholds
+// fail, keeps the most sensitive layers in FP32 one by one until they pass or
+// MaxFP32Layers is reached. Among the passing models it keeps the fastest (by fb.Latency).
+// On failure it returns a *ThresholdError and the report of the attempts; no model.
+func QuantizeChecked(ctx context.Context, m *torch.Module, calib, val validate.Batches, opts Options, fb FallbackOptions) (*torch.Module, *Report, error) {
+	if err := fb.Thresholds.Validate(); err != nil {
+		return nil, nil, err
+	}
+	if fb.MaxFP32Layers == 0 {
+		fb.MaxFP32Layers = 3
+	}
+	ref, err := validate.RunReference(ctx, m, val, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	var attempts []Attempt
+	var passing []candidate
+	var best *candidate // best failing candidate, by cosine, for the error report
+	defer func() {
+		for _, c := range passing {
+			c.model.Close()
+		}
+		if best != nil {
+			best.model.Close()
+		}
+	}()
+
+	try := func(skip []string) (*candidate, bool, error) {
+		o := opts
+		o.Skip = append(slices.Clone(opts.Skip), skip...)
+		q, rep, err := Quantize(ctx, m, calib, o)
+		if err != nil {
+			return nil, false, err
+		}
+		res, err := ref.Compare(ctx, q)
+		if err != nil {
+			q.Close()
+			return nil, false, err
+		}
+		failed, unchecked := fb.Thresholds.Check(res)
+		rep.Validation, rep.Failures, rep.Unchecked = res, failed, unchecked
+		attempts = append(attempts, Attempt{FP32Layers: o.Skip, Cosine: res.Cosine, Top1: res.Top1, Passed: len(failed) == 0, Failures: failed})
+		return &candidate{model: q, rep: rep, res: res, skip: slices.Clone(skip)}, len(failed) == 0, nil
+	}
+	keep := func(c *candidate, ok bool) {
+		if ok {
+			passing = append(passing, *c)
+			return
+		}
+		if best == nil || c.res.Cosine > best.res.Cosine {
+			if best != nil {
+				best.model.Close()
+			}
+			best = c
+			return
+		}
+		c.model.Close()
+	}
+
+	first, ok, err := try(nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	keep(first, ok)
+	var table []LayerSensitivity
+	if (!ok && fb.MaxFP32Layers > 0) || fb.AlwaysSensitivity {
+		table, err = Sensitivity(ctx, m, calib, ref, opts, fb.SensitivityBatches, first.res)
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	if !ok && fb.MaxFP32Layers > 0 {
+		var skip []string
+		for _, row := range table {
+			if len(skip) >= fb.MaxFP32Layers {
+				break
+			}
+			skip = append(skip, row.Layer)
+			c, pass, err := try(skip)
+			if err != nil {
+				return nil, nil, err
+			}
+			keep(c, pass)
+			if pass {
+				// The greedy order may have kept layers in FP32 that the last one made
+				// unnecessary: try dropping each earlier one (fewer FP32 layers is usually, not
+				// always, faster; timing decides below).
+				for i := 0; i < len(skip)-1; i++ {
+					fewer := slices.Delete(slices.Clone(skip), i, i+1)
+					c, pass, err := try(fewer)
+					if err != nil {
+						return nil, nil, err
+					}
+					keep(c, pass)
+				}
+				break
+			}
+		}
+	}
+
+	if len(passing) == 0 {
+		rep := best.rep
+		rep.Sensitivity, rep.Attempts = table, attempts
+		return nil, rep, &ThresholdError{Failures: best.rep.Failures, Tried: len(attempts)}
+	}
+	chosen := 0
+	if len(passing) > 1 && fb.Latency != nil {
+		models := make([]*torch.Module, len(passing))
+		for i, c := range passing {
+			models[i] = c.model
+		}
+		lat, err := fb.Latency(ctx, models)
+		if err != nil {
+			return nil, nil, fmt.Errorf("quantize: timing the passing candidates: %w", err)
+		}
+		for i := range passing {
+			for k := range attempts {
+				if attempts[k].Passed && slices.Equal(attempts[k].FP32Layers, passing[i].rep.FP32Layers) {
+					attempts[k].Latency = lat[i]
+				}
+			}
+			if lat[i] < lat[chosen] {
+				chosen = i
+			}
+		}
+	} else {
+		for i, c := range passing {
+			if len(c.skip) < len(passing[chosen].skip) ||
+				(len(c.skip) == len(passing[chosen].skip) && c.res.Cosine > passing[chosen].res.Cosine) {
+				chosen = i
+			}
+		}
+	}
+	c := passing[chosen]
+	passing = slices.Delete(passing, chosen, chosen+1) // the deferred Close must not free it
+	c.rep.Sensitivity, c.rep.Attempts = table, attempts
+	return c.model, c.rep, nil
+}
+
+// Sensitivity measures each quantizable layer's share of the quantization error: for every
+// layer it quantizes all the others (this one FP32) and compares with the reference on the
+// first `batches` batches. all is the all-INT8 result on the same batches, or nil to measure
+// it. Rows come back most sensitive first.
+func Sensitivity(ctx context.Context, m *torch.Module, calib validate.Batches, ref *validate.Reference, opts Options, batches int, all *validate.Result) ([]LayerSensitivity, error) {
+	layers, err := m.QuantLayers()
+	if err != nil {
+		return nil, err
+	}
+	if batches > 0 && batches < ref.Batches() || all == nil {
+		q, _, err := Quantize(ctx, m, calib, opts)
+		if err != nil {
+			return nil, err
+		}
+		all, err = ref.CompareFirst(ctx, q, batches)
+		q.Close()
+		if err != nil {
+			return nil, err
+		}
+	}
+	base := 1 - all.Cosine
+	var rows []LayerSensitivity
+	for _, l := range layers {
+		if slices.Contains(opts.Skip, l.Path) || l.Type == "LSTM" || l.Type == "GRU" {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		o := opts
+		o.Skip = append(slices.Clone(opts.Skip), l.Path)
+		q, _, err := Quantize(ctx, m, calib, o)
+		if err != nil {
+			return nil, fmt.Errorf("sensitivity of layer %s: %w", l.Path, err)
+		}
+		res, err := ref.CompareFirst(ctx, q, batches)
+		q.Close()
+		if err != nil {
+			return nil, fmt.Errorf("sensitivity of layer %s: %w", l.Path, err)
+		}
+		gain := 0.0
+		if base > 0 {
+			gain = (base - (1 - res.Cosine)) / base
+		}
+		rows = append(rows, LayerSensitivity{Layer: l.Path, Type: l.Type, Cosine: res.Cosine, MeanAbsError: res.MeanAbsError,
+			Top1Agreement: res.Top1Agreement, Gain: gain})
+	}
+	if len(rows) == 0 {
+		return nil, errors.New("sensitivity: the model has no quantizable layers left to measure")
+	}
+	sort.SliceStable(rows, func(i, j int) bool {
+		if rows[i].Gain != rows[j].Gain {
+			return rows[i].Gain > rows[j].Gain
+		}
+		return rows[i].MeanAbsError < rows[j].MeanAbsError
+	})
+	return rows, nil
+}
+
+// FormatSensitivity renders the per-layer table as Markdown for reports.
+func FormatSensitivity(rows []LayerSensitivity) string {
+	var b strings.Builder
+	b.WriteString("| layer | type | cosine with it FP32 | mean abs error | top-1 agreement | share of error |\n")
+	b.WriteString("|---|---|---|---|---|---|\n")
+	for _, r := range rows {
+		agree := "n/a"
+		if r.Top1Agreement >= 0 {
+			agree = fmt.Sprintf("%.4f", r.Top1Agreement)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %.6f | %.4g | %s | %.1f%% |\n", r.Layer, r.Type, r.Cosine, r.MeanAbsError, agree, 100*r.Gain)
+	}
+	return b.String()
+}

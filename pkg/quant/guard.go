@@ -1,0 +1,93 @@
+package quant
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/torchspeed/torchspeed/bindings/torch"
+)
+
+// Decision is DecideINT8's verdict.
+type Decision struct {
+	UseINT8 bool    `json:"use_int8"`
+	Speedup float64 `json:"speedup"` // FP32 p50 / INT8 p50
+	Reason  string  `json:"reason"`
+}
+
+// DecideINT8 says whether to ship the INT8 model given p50 latencies measured on this machine
+// (interleaved, same inputs and threads): INT8 must be at least minSpeedup times faster than
+// the best FP32 artifact (minSpeedup <= 1 means merely faster). force keeps INT8 regardless, as
+// a config that insists on it must be able to, but the reason still says what was measured.
+func DecideINT8(int8P50, fp32P50 time.Duration, minSpeedup float64, force bool) Decision {
+	if minSpeedup < 1 {
+		minSpeedup = 1
+	}
+	if int8P50 <= 0 || fp32P50 <= 0 {
+		if force {
+			return Decision{UseINT8: true, Reason: "INT8 forced by the config; latencies were not measured"}
+		}
+		return Decision{UseINT8: false, Reason: "latencies not measured: keeping FP32 (measure both, or force INT8)"}
+	}
+	s := float64(fp32P50) / float64(int8P50)
+	d := Decision{Speedup: s}
+	faster := s > 1 && s >= minSpeedup
+	switch {
+	case faster:
+		d.UseINT8 = true
+		d.Reason = fmt.Sprintf("INT8 p50 %v is %.2fx faster than FP32 p50 %v", int8P50, s, fp32P50)
+	case force:
+		d.UseINT8 = true
+		d.Reason = fmt.Sprintf("INT8 forced by the config although it is not faster here: INT8 p50 %v vs FP32 p50 %v (%.2fx, needed > %.2fx)", int8P50, fp32P50, s, minSpeedup)
+	default:
+		d.Reason = fmt.Sprintf("INT8 is not worth it on this machine: INT8 p50 %v vs FP32 p50 %v (%.2fx, needed > %.2fx); keeping FP32", int8P50, fp32P50, s, minSpeedup)
+	}
+	return d
+}
+
+// InterleavedLatency returns a LatencyFunc that runs each model once per round, in rotating
+// order, for warmup+rounds rounds on the same inputs, and reports each model's p50 over the
+// measured rounds. Runs use the plain C++ timing loop (Module.TimeForward) on the inference
+// worker thread, so the bindings add nothing to the figures.
+func InterleavedLatency(inputs []*torch.Tensor, warmup, rounds int) LatencyFunc {
+	return func(ctx context.Context, models []*torch.Module) ([]time.Duration, error) {
+		if rounds < 1 {
+			return nil, errors.New("interleaved latency: rounds must be >= 1")
+		}
+		samples := make([][]int64, len(models))
+		for r := 0; r < warmup+rounds; r++ {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			for k := range models {
+				i := (k + r) % len(models) // rotate so no model always runs right after another
+				ns, err := models[i].TimeForward(1, inputs...)
+				if err != nil {
+					return nil, err
+				}
+				if r >= warmup {
+					samples[i] = append(samples[i], ns[0])
+				}
+			}
+		}
+		out := make([]time.Duration, len(models))
+		for i, s := range samples {
+			slices.Sort(s)
+			out[i] = time.Duration(median(s))
+		}
+		return out, nil
+	}
+}
+
+func median(s []int64) int64 {
+	n := len(s)
+	if n == 0 {
+		return 0
+	}
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}

@@ -1,0 +1,423 @@
+// Package quant turns a TorchScript model INT8 without Python: static post-training
+// quantization (calibrated on real data) or dynamic quantization, through the shim's
+// graph-mode passes (bindings/torch QuantPrepare/QuantConvert/QuantDynamic). It picks the
+// quantized engine for this CPU, checks calibration data before use, measures each layer's
+// share of the quantization error, keeps the most sensitive layers in FP32 until the
+// validation thresholds pass (QuantizeChecked), and decides whether INT8 is worth it on this
+// machine at all (DecideINT8).
+package quant
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/klauspost/cpuid/v2"
+
+	"github.com/torchspeed/torchspeed/bindings/torch"
+	"github.com/torchspeed/torchspeed/pkg/validate"
+)
+
+// Modes.
+const (
+	ModeStatic  = "static"
+	ModeDynamic = "dynamic"
+)
+
+// Options configure one quantization. Zero values are replaced by DefaultOptions' values
+// (except PerChannel, which DefaultOptions sets to true).
+type Options struct {
+	// Mode is "static" (calibrated activations, for CNNs) or "dynamic" (INT8 weights,
+	// activations quantized at run time, for Linear-heavy transformer and recurrent models).
+	Mode string `mapstructure:"mode"`
+	// Engine is "auto", "x86", "fbgemm", "onednn" or "qnnpack". auto picks the best this
+	// libtorch supports for this CPU and never qnnpack on x86.
+	Engine string `mapstructure:"engine"`
+	// Activation is the activation observer: "minmax", "moving_average", "histogram" or
+	// "percentile" (static mode).
+	Activation string `mapstructure:"activation"`
+	// Percentile is the clipping percentile of the percentile observer (default 99.99).
+	Percentile float64 `mapstructure:"percentile"`
+	// AveragingConstant is the moving-average observer's constant (default 0.01).
+	AveragingConstant float64 `mapstructure:"averaging_constant"`
+	// PerChannel quantizes weights per output channel (symmetric qint8); false: per tensor.
+	PerChannel bool `mapstructure:"per_channel"`
+	// ReduceRange is "auto", "true" or "false": 7-bit activations, which x86/fbgemm kernels
+	// need on CPUs without VNNI to avoid int16 overflow. auto decides from engine and CPU.
+	ReduceRange string `mapstructure:"reduce_range"`
+	// Skip lists submodule paths kept in FP32 (e.g. ["fc1", "layer4.1.conv2"]).
+	Skip []string `mapstructure:"skip"`
+	// CalibrationSamples caps the samples used for calibration (0: all batches).
+	CalibrationSamples int `mapstructure:"calibration_samples"`
+
+	// Progress, if set, is called after each calibration batch with samples done and the
+	// planned total.
+	Progress func(done, total int) `mapstructure:"-" json:"-"`
+	// VNNI overrides the CPU's VNNI detection for reduce_range auto (tests); nil: detect.
+	VNNI *bool `mapstructure:"-" json:"-"`
+}
+
+// DefaultOptions is static min/max quantization with per-channel weights, engine and reduce
+// range chosen for this machine.
+func DefaultOptions() Options {
+	return Options{Mode: ModeStatic, Engine: "auto", Activation: torch.ObserverMinMax, Percentile: 99.99,
+		AveragingConstant: 0.01, PerChannel: true, ReduceRange: "auto"}
+}
+
+func (o *Options) fill() {
+	d := DefaultOptions()
+	if o.Mode == "" {
+		o.Mode = d.Mode
+	}
+	if o.Engine == "" {
+		o.Engine = d.Engine
+	}
+	if o.Activation == "" {
+		o.Activation = d.Activation
+	}
+	if o.Percentile == 0 {
+		o.Percentile = d.Percentile
+	}
+	if o.AveragingConstant == 0 {
+		o.AveragingConstant = d.AveragingConstant
+	}
+	if o.ReduceRange == "" {
+		o.ReduceRange = d.ReduceRange
+	}
+}
+
+// Validate checks the options, naming the key, the bad value and what is allowed.
+func (o Options) Validate() error {
+	o.fill()
+	var errs []string
+	if o.Mode != ModeStatic && o.Mode != ModeDynamic {
+		errs = append(errs, fmt.Sprintf("quantize.mode %q: use static or dynamic", o.Mode))
+	}
+	switch o.Engine {
+	case "auto", "x86", "fbgemm", "onednn", "qnnpack":
+	default:
+		errs = append(errs, fmt.Sprintf("quantize.engine %q: use auto, x86, fbgemm, onednn or qnnpack", o.Engine))
+	}
+	switch o.Activation {
+	case torch.ObserverMinMax, torch.ObserverMovingAverage, torch.ObserverHistogram, torch.ObserverPercentile:
+	default:
+		errs = append(errs, fmt.Sprintf("quantize.activation %q: use minmax, moving_average, histogram or percentile", o.Activation))
+	}
+	if !(o.Percentile > 50 && o.Percentile <= 100) {
+		errs = append(errs, fmt.Sprintf("quantize.percentile %g: use a value in (50, 100], e.g. 99.99", o.Percentile))
+	}
+	if !(o.AveragingConstant > 0 && o.AveragingConstant <= 1) {
+		errs = append(errs, fmt.Sprintf("quantize.averaging_constant %g: use a value in (0, 1], e.g. 0.01", o.AveragingConstant))
+	}
+	switch o.ReduceRange {
+	case "auto", "true", "false":
+	default:
+		errs = append(errs, fmt.Sprintf("quantize.reduce_range %q: use auto, true or false", o.ReduceRange))
+	}
+	if o.CalibrationSamples < 0 {
+		errs = append(errs, fmt.Sprintf("quantize.calibration_samples %d: use 0 (all) or more", o.CalibrationSamples))
+	}
+	for _, s := range o.Skip {
+		if strings.TrimSpace(s) == "" {
+			errs = append(errs, "quantize.skip: empty module path")
+		}
+	}
+	if len(errs) > 0 {
+		return errors.New(strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// enginePreference is the order auto tries on x86: x86 (fbgemm + onednn dispatch, official
+// 2.x builds), fbgemm, onednn (Debian's 1.13 build). qnnpack is for ARM; on x86 it measured
+// 4-5x slower than onednn, so auto never picks it there.
+var enginePreference = []string{"x86", "fbgemm", "onednn"}
+
+// ResolveEngine picks the quantized engine: want unless it is "auto" (then the best of
+// supported for arch). It fails when want is not supported, or when auto finds only engines
+// that would make INT8 slow.
+func ResolveEngine(want string, supported []string, arch string) (string, error) {
+	if want != "" && want != "auto" {
+		if !slices.Contains(supported, want) {
+			return "", fmt.Errorf("quantize.engine %q is not supported by this libtorch build (supported: %s)", want, strings.Join(supported, ", "))
+		}
+		return want, nil
+	}
+	if arch == "amd64" || arch == "386" {
+		for _, e := range enginePreference {
+			if slices.Contains(supported, e) {
+				return e, nil
+			}
+		}
+		if slices.Contains(supported, "qnnpack") {
+			return "", errors.New("quantize.engine auto: this libtorch offers only qnnpack, which runs 4-5x slower than onednn/fbgemm on x86; set quantize.engine: qnnpack to use it anyway, or use a libtorch with fbgemm/onednn")
+		}
+	} else {
+		for _, e := range []string{"qnnpack", "onednn", "x86", "fbgemm"} {
+			if slices.Contains(supported, e) {
+				return e, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("quantize.engine auto: this libtorch has no quantized engine (supported: %q)", supported)
+}
+
+// ResolveReduceRange decides reduce_range: explicit "true"/"false" win; auto uses 7-bit
+// activations only for the x86 and fbgemm engines on CPUs without VNNI, where the u8*s8 pair
+// sums of vpmaddubsw saturate int16 (PyTorch's fbgemm qconfig does the same). onednn and
+// qnnpack keep the full range.
+func ResolveReduceRange(setting, engine string, vnni bool) bool {
+	switch setting {
+	case "true":
+		return true
+	case "false":
+		return false
+	}
+	return (engine == "x86" || engine == "fbgemm") && !vnni
+}
+
+func hasVNNI() bool {
+	return cpuid.CPU.Supports(cpuid.AVX512VNNI) || cpuid.CPU.Supports(cpuid.AVXVNNI)
+}
+
+// Config is the shim configuration these options describe (after engine resolution).
+func (o Options) Config(engine string) torch.QuantConfig {
+	o.fill()
+	vnni := hasVNNI()
+	if o.VNNI != nil {
+		vnni = *o.VNNI
+	}
+	rr := ResolveReduceRange(o.ReduceRange, engine, vnni)
+	var c torch.QuantConfig
+	if o.Mode == ModeDynamic {
+		c.Activation = torch.ObserverConfig{Observer: torch.ObserverPlaceholder}
+	} else {
+		c.Activation = torch.ObserverConfig{Observer: o.Activation, ReduceRange: rr}
+		switch o.Activation {
+		case torch.ObserverPercentile:
+			c.Activation.Percentile = o.Percentile
+		case torch.ObserverMovingAverage:
+			c.Activation.AveragingConstant = o.AveragingConstant
+		}
+	}
+	if o.PerChannel {
+		c.Weight = torch.ObserverConfig{Observer: torch.ObserverPerChannelMinMax}
+	} else {
+		c.Weight = torch.ObserverConfig{Observer: torch.ObserverMinMax, DType: "qint8", QScheme: "per_tensor_symmetric"}
+	}
+	if len(o.Skip) > 0 {
+		c.Modules = map[string]*torch.QConfig{}
+		for _, s := range o.Skip {
+			c.Modules[s] = nil
+		}
+	}
+	return c
+}
+
+// Report says how a model was quantized and, after QuantizeChecked, how it validated.
+type Report struct {
+	Mode        string   `json:"mode"`
+	Engine      string   `json:"engine"`
+	ReduceRange bool     `json:"reduce_range"`
+	Activation  string   `json:"activation,omitempty"`
+	Weight      string   `json:"weight"`
+	FP32Layers  []string `json:"fp32_layers,omitempty"` // kept in FP32 (skip + fallback)
+	// QuantizedOps counts the quantized:: operators in the result's graph, by kind.
+	QuantizedOps       map[string]int `json:"quantized_ops"`
+	CalibrationSamples int            `json:"calibration_samples,omitempty"`
+	CalibrationBatches int            `json:"calibration_batches,omitempty"`
+	Duration           time.Duration  `json:"duration_ns"`
+	// Validation is the chosen model's comparison with FP32 (QuantizeChecked only).
+	Validation *validate.Result `json:"validation,omitempty"`
+	// Failures are the thresholds the chosen model missed (empty when it passed).
+	Failures []validate.Failure `json:"failures,omitempty"`
+	// Unchecked are thresholds that could not be measured on the validation data.
+	Unchecked []validate.Failure `json:"unchecked,omitempty"`
+	// Sensitivity is the per-layer table, most sensitive first (when it was measured).
+	Sensitivity []LayerSensitivity `json:"sensitivity,omitempty"`
+	// Attempts lists every configuration tried, in order.
+	Attempts []Attempt `json:"attempts,omitempty"`
+	Warnings []string  `json:"warnings,omitempty"`
+}
+
+// Quantize returns the INT8 version of m. Static mode calibrates on data (every batch, or
+// CalibrationSamples); dynamic mode ignores data. m is not modified. The engine is set
+// process-wide (set it again with torch.SetQEngine before loading the saved model elsewhere).
+func Quantize(ctx context.Context, m *torch.Module, data validate.Batches, opts Options) (*torch.Module, *Report, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, nil, err
+	}
+	opts.fill()
+	start := time.Now()
+	engine, err := ResolveEngine(opts.Engine, torch.SupportedQEngines(), runtime.GOARCH)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg := opts.Config(engine)
+	rep := &Report{Mode: opts.Mode, Engine: engine, ReduceRange: cfg.Activation.ReduceRange,
+		FP32Layers: slices.Clone(opts.Skip)}
+	if opts.PerChannel {
+		rep.Weight = "per_channel_symmetric qint8"
+	} else {
+		rep.Weight = "per_tensor_symmetric qint8"
+	}
+	var q *torch.Module
+	if opts.Mode == ModeDynamic {
+		q, err = m.QuantDynamic(cfg, engine)
+		if err != nil {
+			return nil, nil, fmt.Errorf("quantize %q (dynamic): %w", m.Name(), err)
+		}
+	} else {
+		rep.Activation = opts.Activation
+		if opts.Activation == torch.ObserverPercentile {
+			rep.Activation = fmt.Sprintf("percentile %g", opts.Percentile)
+		}
+		q, err = quantizeStatic(ctx, m, data, opts, cfg, engine, rep)
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	counts, err := q.NodeCounts()
+	if err != nil {
+		q.Close()
+		return nil, nil, err
+	}
+	rep.QuantizedOps = map[string]int{}
+	for k, v := range counts {
+		if strings.HasPrefix(k, "quantized::") {
+			rep.QuantizedOps[k] = v
+		}
+	}
+	if len(rep.QuantizedOps) == 0 {
+		rep.Warnings = append(rep.Warnings, "no layer was quantized: the model has no Conv/Linear the graph-mode passes recognize (or all are skipped)")
+	}
+	rep.Duration = time.Since(start)
+	return q, rep, nil
+}
+
+// signature is an input's dtype and per-sample shape, to check batches agree.
+func signature(ts []*torch.Tensor) string {
+	parts := make([]string, len(ts))
+	for i, t := range ts {
+		s := t.Shape()
+		if len(s) > 0 {
+			s = s[1:]
+		}
+		parts[i] = fmt.Sprintf("%s%v", t.DType(), s)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// checkFinite fails on NaN/Inf in a calibration batch: an observer fed one NaN gives NaN
+// scales and a model that answers garbage.
+func checkFinite(b validate.Batch, i int) error {
+	for k, t := range b.Inputs {
+		dt := t.DType()
+		if dt != torch.Float32 && dt != torch.Float64 {
+			continue
+		}
+		v, err := t.Float32s()
+		if err != nil {
+			return err
+		}
+		bad, first := 0, -1
+		for j, x := range v {
+			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+				if first < 0 {
+					first = j
+				}
+				bad++
+			}
+		}
+		if bad > 0 {
+			per := max(1, len(v)/max(1, int(t.Shape()[0])))
+			return fmt.Errorf("calibration batch %d, input %d: %d NaN/Inf values (first in sample %d of the batch): clean the calibration data", i, k, bad, first/per)
+		}
+	}
+	return nil
+}
+
+func quantizeStatic(ctx context.Context, m *torch.Module, data validate.Batches, opts Options, cfg torch.QuantConfig, engine string, rep *Report) (*torch.Module, error) {
+	if data == nil || data.Len() == 0 {
+		return nil, errors.New("quantize: static quantization needs calibration data (quantize.calibration in the config), or use mode dynamic")
+	}
+	// Check every batch before the model is touched: consistent shapes and dtypes, finite
+	// values, and that the first batch fits the FP32 model.
+	var want string
+	plan := 0
+	nb := 0
+	for i := 0; i < data.Len(); i++ {
+		if opts.CalibrationSamples > 0 && plan >= opts.CalibrationSamples {
+			break
+		}
+		b, err := data.Batch(i)
+		if err != nil {
+			return nil, fmt.Errorf("quantize: calibration batch %d: %w", i, err)
+		}
+		sig := signature(b.Inputs)
+		if len(b.Inputs) == 0 {
+			b.Close()
+			return nil, fmt.Errorf("quantize: calibration batch %d has no inputs", i)
+		}
+		n := int(b.Inputs[0].Shape()[0])
+		if err := checkFinite(b, i); err != nil {
+			b.Close()
+			return nil, fmt.Errorf("quantize: %w", err)
+		}
+		if i == 0 {
+			want = sig
+			outs, err := m.Forward(b.Inputs...)
+			if err != nil {
+				b.Close()
+				return nil, fmt.Errorf("quantize: calibration data (%s per sample) do not fit model %q: %w", sig, m.Name(), err)
+			}
+			torch.CloseOutputs(outs)
+		} else if sig != want {
+			b.Close()
+			return nil, fmt.Errorf("quantize: calibration batch %d holds %s per sample, batch 0 %s: every batch must have the same dtypes and sample shapes", i, sig, want)
+		}
+		b.Close()
+		plan += n
+		nb++
+	}
+	if opts.CalibrationSamples > 0 {
+		plan = min(plan, opts.CalibrationSamples)
+	}
+	observed, err := m.QuantPrepare(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("quantize %q: prepare: %w", m.Name(), err)
+	}
+	defer observed.Close()
+	done := 0
+	for i := 0; i < nb; i++ {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		b, err := data.Batch(i)
+		if err != nil {
+			return nil, fmt.Errorf("quantize: calibration batch %d: %w", i, err)
+		}
+		n := int(b.Inputs[0].Shape()[0])
+		outs, err := observed.Forward(b.Inputs...)
+		b.Close()
+		if err != nil {
+			return nil, fmt.Errorf("quantize %q: calibration batch %d: %w", m.Name(), i, err)
+		}
+		torch.CloseOutputs(outs)
+		done += n
+		if opts.Progress != nil {
+			opts.Progress(min(done, plan), plan)
+		}
+	}
+	rep.CalibrationSamples, rep.CalibrationBatches = done, nb
+	q, err := observed.QuantConvert(engine)
+	if err != nil {
+		return nil, fmt.Errorf("quantize %q: convert: %w", m.Name(), err)
+	}
+	return q, nil
+}

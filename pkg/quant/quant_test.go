@@ -1,0 +1,339 @@
+package quant_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/torchspeed/torchspeed/bindings/torch"
+	"github.com/torchspeed/torchspeed/pkg/fixtures"
+	"github.com/torchspeed/torchspeed/pkg/npy"
+	"github.com/torchspeed/torchspeed/pkg/quant"
+	"github.com/torchspeed/torchspeed/pkg/validate"
+)
+
+func TestMain(m *testing.M) {
+	// The fixtures' references were computed with one thread.
+	if err := torch.SetNumThreads(1); err != nil {
+		panic(err)
+	}
+	os.Exit(m.Run())
+}
+
+func load(t testing.TB, f fixtures.Fixture) *torch.Module {
+	t.Helper()
+	m, err := torch.Load(f.ModelPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+func dataset(t testing.TB, f fixtures.Fixture, d *fixtures.Dataset, batch int) validate.Batches {
+	t.Helper()
+	cols := f.Arrays(t, d.Inputs)
+	var labels []int64
+	if d.Labels != nil {
+		var err error
+		if labels, err = f.Array(t, *d.Labels).Int64s(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := validate.FromArrays(cols, labels, []string{"x"}, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestResolveEngine(t *testing.T) {
+	tests := []struct {
+		want, arch string
+		supported  []string
+		got        string
+		err        string
+	}{
+		{"auto", "amd64", []string{"onednn", "qnnpack"}, "onednn", ""},
+		{"auto", "amd64", []string{"x86", "fbgemm", "onednn", "qnnpack"}, "x86", ""},
+		{"auto", "amd64", []string{"fbgemm", "qnnpack"}, "fbgemm", ""},
+		{"auto", "amd64", []string{"qnnpack"}, "", "4-5x slower"},
+		{"qnnpack", "amd64", []string{"onednn", "qnnpack"}, "qnnpack", ""},
+		{"auto", "arm64", []string{"qnnpack", "onednn"}, "qnnpack", ""},
+		{"fbgemm", "amd64", []string{"onednn", "qnnpack"}, "", "not supported"},
+		{"auto", "amd64", nil, "", "no quantized engine"},
+	}
+	for _, tc := range tests {
+		got, err := quant.ResolveEngine(tc.want, tc.supported, tc.arch)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("ResolveEngine(%q, %v, %s) = %q, %v; want error with %q", tc.want, tc.supported, tc.arch, got, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || got != tc.got {
+			t.Errorf("ResolveEngine(%q, %v, %s) = %q, %v; want %q", tc.want, tc.supported, tc.arch, got, err, tc.got)
+		}
+	}
+}
+
+func TestResolveReduceRange(t *testing.T) {
+	tests := []struct {
+		setting, engine string
+		vnni, want      bool
+	}{
+		{"auto", "x86", false, true},
+		{"auto", "fbgemm", false, true},
+		{"auto", "x86", true, false},
+		{"auto", "onednn", false, false},
+		{"auto", "qnnpack", false, false},
+		{"true", "onednn", true, true},
+		{"false", "fbgemm", false, false},
+	}
+	for _, tc := range tests {
+		if got := quant.ResolveReduceRange(tc.setting, tc.engine, tc.vnni); got != tc.want {
+			t.Errorf("ResolveReduceRange(%s, %s, vnni=%v) = %v, want %v", tc.setting, tc.engine, tc.vnni, got, tc.want)
+		}
+	}
+}
+
+func TestDecideINT8(t *testing.T) {
+	ms := time.Millisecond
+	tests := []struct {
+		name        string
+		int8, fp32  time.Duration
+		min         float64
+		force, want bool
+		reason      string
+	}{
+		{"faster", 2 * ms, 5 * ms, 1, false, true, "2.50x faster"},
+		{"slower", 6 * ms, 5 * ms, 1, false, false, "not worth it"},
+		{"equal", 5 * ms, 5 * ms, 1, false, false, "not worth it"},
+		{"below required speedup", 4 * ms, 5 * ms, 1.5, false, false, "needed > 1.50x"},
+		{"forced although slower", 6 * ms, 5 * ms, 1, true, true, "forced"},
+		{"not measured", 0, 5 * ms, 1, false, false, "not measured"},
+	}
+	for _, tc := range tests {
+		d := quant.DecideINT8(tc.int8, tc.fp32, tc.min, tc.force)
+		if d.UseINT8 != tc.want || !strings.Contains(d.Reason, tc.reason) {
+			t.Errorf("%s: %+v, want UseINT8=%v and a reason saying %q", tc.name, d, tc.want, tc.reason)
+		}
+	}
+}
+
+func TestOptionsValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		mod  func(*quant.Options)
+		err  string
+	}{
+		{"defaults", func(*quant.Options) {}, ""},
+		{"mode", func(o *quant.Options) { o.Mode = "qat" }, `quantize.mode "qat"`},
+		{"engine", func(o *quant.Options) { o.Engine = "tensorrt" }, `quantize.engine "tensorrt"`},
+		{"activation", func(o *quant.Options) { o.Activation = "kl" }, `quantize.activation "kl"`},
+		{"percentile", func(o *quant.Options) { o.Percentile = 120 }, "quantize.percentile 120"},
+		{"reduce range", func(o *quant.Options) { o.ReduceRange = "yes" }, `quantize.reduce_range "yes"`},
+		{"samples", func(o *quant.Options) { o.CalibrationSamples = -1 }, "calibration_samples -1"},
+		{"skip", func(o *quant.Options) { o.Skip = []string{" "} }, "empty module path"},
+	}
+	for _, tc := range tests {
+		o := quant.DefaultOptions()
+		tc.mod(&o)
+		err := o.Validate()
+		if (err == nil) != (tc.err == "") || (err != nil && !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("%s: Validate() = %v, want %q", tc.name, err, tc.err)
+		}
+	}
+}
+
+// TestDigitsAccuracy: INT8 top-1 accuracy on the held-out set within 0.5 points of FP32, for
+// each activation observer.
+func TestDigitsAccuracy(t *testing.T) {
+	man := fixtures.Load(t)
+	f := man.Get(t, "digits")
+	m := load(t, f)
+	calib := dataset(t, f, f.Calib, 16)
+	val := dataset(t, f, f.Eval, 50)
+	ctx := context.Background()
+	ref, err := validate.RunReference(ctx, m, val, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, act := range []string{torch.ObserverMinMax, torch.ObserverMovingAverage, torch.ObserverHistogram, torch.ObserverPercentile} {
+		t.Run(act, func(t *testing.T) {
+			o := quant.DefaultOptions()
+			o.Activation = act
+			var progress []int
+			o.Progress = func(done, total int) {
+				if total != 200 {
+					t.Errorf("progress total %d, want 200", total)
+				}
+				progress = append(progress, done)
+			}
+			q, rep, err := quant.Quantize(ctx, m, calib, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer q.Close()
+			if len(progress) != 13 || progress[len(progress)-1] != 200 {
+				t.Errorf("progress calls %v, want 13 ending at 200", progress)
+			}
+			res, err := ref.Compare(ctx, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.RefTop1 != f.Eval.Accuracy {
+				t.Errorf("FP32 accuracy %.4f, fixture says %.4f", res.RefTop1, f.Eval.Accuracy)
+			}
+			if res.AccuracyDrop > 0.005 {
+				t.Errorf("INT8 top-1 %.4f vs FP32 %.4f: drop %.2f points > 0.5", res.Top1, res.RefTop1, 100*res.AccuracyDrop)
+			}
+			t.Logf("engine %s reduce_range %v: INT8 top-1 %.4f (FP32 %.4f), top-5 %.4f, agreement %.4f, cosine %.5f, KL %.2g, ops %v",
+				rep.Engine, rep.ReduceRange, res.Top1, res.RefTop1, res.Top5, res.Top1Agreement, res.Cosine, res.KLDivergence, rep.QuantizedOps)
+		})
+	}
+}
+
+// TestOutlierFallback: quantizing every layer ruins accuracy; the fallback finds fc1, keeps
+// it FP32, and the result passes.
+func TestOutlierFallback(t *testing.T) {
+	man := fixtures.Load(t)
+	f := man.Get(t, "outlier")
+	m := load(t, f)
+	calib := dataset(t, f, f.Calib, 16)
+	val := dataset(t, f, f.Eval, 100)
+	ctx := context.Background()
+	th := validate.Thresholds{MinCosine: 0.99, MinTop1Agreement: 0.98, MaxAccuracyDrop: 0.005}
+
+	// Without fallback it fails, and says by how much.
+	_, rep, err := quant.QuantizeChecked(ctx, m, calib, val, quant.DefaultOptions(), quant.FallbackOptions{Thresholds: th, MaxFP32Layers: -1})
+	var te *quant.ThresholdError
+	if !errors.As(err, &te) || rep == nil || len(rep.Failures) == 0 {
+		t.Fatalf("all-INT8 outlier model: err %v, report %+v; want a ThresholdError", err, rep)
+	}
+	t.Logf("without fallback: %v", err)
+
+	inputs := []*torch.Tensor{}
+	x := f.InputArrays(t)[0]
+	xt, err := torch.NewTensor(x.Data, x.Shape)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer xt.Close()
+	inputs = append(inputs, xt)
+	fb := quant.FallbackOptions{Thresholds: th, SensitivityBatches: 2, Latency: quant.InterleavedLatency(inputs, 5, 31)}
+	q, rep, err := quant.QuantizeChecked(ctx, m, calib, val, quant.DefaultOptions(), fb)
+	if err != nil {
+		t.Fatalf("fallback did not rescue the outlier model: %v\n%s", err, quant.FormatSensitivity(rep.Sensitivity))
+	}
+	defer q.Close()
+	t.Logf("sensitivity:\n%s", quant.FormatSensitivity(rep.Sensitivity))
+	if rep.Sensitivity[0].Layer != f.Fallback.Modules[0] {
+		t.Errorf("most sensitive layer %s, the fixture's outlier is in %s", rep.Sensitivity[0].Layer, f.Fallback.Modules[0])
+	}
+	if !slices.Equal(rep.FP32Layers, f.Fallback.Modules) {
+		t.Errorf("FP32 layers %v, want %v", rep.FP32Layers, f.Fallback.Modules)
+	}
+	if len(rep.Failures) != 0 {
+		t.Errorf("chosen model fails %v", rep.Failures)
+	}
+	if d := rep.Validation.AccuracyDrop; d > 0.005 {
+		t.Errorf("accuracy drop %.4f after fallback", d)
+	}
+	t.Logf("after fallback: top-1 %.4f (FP32 %.4f), cosine %.5f, %d attempts, ops %v", rep.Validation.Top1, rep.Validation.RefTop1, rep.Validation.Cosine, len(rep.Attempts), rep.QuantizedOps)
+}
+
+// badBatches serves fixed batches without the checks FromArrays makes, as a custom data
+// source could.
+type badBatches struct{ b [][]*torch.Tensor }
+
+func (s badBatches) Len() int { return len(s.b) }
+func (s badBatches) Batch(i int) (validate.Batch, error) {
+	return validate.Batch{Inputs: s.b[i]}, nil
+}
+
+func tensor(t *testing.T, data any, shape ...int64) *torch.Tensor {
+	t.Helper()
+	x, err := torch.NewTensor(data, shape)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { x.Close() })
+	return x
+}
+
+func TestBadCalibrationData(t *testing.T) {
+	man := fixtures.Load(t)
+	f := man.Get(t, "digits")
+	m := load(t, f)
+	ctx := context.Background()
+	good := make([]float32, 4*64)
+	nan := slices.Clone(good)
+	nan[70] = float32(math.NaN())
+	tests := []struct {
+		name string
+		data validate.Batches
+		want []string
+	}{
+		{"empty", badBatches{}, []string{"needs calibration data"}},
+		{"wrong shape", badBatches{[][]*torch.Tensor{{tensor(t, make([]float32, 4*80), 4, 1, 8, 10)}}}, []string{"do not fit model", "float32[1 8 10]"}},
+		{"wrong dtype", badBatches{[][]*torch.Tensor{{tensor(t, make([]int64, 4*64), 4, 1, 8, 8)}}}, []string{"do not fit model", "int64[1 8 8]"}},
+		{"NaN", badBatches{[][]*torch.Tensor{{tensor(t, good, 4, 1, 8, 8)}, {tensor(t, nan, 4, 1, 8, 8)}}}, []string{"calibration batch 1, input 0", "NaN", "sample 1"}},
+		{"inconsistent batches", badBatches{[][]*torch.Tensor{{tensor(t, good, 4, 1, 8, 8)}, {tensor(t, make([]float32, 2*72), 2, 1, 8, 9)}}}, []string{"batch 1 holds float32[1 8 9]", "batch 0 float32[1 8 8]"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			q, _, err := quant.Quantize(ctx, m, tc.data, quant.DefaultOptions())
+			if err == nil {
+				q.Close()
+				t.Fatal("Quantize accepted bad calibration data")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+		})
+	}
+	// FromArrays names the input and sample holding a NaN.
+	a := npy.FromFloat32([]int64{4, 1, 8, 8}, nan)
+	if _, err := validate.FromArrays([]*npy.Array{a}, nil, []string{"x"}, 2); err == nil || !strings.Contains(err.Error(), `input "x" holds NaN or Inf (sample 1, element 6)`) {
+		t.Errorf("FromArrays with NaN: %v", err)
+	}
+}
+
+func TestDynamicMode(t *testing.T) {
+	man := fixtures.Load(t)
+	// The traced transformer: the scripted one takes libtorch's fused fast path at inference,
+	// which reads the float in_proj weights and bypasses the quantized linears.
+	f := man.Get(t, "transformer_traced")
+	m := load(t, f)
+	o := quant.DefaultOptions()
+	o.Mode = quant.ModeDynamic
+	q, rep, err := quant.Quantize(context.Background(), m, nil, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if rep.QuantizedOps["quantized::linear_dynamic"] == 0 {
+		t.Fatalf("no dynamic linears: %v", rep.QuantizedOps)
+	}
+	x := f.InputArrays(t)[0]
+	val, err := validate.FromArrays([]*npy.Array{x}, nil, nil, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := validate.Compare(context.Background(), m, q, val)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Cosine < 0.99 || res.MaxAbsError == 0 {
+		t.Errorf("dynamic INT8 cosine %.5f (want >= 0.99), max abs error %g (want > 0: INT8 really ran)", res.Cosine, res.MaxAbsError)
+	}
+	t.Logf("dynamic: %v, cosine %.5f, max abs error %.3g", rep.QuantizedOps, res.Cosine, res.MaxAbsError)
+}
