@@ -8,7 +8,9 @@
 #include <torch/script.h>
 #include <torch/version.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -438,7 +440,21 @@ ts_status* ts_module_save(const ts_module* m, const char* path, const char* cons
   TS_CHECK_ARG(path != nullptr, "save", "path is NULL");
   torch::jit::ExtraFilesMap extra;
   for (size_t i = 0; i < n; i++) extra[names[i]] = std::string(contents[i], lens[i]);
-  m->m.save(std::string(path), extra);
+  // Serialize to memory first: libtorch's zip writer finishes the archive in its destructor,
+  // and a write error there (a full disk) throws from a destructor, which terminates the
+  // process. Writing the bytes ourselves turns that into an error status.
+  std::ostringstream buf;
+  m->m.save(buf, extra);
+  const std::string bytes = buf.str();
+  std::FILE* f = std::fopen(path, "wb");
+  if (f == nullptr) return make_status(std::string("save: cannot open ") + path + ": " + std::strerror(errno));
+  size_t wrote = std::fwrite(bytes.data(), 1, bytes.size(), f);
+  int flushed = std::fflush(f);
+  int err = errno;
+  int closed = std::fclose(f);
+  if (wrote != bytes.size() || flushed != 0 || closed != 0)
+    return make_status(std::string("save: writing ") + path + " failed after " + std::to_string(wrote) + " of " +
+                       std::to_string(bytes.size()) + " bytes: " + std::strerror(err != 0 ? err : errno));
   TS_API_END("save")
 }
 
