@@ -54,8 +54,13 @@ func SetNumThreads(n int) error {
 	return statusErr(C.ts_set_num_threads(C.int32_t(n)))
 }
 
-// NumThreads is libtorch's intra-op thread count.
-func NumThreads() int { return int(C.ts_get_num_threads()) }
+// NumThreads is the intra-op thread count of the inference worker threads. (Each OS thread
+// has its own OpenMP setting; a thread that never ran libtorch reports OMP_NUM_THREADS.)
+func NumThreads() int {
+	var n int
+	getExecutor().do(func() { n = int(C.ts_get_num_threads()) })
+	return n
+}
 
 // SetNumInteropThreads sets the inter-op pool size. libtorch allows it once, before any
 // inter-op work; later calls with another value fail.

@@ -302,6 +302,12 @@ func (c *Config) resolvePaths() {
 	rel(&c.Calibration.Path)
 	rel(&c.Validation.Data.Path)
 	rel(&c.Output.Dir)
+	// Labels may be an npz member name; only file paths are made relative to the config.
+	for _, l := range []*string{&c.Calibration.Labels, &c.Validation.Data.Labels} {
+		if strings.ContainsRune(*l, '/') || strings.HasSuffix(*l, ".npy") || strings.HasSuffix(*l, ".txt") {
+			rel(l)
+		}
+	}
 }
 
 // Validate checks values the types cannot: each error names the key, the value and what is

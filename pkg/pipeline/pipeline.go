@@ -66,6 +66,7 @@ type run struct {
 	unfrozen      *torch.Module
 	unfrozenSteps []string
 	stageCmp      *bench.Comparison
+	extraCmps     []*bench.Comparison // later measurements (INT8 vs best FP32)
 	threads       int
 }
 
@@ -312,6 +313,19 @@ func hashFile(path string) (string, int64, error) {
 		return "", 0, err
 	}
 	return hex.EncodeToString(h.Sum(nil)), n, nil
+}
+
+// inputArrays copies the bench inputs into arrays, as validation data of last resort.
+func (r *run) inputArrays() ([]*npy.Array, error) {
+	var out []*npy.Array
+	for i, t := range r.inputs {
+		d, err := t.Data()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, &npy.Array{Shape: t.Shape(), DType: r.cfg.Model.Inputs[i].DType, Data: d})
+	}
+	return out, nil
 }
 
 // best is the fastest kept candidate (the last one kept, since each is kept only if faster).
