@@ -62,16 +62,37 @@ type CompareOptions struct {
 // for stable 2.5% / 97.5% quantiles, cheap next to any real benchmark.
 const DefaultResamples = 2000
 
+// bootstrapBudget caps the values drawn by one bootstrap (resamples times
+// both sample sizes): a 10 s run of a 50 us model holds 200k latencies per
+// model, and 2000 resamples of those would take longer than the run. Past
+// the cap the resample count drops (never below minResamples); with that
+// many runs the interval is narrow and its ends need less precision.
+const (
+	bootstrapBudget = 40_000_000
+	minResamples    = 200
+)
+
+// resamplesFor returns the resample count to use for samples of n values
+// in all, given the requested count.
+func resamplesFor(requested, n int) int {
+	if n <= 0 || requested*n <= bootstrapBudget {
+		return requested
+	}
+	return min(requested, max(minResamples, bootstrapBudget/n))
+}
+
 // Pair compares one target (Other) with the baseline (Base, the first target).
 type Pair struct {
 	Base  string `json:"base"`
 	Other string `json:"other"`
 	// Ratio is median(Other) / median(Base): below 1, Other is faster.
 	Ratio float64 `json:"ratio"`
-	// RatioLo and RatioHi bound its 95% bootstrap interval.
-	RatioLo float64     `json:"ratio_ci_lo"`
-	RatioHi float64     `json:"ratio_ci_hi"`
-	UTest   UTestResult `json:"u_test"`
+	// RatioLo and RatioHi bound its 95% bootstrap interval, drawn from
+	// Resamples resamples.
+	RatioLo   float64     `json:"ratio_ci_lo"`
+	RatioHi   float64     `json:"ratio_ci_hi"`
+	Resamples int         `json:"resamples"`
+	UTest     UTestResult `json:"u_test"`
 	// Significant is UTest.P < Alpha.
 	Significant bool `json:"significant"`
 	// Verdict is "no significant difference (p=0.41)" or
@@ -221,7 +242,7 @@ func Compare(targets []Target, o CompareOptions) (*Comparison, error) {
 }
 
 // ComparePair compares other with base: ratio of medians with a bootstrap
-// interval, U test, verdict. It works on any two Results, measured
+// interval (resamples, fewer for very large samples), U test, verdict. It works on any two Results, measured
 // interleaved or not (only interleaved ones are a fair comparison).
 func ComparePair(base, other *Result, resamples int, seed uint64) (Pair, error) {
 	if base == nil || other == nil {
@@ -231,8 +252,8 @@ func ComparePair(base, other *Result, resamples int, seed uint64) (Pair, error) 
 	if len(a) == 0 || len(b) == 0 {
 		return Pair{}, fmt.Errorf("compare %q with %q: a target has no samples", base.Name, other.Name)
 	}
-	p := Pair{Base: base.Name, Other: other.Name}
-	ratio, lo, hi, err := RatioOfMediansCI(a, b, Confidence, resamples, seed)
+	p := Pair{Base: base.Name, Other: other.Name, Resamples: resamplesFor(resamples, len(a)+len(b))}
+	ratio, lo, hi, err := RatioOfMediansCI(a, b, Confidence, p.Resamples, seed)
 	if err != nil {
 		return Pair{}, fmt.Errorf("compare %q with %q: %w", base.Name, other.Name, err)
 	}

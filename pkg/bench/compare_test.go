@@ -247,3 +247,37 @@ func TestRatioOfMediansCIBadInput(t *testing.T) {
 		}
 	}
 }
+
+func TestResamplesFor(t *testing.T) {
+	for _, c := range []struct{ req, n, want int }{
+		{2000, 400, 2000},
+		{2000, 20_000, 2000},
+		{2000, 400_000, 200},
+		{2000, 100_000, 400},
+		{2000, 100_000_000, 200},
+		{100, 100_000_000, 100},
+	} {
+		if got := resamplesFor(c.req, c.n); got != c.want {
+			t.Errorf("resamplesFor(%d, %d) = %d, want %d", c.req, c.n, got, c.want)
+		}
+	}
+}
+
+// TestCompareLargeSamples keeps a long duration-mode comparison of a fast
+// model affordable: 100k runs each must not take the full 2000 resamples.
+func TestCompareLargeSamples(t *testing.T) {
+	if testing.Short() {
+		t.Skip("large sample")
+	}
+	clk := &SimClock{}
+	m := LatencyModel{Median: 50 * time.Microsecond, Sigma: 0.05}
+	c, err := Compare([]Target{NewSyntheticTarget("a", clk, m, 1), NewSyntheticTarget("b", clk, shifted(m, 1.02), 2)},
+		CompareOptions{Options: Options{Runs: 100_000, Clock: clk}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := c.Pairs[0]
+	if p.Resamples != 200 || !p.Significant || p.RatioLo > 1.02 || p.RatioHi < 1.02 {
+		t.Errorf("resamples %d, ratio %.4f [%.4f, %.4f], verdict %q", p.Resamples, p.Ratio, p.RatioLo, p.RatioHi, p.Verdict)
+	}
+}
