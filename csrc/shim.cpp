@@ -248,11 +248,12 @@ int32_t ts_get_num_threads(void) { return at::get_num_threads(); }
 ts_status* ts_set_num_interop_threads(int32_t n) {
   TS_API_BEGIN
   TS_CHECK_ARG(n > 0, "set_num_interop_threads", "thread count must be > 0, got " + std::to_string(n));
-  if (at::get_num_interop_threads() == n) return nullptr;
+  // libtorch 2.x returns size_t here, 1.13 int: compare as int64_t on both.
+  if (static_cast<int64_t>(at::get_num_interop_threads()) == n) return nullptr;
   at::set_num_interop_threads(n);
   TS_API_END("set_num_interop_threads")
 }
-int32_t ts_get_num_interop_threads(void) { return at::get_num_interop_threads(); }
+int32_t ts_get_num_interop_threads(void) { return static_cast<int32_t>(at::get_num_interop_threads()); }
 
 ts_status* ts_supported_qengines(char** out) {
   TS_API_BEGIN
