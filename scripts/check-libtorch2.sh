@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# Builds the shim against libtorch 2.x and runs the whole test suite there: a Debian 13 (trixie)
+# root made with debootstrap (trixie's libtorch-dev is 2.6), the Go toolchain of this machine
+# copied in, a snapshot of the source tree copied in, and `make test` run inside it (chroot).
+# The official libtorch 2.x CPU build the Docker image uses is the same 2.x API; this check is
+# the one that runs on a machine whose only outside reach is Debian's and Go's registries.
+#
+# Not part of `make test`: the first run downloads ~1.5 GB of packages and takes tens of
+# minutes; later runs reuse the root (build/trixie-root) and take the time of `make test`.
+#
+# Usage: sudo scripts/check-libtorch2.sh [make targets...]   (default: test)
+# Environment:
+#   TRIXIE_ROOT    the root folder (default build/trixie-root)
+#   DEBIAN_MIRROR  the Debian mirror (default: the one this machine's apt uses)
+#   CHECK_LOG      the log file (default build/check-libtorch2.log)
+#   FIXTURES_SKIP_LARGE, FIXTURES_THREADS, GOFLAGS  passed through to make inside the root
+# Needs root (debootstrap, mount, chroot) and a Debian or Ubuntu host with debootstrap.
+# shellcheck disable=SC2016 # dpkg-query formats and bash -c bodies are single-quoted on purpose
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+root="${TRIXIE_ROOT:-$repo/build/trixie-root}"
+log="${CHECK_LOG:-$repo/build/check-libtorch2.log}"
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(test)
+suite=trixie
+# Inside the root: the source snapshot, and where the host's module cache is mounted.
+src_in=/src/torchspeed
+modcache_in=/gomodcache
+# What the root needs: the build tools and libtorch 2.x, the Python side for the fixtures, the
+# allocators `torchspeed launch` preloads, git for `make lint` (git ls-files) and the version.
+pkgs=(libtorch-dev cmake g++ make pkg-config git ca-certificates
+	python3-torch python3-torchvision python3-sklearn python3-scipy python3-numpy python3-pil
+	libjemalloc2 libgoogle-perftools4t64)
+
+mkdir -p "$(dirname "$log")"
+exec > >(tee -a "$log") 2>&1
+t0=$(date +%s)
+phase_start=$t0
+phase() { # phase NAME: logs the time the previous phase took and starts a new one
+	local now; now=$(date +%s)
+	echo "check-libtorch2: [$(date -u +%H:%M:%S)] +$((now - phase_start))s (total $((now - t0))s) -> $1"
+	phase_start=$now
+}
+die() { echo "check-libtorch2: $*" >&2; exit 1; }
+
+[ "$(id -u)" = 0 ] || die "needs root (debootstrap, mount and chroot): run it with sudo"
+command -v debootstrap >/dev/null || die "debootstrap is missing: apt-get install -y debootstrap"
+goroot="$(PATH=/usr/local/go/bin:$PATH go env GOROOT 2>/dev/null)" || die "no Go on this machine: run scripts/setup.sh first"
+gomodcache="$(PATH=/usr/local/go/bin:$PATH go env GOMODCACHE)"
+goproxy="$(PATH=/usr/local/go/bin:$PATH go env GOPROXY)"
+case "$root" in /|"") die "TRIXIE_ROOT must not be '$root'";; esac
+
+# The mirror this machine's apt already reaches (one-line or deb822 sources), else Debian's.
+mirror="${DEBIAN_MIRROR:-}"
+if [ -z "$mirror" ]; then
+	mirror=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.sources /etc/apt/sources.list.d/*.list 2>/dev/null |
+		grep -oE 'https?://[^ ]+/debian/?( |$)' | grep -v security | head -1 | tr -d ' ' || true)
+	mirror="${mirror:-http://deb.debian.org/debian}"
+fi
+
+# Everything mounted below the root, newest first, so that cleanup can unmount it in order.
+mounted=()
+cleanup() {
+	local rc=$? i
+	for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do
+		umount "${mounted[$i]}" 2>/dev/null || umount -l "${mounted[$i]}" ||
+			echo "check-libtorch2: could not unmount ${mounted[$i]}: unmount it by hand" >&2
+	done
+	echo "check-libtorch2: finished with exit code $rc after $(($(date +%s) - t0))s"
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+mount_at() { # mount_at TARGET MOUNT-ARGS...: mounts and remembers it for cleanup
+	local target="$1"; shift
+	mkdir -p "$target"
+	mount "$@" "$target"
+	mounted+=("$target")
+}
+under_root_mounts() { awk -v r="$root/" 'index($2, r) == 1 {print $2}' /proc/mounts; }
+
+echo "check-libtorch2: $(date -u) root=$root mirror=$mirror targets=${targets[*]}"
+if [ -n "$(under_root_mounts)" ]; then
+	die "something is still mounted below $root (an earlier run that was killed?): $(under_root_mounts | tr '\n' ' ')- unmount it first"
+fi
+
+# 1. The root. A stamp marks a finished debootstrap; a root without one is a broken earlier run.
+phase "debootstrap $suite"
+if [ ! -f "$root/.ts-debootstrap-done" ]; then
+	if [ -d "$root" ]; then
+		echo "check-libtorch2: removing the unfinished root $root"
+		rm -rf --one-file-system "$root"
+	fi
+	mkdir -p "$root"
+	debootstrap --variant=minbase --include=ca-certificates "$suite" "$root" "$mirror"
+	touch "$root/.ts-debootstrap-done"
+else
+	echo "check-libtorch2: reusing $root"
+fi
+
+# 2. Kernel filesystems, and the host's name resolution for apt and the module proxy.
+phase "mount"
+mount_at "$root/proc" -t proc proc
+mount_at "$root/sys" -t sysfs sysfs
+mount_at "$root/dev" --bind /dev
+mount_at "$root/dev/pts" --bind /dev/pts
+if mountpoint -q /dev/shm; then mount_at "$root/dev/shm" --bind /dev/shm; fi
+cp -L /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
+# The module cache is shared with the host: Go's cache takes its own locks, and it spares
+# downloading every module again. Anything missing still comes from the proxy.
+mkdir -p "$gomodcache"
+mount_at "$root$modcache_in" --bind "$gomodcache"
+
+in_root() { # in_root COMMAND...: runs a command inside the root with a clean environment
+	chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM="${TERM:-dumb}" \
+		PATH=/usr/local/go/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+		DEBIAN_FRONTEND=noninteractive "$@"
+}
+
+# 3. Packages. Services must not start inside a chroot.
+phase "apt packages"
+printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d"
+chmod 755 "$root/usr/sbin/policy-rc.d"
+missing=()
+for p in "${pkgs[@]}"; do
+	in_root dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	echo "check-libtorch2: installing ${missing[*]}"
+	in_root apt-get update -q
+	in_root apt-get install -y -q --no-install-recommends "${missing[@]}"
+	in_root apt-get clean
+fi
+echo "check-libtorch2: libtorch-dev $(in_root dpkg-query -W -f='${Version}' libtorch-dev), python3-torch $(in_root dpkg-query -W -f='${Version}' python3-torch), $(in_root g++ --version | head -1), $(in_root cmake --version | head -1)"
+
+# 4. Go: trixie's Go is older than go.mod's; this machine's toolchain runs there as it is.
+phase "go toolchain"
+have=$(head -1 "$goroot/VERSION" 2>/dev/null)
+if [ "$(head -1 "$root/usr/local/go/VERSION" 2>/dev/null)" != "$have" ]; then
+	echo "check-libtorch2: copying $goroot ($have) into the root"
+	rm -rf --one-file-system "$root/usr/local/go"
+	mkdir -p "$root/usr/local"
+	cp -a "$goroot" "$root/usr/local/go"
+fi
+in_root /usr/local/go/bin/go version
+
+# 5. A snapshot of the source tree: the tracked files and the untracked ones git does not
+# ignore, plus .git (make lint and the version string read it). It is a copy, not a bind
+# mount: the root's build/ (shim built against 2.6, fixtures made by torch 2.6) must not
+# replace the host's, and other work in the tree goes on while the check runs.
+phase "source snapshot"
+dst="$root$src_in"
+mkdir -p "$dst"
+find "$dst" -mindepth 1 -maxdepth 1 ! -name build -exec rm -rf --one-file-system {} +
+(cd "$repo" && git ls-files -z -c -o --exclude-standard |
+	while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done |
+	tar --null -T - -cf - .git) | tar -xf - -C "$dst"
+echo "check-libtorch2: source at $(cd "$repo" && git rev-parse --short HEAD)$(cd "$repo" && git diff --quiet HEAD -- 2>/dev/null || echo ' plus uncommitted changes')"
+
+# 6. Build and test inside, as `make test` does on Debian 12 (setup.sh finds everything
+# installed). The root keeps its own Go build cache.
+phase "make ${targets[*]} (libtorch 2.x)"
+passenv=(GOMODCACHE="$modcache_in" GOPROXY="$goproxy" GOFLAGS="${GOFLAGS:--buildvcs=false}")
+for v in FIXTURES_SKIP_LARGE FIXTURES_THREADS FIXTURES_FORCE; do
+	if [ -n "${!v:-}" ]; then passenv+=("$v=${!v}"); fi
+done
+in_root "${passenv[@]}" /bin/bash -c 'cd "$0" && make "$@"' "$src_in" "${targets[@]}"
+phase "done"
+echo "check-libtorch2: PASS: shim built against libtorch $(in_root dpkg-query -W -f='${Version}' libtorch-dev), make ${targets[*]} green"
