@@ -1,0 +1,138 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+// torchspeedBin builds the CLI once for the tests that run it as a user would.
+func torchspeedBin(t *testing.T) string {
+	binOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "torchspeed-bin-")
+		if err != nil {
+			binErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "torchspeed")
+		if out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput(); err != nil {
+			binErr = err
+			t.Logf("%s", out)
+		}
+	})
+	if binErr != nil {
+		t.Fatalf("go build: %v", binErr)
+	}
+	return binPath
+}
+
+func fixtureDir(t *testing.T) string {
+	d, err := filepath.Abs("../../build/fixtures")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(d, "manifest.json")); err != nil {
+		t.Fatalf("fixtures missing in %s: run `make fixtures`", d)
+	}
+	return d
+}
+
+func writeConfig(t *testing.T, body string) string {
+	p := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestCLIOptimizeExitCodes(t *testing.T) {
+	bin := torchspeedBin(t)
+	fx := fixtureDir(t)
+	out := t.TempDir()
+	base := "model:\n  path: " + fx + "/digits.pt\n  inputs:\n    - name: x\n      shape: [1, 1, 8, 8]\noutput:\n  dir: " + out + "\nbench:\n  runs: 5\n  stage_runs: 3\n"
+	cases := []struct {
+		name string
+		body string
+		args []string
+		code int
+		want string
+	}{
+		{"typo key", base + "runtime:\n  thread: 2\n", nil, 2, "thread"},
+		{"wrong type", base + "runtime:\n  threads: two\n", nil, 2, "runtime.threads"},
+		{"missing model", strings.Replace(base, "digits.pt", "nope.pt", 1), nil, 1, "file not found"},
+		{"bad flag value", base, []string{"--quantize", "int2"}, 2, "quantize.mode"},
+		{"validation fails", base + "quantize:\n  mode: static\n  fallback: false\n  observer: minmax\ncalibration:\n  path: " + fx + "/digits_calib.npy\n  limit: 2\nvalidation:\n  min_cosine: 0.9999999\n", nil, 3, "validation"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			args := append([]string{"optimize", "--quiet", "-c", writeConfig(t, c.body)}, c.args...)
+			cmd := exec.Command(bin, args...)
+			b, err := cmd.CombinedOutput()
+			code := 0
+			if ee, ok := err.(*exec.ExitError); ok {
+				code = ee.ExitCode()
+			}
+			if code != c.code || !strings.Contains(string(b), c.want) {
+				t.Fatalf("exit %d (want %d), output lacks %q:\n%s", code, c.code, c.want, b)
+			}
+			if _, err := os.Stat(filepath.Join(out, "digits.torchspeed.pt")); err == nil {
+				t.Fatal("an artifact was written by a failed run")
+			}
+		})
+	}
+}
+
+// Ctrl-C during optimize: exit 130, nothing in the output folder.
+func TestCLIOptimizeInterrupt(t *testing.T) {
+	bin := torchspeedBin(t)
+	fx := fixtureDir(t)
+	out := t.TempDir()
+	cfg := writeConfig(t, "model:\n  path: "+fx+"/resnet18.pt\n  inputs:\n    - name: x\n      shape: [1, 3, 224, 224]\noutput:\n  dir: "+out+"\nbench:\n  runs: 2000\n")
+	cmd := exec.Command(bin, "optimize", "-c", cfg)
+	cmd.Env = append(os.Environ(), "TORCHSPEED_PROGRESS=1")
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Interrupt once the stages are being built.
+	buf := make([]byte, 4096)
+	var seen strings.Builder
+	deadline := time.Now().Add(3 * time.Minute)
+	for !strings.Contains(seen.String(), "building FP32 candidates") && time.Now().Before(deadline) {
+		n, err := stderr.Read(buf)
+		seen.Write(buf[:n])
+		if err != nil {
+			break
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			if _, err := stderr.Read(buf); err != nil {
+				return
+			}
+		}
+	}()
+	err := cmd.Wait()
+	ee, ok := err.(*exec.ExitError)
+	if !ok || ee.ExitCode() != 130 {
+		t.Fatalf("exit: %v (want 130); stderr so far:\n%s", err, seen.String())
+	}
+	entries, _ := os.ReadDir(out)
+	for _, e := range entries {
+		t.Errorf("left behind after Ctrl-C: %s", e.Name())
+	}
+}
