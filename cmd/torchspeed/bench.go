@@ -20,6 +20,7 @@ import (
 	"github.com/torchspeed/torchspeed/pkg/config"
 	"github.com/torchspeed/torchspeed/pkg/cpu"
 	"github.com/torchspeed/torchspeed/pkg/plot"
+	"github.com/torchspeed/torchspeed/pkg/torchspeed"
 	"github.com/torchspeed/torchspeed/pkg/version"
 )
 
@@ -91,7 +92,7 @@ the Pareto front of median latency against items/s and recommend a configuration
 	f.BoolVar(&b.asJSON, "json", false, "print the report as JSON instead of a table")
 	f.StringVar(&b.benchfmt, "benchfmt", "", "also write the Go benchmark format (for benchstat) to this file")
 	f.StringVar(&b.plotDir, "plot", "", "also write latency (and sweep) plots as PNG and SVG into this folder")
-	f.StringVarP(&b.outDir, "output", "o", "", "write bench.json, bench.txt (benchfmt) and plots into this folder")
+	f.StringVarP(&b.outDir, "output", "o", "", "write bench.json, bench.txt (benchfmt) and bench_*.png/svg plots into this folder")
 	return c
 }
 
@@ -106,9 +107,6 @@ func (b *benchCmd) validate(c *cobra.Command) error {
 	f := c.Flags()
 	if len(b.models) == 0 {
 		return usageErrorf("bench: --model is required, e.g. -m resnet18.pt")
-	}
-	if len(b.shapes) == 0 {
-		return usageErrorf("bench: give the model's inputs with --input-shape, e.g. --input-shape 1x3x224x224 (repeat for several inputs)")
 	}
 	if len(b.dtypes) > len(b.shapes) {
 		return usageErrorf("bench: %d --dtype values for %d --input-shape inputs; give one per input", len(b.dtypes), len(b.shapes))
@@ -240,12 +238,31 @@ type moduleTarget struct {
 	name   string
 	m      *torch.Module
 	inputs []*torch.Tensor
+	// channelsLast converts 4-D float inputs on every call, as
+	// torchspeed.Model.Predict does: the conversion is part of what a
+	// caller of the artifact pays.
+	channelsLast bool
 }
 
 func (t *moduleTarget) Name() string { return t.name }
 
 func (t *moduleTarget) Run() error {
-	outs, err := t.m.ForwardOnThisThread(t.inputs...)
+	in := t.inputs
+	if t.channelsLast {
+		in = make([]*torch.Tensor, len(t.inputs))
+		for i, x := range t.inputs {
+			in[i] = x
+			if len(x.Shape()) == 4 && x.DType() == torch.Float32 {
+				cl, err := x.ChannelsLast()
+				if err != nil {
+					return err
+				}
+				defer cl.Close()
+				in[i] = cl
+			}
+		}
+	}
+	outs, err := t.m.ForwardOnThisThread(in...)
 	if err != nil {
 		return err
 	}
@@ -253,24 +270,35 @@ func (t *moduleTarget) Run() error {
 	return nil
 }
 
-// loaded is a model loaded for measurement.
+// loaded is a model or artifact loaded for measurement.
 type loaded struct {
-	spec modelSpec
-	m    *torch.Module
-	load time.Duration
+	spec  modelSpec
+	model *torchspeed.Model
+	load  time.Duration
 }
 
-func loadModel(s modelSpec) (*loaded, error) {
+func (l *loaded) target(inputs []*torch.Tensor) *moduleTarget {
+	return &moduleTarget{name: l.spec.name, m: l.model.Module(), inputs: inputs,
+		channelsLast: l.model.Manifest != nil && l.model.Manifest.ChannelsLast}
+}
+
+// loadModel loads a plain TorchScript file or a torchspeed artifact (its
+// load-time passes re-applied, its quantized engine set); bench sets the
+// thread count itself.
+func loadModel(s modelSpec, progress io.Writer) (*loaded, error) {
 	start := time.Now()
-	m, err := torch.Load(s.path)
+	m, err := torchspeed.Load(s.path, torchspeed.LoadOptions{KeepThreads: true})
 	if err != nil {
 		return nil, fmt.Errorf("bench: load %q: %w", s.path, err)
 	}
-	if err := m.Eval(); err != nil {
-		m.Close()
-		return nil, fmt.Errorf("bench: %q: switch to eval mode: %w", s.path, err)
+	if m.Manifest != nil && m.Manifest.Format > 0 {
+		// An artifact: its warnings (libtorch version drift) matter. A
+		// plain model's only warning is that it is one.
+		for _, w := range m.Warnings {
+			fmt.Fprintf(progress, "bench: %s: %s\n", s.name, w)
+		}
 	}
-	return &loaded{spec: s, m: m, load: time.Since(start)}, nil
+	return &loaded{spec: s, model: m, load: time.Since(start)}, nil
 }
 
 // outputs lists where files go: every folder is checked for writing
@@ -375,10 +403,6 @@ func (b *benchCmd) run(c *cobra.Command) error {
 		return err
 	}
 	specs := b.specs()
-	ins, err := b.inputSpecs()
-	if err != nil {
-		return err
-	}
 	outs, err := b.outputs()
 	if err != nil {
 		return err
@@ -390,10 +414,46 @@ func (b *benchCmd) run(c *cobra.Command) error {
 	}
 	order, _ := bench.ParseOrder(b.order)
 	opts := bench.Options{Runs: b.runs, Duration: b.duration, Warmup: b.warmup}
-
 	env, avail := captureEnv()
+	// Refuse configurations that would oversubscribe the CPUs before
+	// spending time on loading (checked again once the inputs are known).
+	if _, err := b.checkCPUs(nil, avail); err != nil {
+		return err
+	}
+
+	progress := c.ErrOrStderr()
+	var models []*loaded
+	defer func() {
+		for _, l := range models {
+			l.model.Close()
+		}
+	}()
+	for _, s := range specs {
+		l, err := loadModel(s, progress)
+		if err != nil {
+			return err
+		}
+		models = append(models, l)
+	}
+	if err := b.inputsFromManifest(models); err != nil {
+		return err
+	}
+	ins, err := b.inputSpecs()
+	if err != nil {
+		return err
+	}
+	if b.threads == 0 && !c.Flags().Changed("threads") {
+		if man := models[0].model.Manifest; man != nil && man.Runtime.Threads > 0 {
+			b.threads = man.Runtime.Threads
+			fmt.Fprintf(progress, "bench: %d threads, as the artifact %s was tuned for (--threads overrides)\n", b.threads, models[0].spec.name)
+		}
+	}
 	if b.streams > 1 && b.threads == 0 {
 		b.threads = max(1, avail/b.streams)
+	}
+	sweepCfg, err := b.checkCPUs(ins, avail)
+	if err != nil {
+		return err
 	}
 	if b.threads > 0 {
 		if err := torch.SetNumThreads(b.threads); err != nil {
@@ -402,6 +462,7 @@ func (b *benchCmd) run(c *cobra.Command) error {
 	}
 	env.Threads = torch.NumThreads()
 	env.InteropThreads = torch.NumInteropThreads()
+	env.QuantizedEngine = torch.QEngine() // an INT8 artifact sets its engine when loaded
 	env.ModelHashes = map[string]string{}
 	for _, s := range specs {
 		h, err := bench.HashFile(s.path)
@@ -411,33 +472,6 @@ func (b *benchCmd) run(c *cobra.Command) error {
 		env.ModelHashes[s.name] = h
 	}
 	rep := &bench.Report{Environment: env, Settings: b.settings()}
-
-	// Refuse configurations that would oversubscribe the CPUs before
-	// spending time on loading.
-	var sweepCfg bench.SweepConfig
-	if b.sweeping() {
-		if sweepCfg, err = b.sweepConfig(ins, avail); err != nil {
-			return err
-		}
-	} else if b.streams > 1 && b.threads*b.streams > avail {
-		return usageErrorf("bench: %d streams x %d threads need %d CPUs, %d are available; lower --streams or --threads",
-			b.streams, b.threads, b.threads*b.streams, avail)
-	}
-
-	progress := c.ErrOrStderr()
-	var models []*loaded
-	defer func() {
-		for _, l := range models {
-			l.m.Close()
-		}
-	}()
-	for _, s := range specs {
-		l, err := loadModel(s)
-		if err != nil {
-			return err
-		}
-		models = append(models, l)
-	}
 
 	switch {
 	case b.sweeping():
@@ -457,7 +491,7 @@ func (b *benchCmd) run(c *cobra.Command) error {
 		defer closeTensors(inputs)
 		var targets []bench.Target
 		for _, l := range models {
-			targets = append(targets, &moduleTarget{name: l.spec.name, m: l.m, inputs: inputs})
+			targets = append(targets, l.target(inputs))
 		}
 		fmt.Fprintf(progress, "bench: %s...\n", describeRun(specs, opts, order))
 		// The whole timing loop runs on one inference worker thread, which
@@ -483,6 +517,45 @@ func (b *benchCmd) run(c *cobra.Command) error {
 		}
 	}
 	return b.write(c.OutOrStdout(), progress, rep, outs)
+}
+
+// inputsFromManifest takes the input shapes from the first artifact's
+// manifest when no --input-shape (or config) gave them.
+func (b *benchCmd) inputsFromManifest(models []*loaded) error {
+	if len(b.shapes) > 0 {
+		return nil
+	}
+	for _, l := range models {
+		man := l.model.Manifest
+		if man == nil || len(man.Inputs) == 0 {
+			continue
+		}
+		for _, in := range man.Inputs {
+			dims := make([]string, len(in.Shape))
+			for i, d := range in.Shape {
+				dims[i] = strconv.FormatInt(d, 10)
+			}
+			b.shapes = append(b.shapes, strings.Join(dims, "x"))
+			b.dtypes = append(b.dtypes, in.DType)
+		}
+		return nil
+	}
+	return usageErrorf("bench: give the model's inputs with --input-shape, e.g. --input-shape 1x3x224x224 (repeat for several inputs); " +
+		"only artifacts made by torchspeed optimize list them")
+}
+
+// checkCPUs refuses a throughput run or sweep that needs more CPUs than
+// available, and returns the sweep's configuration. ins may be nil before
+// the inputs are known.
+func (b *benchCmd) checkCPUs(ins []inputSpec, avail int) (bench.SweepConfig, error) {
+	if b.sweeping() {
+		return b.sweepConfig(ins, avail)
+	}
+	if b.streams > 1 && b.threads*b.streams > avail {
+		return bench.SweepConfig{}, usageErrorf("bench: %d streams x %d threads need %d CPUs, %d are available; lower --streams or --threads",
+			b.streams, b.threads, b.threads*b.streams, avail)
+	}
+	return bench.SweepConfig{}, nil
 }
 
 func latencyResults(r *bench.Report) []*bench.Result {
@@ -531,7 +604,7 @@ func runStreams(l *loaded, ins []inputSpec, batch, threads, streams int, o bench
 		mu.Lock()
 		made = append(made, inputs)
 		mu.Unlock()
-		return &moduleTarget{name: l.spec.name, m: l.m, inputs: inputs}, nil
+		return l.target(inputs), nil
 	}
 	if batch == 0 && len(ins) > 0 && len(ins[0].shape) > 0 {
 		batch = int(ins[0].shape[0])
@@ -550,7 +623,7 @@ func (b *benchCmd) sweepConfig(ins []inputSpec, avail int) (bench.SweepConfig, e
 	cfg := bench.SweepConfig{Batches: b.sweepB, Threads: b.sweepT, Streams: b.sweepS, AvailableCPUs: avail, P99Budget: b.budget}
 	if len(cfg.Batches) == 0 {
 		cfg.Batches = []int{1}
-		if len(ins[0].shape) > 0 {
+		if len(ins) > 0 && len(ins[0].shape) > 0 {
 			cfg.Batches = []int{int(ins[0].shape[0])}
 		}
 	}
@@ -689,21 +762,21 @@ func writePlots(rep *bench.Report, dir string) ([]string, error) {
 	var all []string
 	title := fmt.Sprintf("latency, %d threads", rep.Environment.Threads)
 	if rs := latencyResults(rep); len(rs) > 0 {
-		p, err := plot.Latency(plot.SeriesFromResults(rs), title, dir, "latency")
+		p, err := plot.Latency(plot.SeriesFromResults(rs), title, dir, "bench_latency")
 		if err != nil {
 			return all, err
 		}
 		all = append(all, p...)
 	}
 	if t := rep.Throughput; t != nil {
-		p, err := plot.Latency(plot.SeriesFromThroughput(t), fmt.Sprintf("%s: %d streams x %d threads", t.Name, t.Streams, t.Threads), dir, "latency")
+		p, err := plot.Latency(plot.SeriesFromThroughput(t), fmt.Sprintf("%s: %d streams x %d threads", t.Name, t.Streams, t.Threads), dir, "bench_latency")
 		if err != nil {
 			return all, err
 		}
 		all = append(all, p...)
 	}
 	if s := rep.Sweep; s != nil {
-		p, err := plot.Sweep(s, "sweep: median latency vs throughput", dir, "sweep")
+		p, err := plot.Sweep(s, "sweep: median latency vs throughput", dir, "bench_sweep")
 		if err != nil {
 			return all, err
 		}

@@ -11,8 +11,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/pkg/bench"
 	"github.com/torchspeed/torchspeed/pkg/fixtures"
+	"github.com/torchspeed/torchspeed/pkg/torchspeed"
+	"github.com/torchspeed/torchspeed/pkg/version"
 )
 
 // runBench runs `torchspeed bench args...` and returns stdout, stderr and
@@ -81,7 +84,7 @@ func TestBenchVsSelfWritesOutputs(t *testing.T) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
 	}
-	for _, f := range []string{"bench.json", "bench.txt", "latency.png", "latency.svg"} {
+	for _, f := range []string{"bench.json", "bench.txt", "bench_latency.png", "bench_latency.svg"} {
 		p := filepath.Join(dir, f)
 		if st, err := os.Stat(p); err != nil || st.Size() == 0 {
 			t.Errorf("%s not written: %v", f, err)
@@ -131,7 +134,7 @@ func TestBenchThroughputAndSweep(t *testing.T) {
 			t.Errorf("%s: %d inferences, batch %d", row.Point, row.Result.Inferences, row.Result.Batch)
 		}
 	}
-	for _, f := range []string{"sweep.png", "sweep.svg"} {
+	for _, f := range []string{"bench_sweep.png", "bench_sweep.svg"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 			t.Error(err)
 		}
@@ -214,6 +217,43 @@ func TestBenchConfig(t *testing.T) {
 	var ue usageError
 	if err == nil || !errors.As(err, &ue) || !strings.Contains(err.Error(), "missing.yaml") {
 		t.Errorf("missing config: %v", err)
+	}
+}
+
+// TestBenchArtifact benches an artifact whose manifest gives the inputs,
+// the thread count and channels-last inputs, without --input-shape.
+func TestBenchArtifact(t *testing.T) {
+	m, err := torch.Load(digits(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	man := &torchspeed.Manifest{
+		Format: version.ManifestFormat, Torchspeed: "test", Libtorch: torch.Version(), Precision: "fp32",
+		Inputs:       []torchspeed.InputSpec{{Name: "x", Shape: []int64{1, 1, 8, 8}, DType: "float32"}},
+		ChannelsLast: true, Runtime: torchspeed.Runtime{Threads: 1},
+	}
+	raw, err := man.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	art := filepath.Join(t.TempDir(), "digits.torchspeed.pt")
+	if err := m.Save(art, map[string][]byte{torchspeed.ManifestFile: raw}); err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, err := runBench(t, "-m", art, "--runs", "20", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stderr, "1 threads, as the artifact digits.torchspeed.pt was tuned for") {
+		t.Errorf("stderr does not say where the thread count came from:\n%s", stderr)
+	}
+	var rep bench.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || len(rep.Results) != 1 {
+		t.Fatalf("JSON: %v", err)
+	}
+	if rep.Settings["input-shape"] != "1x1x8x8" || rep.Results[0].Stats.N != 20 || rep.Environment.Threads != 1 {
+		t.Errorf("settings %v, n=%d, threads=%d", rep.Settings, rep.Results[0].Stats.N, rep.Environment.Threads)
 	}
 }
 
