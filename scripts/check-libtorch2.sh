@@ -6,11 +6,15 @@
 # the one that runs on a machine whose only outside reach is Debian's and Go's registries.
 #
 # Not part of `make test`: the first run downloads ~1.5 GB of packages and takes tens of
-# minutes; later runs reuse the root (build/trixie-root) and take the time of `make test`.
+# minutes; later runs reuse the root (build/_trixie-root) and take the time of `make test`.
+# The root's name starts with "_" so that `go list/vet/test ./...` in the tree skips it (the
+# go command ignores such folders; it would otherwise walk the root's mounted /proc and fail).
+# Nothing of the host is bind-mounted read-write into the root (its /dev is its own, the
+# module cache is copied), so an `rm -rf build` during a run cannot reach the host's files.
 #
 # Usage: sudo scripts/check-libtorch2.sh [make targets...]   (default: test)
 # Environment:
-#   TRIXIE_ROOT    the root folder (default build/trixie-root)
+#   TRIXIE_ROOT    the root folder (default build/_trixie-root)
 #   DEBIAN_MIRROR  the Debian mirror (default: the one this machine's apt uses)
 #   CHECK_LOG      the log file (default build/check-libtorch2.log)
 #   FIXTURES_SKIP_LARGE, FIXTURES_THREADS, GOFLAGS  passed through to make inside the root
@@ -19,14 +23,14 @@
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-root="${TRIXIE_ROOT:-$repo/build/trixie-root}"
+root="${TRIXIE_ROOT:-$repo/build/_trixie-root}"
 log="${CHECK_LOG:-$repo/build/check-libtorch2.log}"
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(test)
 suite=trixie
-# Inside the root: the source snapshot, and where the host's module cache is mounted.
+# Inside the root: the source snapshot and the module cache.
 src_in=/src/torchspeed
-modcache_in=/gomodcache
+modcache_in=/root/go/pkg/mod
 # What the root needs: the build tools and libtorch 2.x, the Python side for the fixtures, the
 # allocators `torchspeed launch` preloads, git for `make lint` (git ls-files) and the version.
 pkgs=(libtorch-dev cmake g++ make pkg-config git ca-certificates
@@ -100,17 +104,16 @@ else
 fi
 
 # 2. Kernel filesystems, and the host's name resolution for apt and the module proxy.
+# debootstrap made the device nodes in the root's /dev; pts and shm are fresh instances.
 phase "mount"
 mount_at "$root/proc" -t proc proc
-mount_at "$root/sys" -t sysfs sysfs
-mount_at "$root/dev" --bind /dev
-mount_at "$root/dev/pts" --bind /dev/pts
-if mountpoint -q /dev/shm; then mount_at "$root/dev/shm" --bind /dev/shm; fi
+mount_at "$root/sys" -t sysfs -o ro sysfs
+mount_at "$root/dev/pts" -t devpts -o newinstance,ptmxmode=0666 devpts
+mount_at "$root/dev/shm" -t tmpfs -o mode=1777 tmpfs
+for d in null zero full random urandom tty; do
+	[ -e "$root/dev/$d" ] || die "$root/dev/$d is missing: remove $root and run again"
+done
 cp -L /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
-# The module cache is shared with the host: Go's cache takes its own locks, and it spares
-# downloading every module again. Anything missing still comes from the proxy.
-mkdir -p "$gomodcache"
-mount_at "$root$modcache_in" --bind "$gomodcache"
 
 in_root() { # in_root COMMAND...: runs a command inside the root with a clean environment
 	chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM="${TERM:-dumb}" \
@@ -144,6 +147,12 @@ if [ "$(head -1 "$root/usr/local/go/VERSION" 2>/dev/null)" != "$have" ]; then
 	cp -a "$goroot" "$root/usr/local/go"
 fi
 in_root /usr/local/go/bin/go version
+# The host's module cache, copied (new files only): spares downloading every module again.
+# Anything still missing comes from the proxy.
+if [ -d "$gomodcache" ]; then
+	mkdir -p "$root$modcache_in"
+	cp -a -n "$gomodcache/." "$root$modcache_in/"
+fi
 
 # 5. A snapshot of the source tree: the tracked files and the untracked ones git does not
 # ignore, plus .git (make lint and the version string read it). It is a copy, not a bind
