@@ -2,12 +2,17 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"io"
 	"path/filepath"
+	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/pkg/cpu"
+	"github.com/torchspeed/torchspeed/pkg/kernels"
 )
 
 func init() { extraCommands = append(extraCommands, newProbeCmd, newLaunchCmd) }
@@ -16,6 +21,8 @@ type probeCmd struct {
 	root    string
 	noTorch bool
 	asJSON  bool
+	peak    bool
+	peakDur time.Duration
 }
 
 func newProbeCmd() *cobra.Command {
@@ -33,6 +40,8 @@ loaded, and libtorch's build, and ends with findings: each a problem and what to
 	f.StringVar(&p.root, "root", "/", "directory holding the sys/ and proc/ trees to read (a copy from another machine; the ISA then comes from its proc/cpuinfo)")
 	f.BoolVar(&p.noTorch, "no-torch", false, "leave out libtorch's build information")
 	f.BoolVar(&p.asJSON, "json", false, "print JSON")
+	f.BoolVar(&p.peak, "peak", false, "also measure this machine's FP32 FMA and INT8 peaks and memory bandwidth (pkg/kernels)")
+	f.DurationVar(&p.peakDur, "peak-duration", 200*time.Millisecond, "time spent on each peak figure")
 	return c
 }
 
@@ -59,11 +68,61 @@ func (p *probeCmd) run(c *cobra.Command) error {
 		}
 		return err
 	}
+	var peak *kernels.PeakResult
+	if p.peak {
+		if !live {
+			return usageErrorf("probe --peak measures this machine: it cannot be combined with --root")
+		}
+		res, err := kernels.MeasurePeak(kernels.PeakOptions{CPUs: pr.Usable.CPUs, Duration: p.peakDur})
+		if err != nil {
+			return err
+		}
+		peak = &res
+	}
 	out := c.OutOrStdout()
 	if p.asJSON {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
-		return enc.Encode(pr)
+		if peak == nil {
+			return enc.Encode(pr)
+		}
+		return enc.Encode(struct {
+			*cpu.Probe
+			Peak *kernels.PeakResult `json:"peak"`
+		}{pr, peak})
 	}
-	return pr.WriteText(out)
+	if err := pr.WriteText(out); err != nil {
+		return err
+	}
+	if peak != nil {
+		writePeak(out, peak)
+	}
+	return nil
+}
+
+func writePeak(w io.Writer, r *kernels.PeakResult) {
+	fmt.Fprintf(w, "\nPeak (measured on CPUs %v, clock %.2f GHz from %s)\n", r.CPUs, r.FrequencyHz/1e9, r.FrequencySource)
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  kernel\tper core\tall cores\ttheoretical per core\t% of theoretical")
+	row := func(f kernels.ComputeFigure, unit string) {
+		pct := "-"
+		if f.TheoreticalPerCore > 0 {
+			pct = fmt.Sprintf("%.0f%%", 100*f.PerCore/f.TheoreticalPerCore)
+		}
+		fmt.Fprintf(tw, "  %s\t%.1f %s\t%.1f %s\t%.1f %s\t%s\n", f.ISA, f.PerCore/1e9, unit, f.AllCores/1e9, unit, f.TheoreticalPerCore/1e9, unit, pct)
+	}
+	for _, f := range r.FP32 {
+		row(f, "GFLOP/s")
+	}
+	for _, f := range r.INT8 {
+		row(f, "GOP/s")
+	}
+	tw.Flush()
+	if m := r.Memory; m != nil {
+		fmt.Fprintf(w, "  memory: read %.1f GB/s per core, %.1f GB/s all cores; copy %.1f / %.1f GB/s (buffer %d MiB)\n",
+			m.ReadPerCore/1e9, m.ReadAllCores/1e9, m.CopyPerCore/1e9, m.CopyAllCores/1e9, m.BufferBytes>>20)
+	}
+	if r.TheoreticalNote != "" {
+		fmt.Fprintf(w, "  theoretical: %s\n", r.TheoreticalNote)
+	}
 }
