@@ -10,7 +10,7 @@ JOBS     ?= $(shell nproc)
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X github.com/torchspeed/torchspeed/pkg/version.Version=$(VERSION)
 
-.PHONY: all setup shim build fixtures test test-go test-purego lint demo bench clean
+.PHONY: all setup shim build fixtures test test-go test-purego lint demo bench check-libtorch2 clean
 
 all: build
 
@@ -48,6 +48,10 @@ demo: build fixtures
 
 bench: build fixtures
 	go test -run '^$$' -bench . -benchtime 200x -timeout 60m ./bindings/... ./pkg/...
+
+# Build and test against libtorch 2.6 in a Debian 13 chroot (not part of make test; see the script).
+check-libtorch2:
+	bash scripts/check-libtorch2.sh
 
 clean:
 	rm -rf $(BUILD)
