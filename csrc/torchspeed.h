@@ -181,7 +181,9 @@ TS_EXPORT ts_status* ts_quant_prepare(const ts_module* m /* borrowed */, const c
 TS_EXPORT ts_status* ts_quant_convert(const ts_module* observed /* borrowed */, const char* engine /* borrowed */,
                                       ts_module** out /* new reference */) TS_MUST_CHECK;
 /* Dynamic quantization (quantize_dynamic_jit): INT8 weights, activations quantized at run time.
- * Quantizes aten::linear; the activation observer must be "placeholder" (the default here). */
+ * Quantizes aten::linear, and LSTM/GRU calls (aten::lstm/gru -> aten::quantized_lstm/gru with
+ * prepacked qint8 cell weights, as eager quantize_dynamic does); the activation observer must be
+ * "placeholder" (the default here), whose reduce_range the RNN cells use. */
 TS_EXPORT ts_status* ts_quant_dynamic(const ts_module* m /* borrowed */, const char* config_json /* borrowed */,
                                       const char* engine /* borrowed */, ts_module** out /* new reference */) TS_MUST_CHECK;
 /* JSON array [{"path": "layer1.0.conv1", "type": "Conv2d", "params": 36864}, ...] of the

@@ -92,8 +92,9 @@ func (m *Module) QuantConvert(engine string) (*Module, error) {
 }
 
 // QuantDynamic returns the dynamically quantized model (quantize_dynamic_jit): linear layers
-// get INT8 weights and quantize their inputs at run time. The activation observer must be
-// left empty or be "placeholder". m is not modified.
+// get INT8 weights and quantize their inputs at run time; LSTM and GRU calls become
+// aten::quantized_lstm/gru with qint8 cell weights (as eager quantize_dynamic does). The
+// activation observer must be left empty or be "placeholder". m is not modified.
 func (m *Module) QuantDynamic(cfg QuantConfig, engine string) (*Module, error) {
 	js, err := json.Marshal(cfg)
 	if err != nil {

@@ -432,3 +432,65 @@ func cosine(a, b []float32) float64 {
 	}
 	return ab / math.Sqrt(aa*bb+1e-300)
 }
+
+func TestQuantDynamicLSTM(t *testing.T) {
+	man := fixtures.Load(t)
+	f := man.Get(t, "lstm")
+	m := loadFixture(t, f)
+	in := tensorsOf(t, f.InputArrays(t))
+	want, _ := f.Array(t, f.Outputs[0]).Float32s()
+	tests := []struct {
+		name     string
+		cfg      torch.QuantConfig
+		int8LSTM bool
+	}{
+		{"all", torch.QuantConfig{}, true},
+		{"lstm kept FP32", torch.QuantConfig{Modules: map[string]*torch.QConfig{"lstm": nil}}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			q, err := m.QuantDynamic(tc.cfg, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer q.Close()
+			counts, err := q.NodeCounts()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := counts["aten::quantized_lstm"] == 1 && counts["aten::lstm"] == 0; got != tc.int8LSTM {
+				t.Fatalf("quantized LSTM %v, want %v: %v", got, tc.int8LSTM, counts)
+			}
+			outs, err := q.Forward(in...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer torch.CloseOutputs(outs)
+			got, _ := outs[0].Tensor.Float32s()
+			c := cosine(got, want)
+			if c < 0.99 {
+				t.Fatalf("cosine vs FP32 %.5f < 0.99", c)
+			}
+			// Saved and loaded back, the quantized cells (custom-class constants) survive.
+			path := filepath.Join(t.TempDir(), "lstm_int8.pt")
+			if err := q.Save(path, nil); err != nil {
+				t.Fatal(err)
+			}
+			back, err := torch.Load(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer back.Close()
+			bo, err := back.Forward(in...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer torch.CloseOutputs(bo)
+			bv, _ := bo[0].Tensor.Float32s()
+			if !slices.Equal(got, bv) {
+				t.Fatalf("reloaded model answers %v, before saving %v", bv, got)
+			}
+			t.Logf("cosine vs FP32 %.6f, nodes: quantized_lstm %d, linear_dynamic %d", c, counts["aten::quantized_lstm"], counts["quantized::linear_dynamic"])
+		})
+	}
+}

@@ -195,7 +195,9 @@ func (o Options) Config(engine string) torch.QuantConfig {
 	rr := ResolveReduceRange(o.ReduceRange, engine, vnni)
 	var c torch.QuantConfig
 	if o.Mode == ModeDynamic {
-		c.Activation = torch.ObserverConfig{Observer: torch.ObserverPlaceholder}
+		// Only the LSTM/GRU cells read reduce_range here; linears choose their ranges at run
+		// time with the full range, as quantize_dynamic_jit does.
+		c.Activation = torch.ObserverConfig{Observer: torch.ObserverPlaceholder, ReduceRange: rr}
 	} else {
 		c.Activation = torch.ObserverConfig{Observer: o.Activation, ReduceRange: rr}
 		switch o.Activation {
