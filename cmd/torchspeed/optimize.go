@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -12,9 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/pkg/config"
-	"github.com/torchspeed/torchspeed/pkg/cpu"
 	"github.com/torchspeed/torchspeed/pkg/pipeline"
 	"github.com/torchspeed/torchspeed/pkg/runenv"
 )
@@ -115,84 +112,5 @@ type exitErr struct {
 func (e exitErr) Error() string { return e.err.Error() }
 func (e exitErr) Unwrap() error { return e.err }
 func (e exitErr) ExitCode() int { return e.code }
-
-// settingsEnv carries the parent's settings into the re-executed process: once libgomp has
-// read OMP_PROC_BIND it binds the initial thread to the first place, so a second probe there
-// would see one CPU and compute different settings.
-const settingsEnv = "TORCHSPEED_RUNTIME_SETTINGS"
-
-// setUpRuntime computes the runtime settings for this process, re-executes it when the OpenMP
-// variables or the allocator need a fresh start, then pins and binds it and sets libtorch's
-// thread counts.
-func setUpRuntime(o runenv.Options) (*cpu.Probe, runenv.Settings, []string, []string, error) {
-	probe, err := cpu.Detect(cpu.Options{})
-	if err != nil {
-		return nil, runenv.Settings{}, nil, nil, err
-	}
-	var s runenv.Settings
-	if raw := os.Getenv(settingsEnv); raw != "" && os.Getenv(runenv.ReexecMarker) != "" {
-		if err := json.Unmarshal([]byte(raw), &s); err != nil {
-			return nil, s, nil, nil, fmt.Errorf("%s: %w", settingsEnv, err)
-		}
-	} else {
-		settings, err := runenv.Compute(probe, o)
-		if err != nil {
-			return nil, s, nil, nil, usageError{fmt.Errorf("runtime settings: %w", err)}
-		}
-		s = settings[0]
-		raw, err := json.Marshal(s)
-		if err != nil {
-			return nil, s, nil, nil, err
-		}
-		os.Setenv(settingsEnv, string(raw))
-		if _, err := runenv.EnsureEnv(s); err != nil {
-			return nil, s, nil, nil, err
-		}
-	}
-	applied, warnings, err := runenv.ApplyInProcess(s)
-	if err != nil {
-		return nil, s, nil, nil, err
-	}
-	if err := torch.SetNumInteropThreads(max(1, s.InteropThreads)); err != nil {
-		return nil, s, nil, nil, err
-	}
-	if err := torch.SetNumThreads(s.Threads); err != nil {
-		return nil, s, nil, nil, err
-	}
-	return probe, s, applied, warnings, nil
-}
-
-func numaNodes(n int) []int {
-	if n < 0 {
-		return nil
-	}
-	return []int{n}
-}
-
-func settingsMap(s runenv.Settings, applied []string) map[string]string {
-	m := map[string]string{
-		"cpus":            s.CPUs.String(),
-		"threads":         fmt.Sprint(s.Threads),
-		"interop_threads": fmt.Sprint(s.InteropThreads),
-		"openmp":          s.OpenMP,
-		"mode":            string(s.Mode),
-		"allocator":       orDash(s.Allocator),
-		"numa_node":       fmt.Sprint(s.NUMANode),
-	}
-	for _, v := range s.Vars {
-		m["env "+v.Name] = v.Value
-	}
-	for i, a := range applied {
-		m[fmt.Sprintf("applied %d", i+1)] = a
-	}
-	return m
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
 
 func isTerminal(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }
