@@ -190,9 +190,16 @@ void count_nodes(torch::jit::Block* block, std::map<std::string, int64_t>& count
 }
 
 std::shared_ptr<torch::jit::Graph> inlined_forward(const torch::jit::Module& m) {
-  auto graph = m.get_method("forward").graph()->copy();
-  torch::jit::Inline(*graph);
-  return graph;
+  auto graph = m.get_method("forward").graph();
+  // Some graphs (dynamic-quantized LSTMs) fail Graph::copy()'s scope check; their nodes are
+  // still worth counting, uninlined.
+  try {
+    auto copy = graph->copy();
+    torch::jit::Inline(*copy);
+    return copy;
+  } catch (const std::exception&) {
+    return graph;
+  }
 }
 
 std::string json_escape(const std::string& s) {
