@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
+	"github.com/torchspeed/torchspeed/pkg/calib"
 	"github.com/torchspeed/torchspeed/pkg/fixtures"
 	"github.com/torchspeed/torchspeed/pkg/npy"
 )
@@ -184,5 +185,32 @@ func TestFromArraysErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
 		}
+	}
+}
+
+// TestFromDataset: data loaded by pkg/calib give the same comparison as the raw arrays.
+func TestFromDataset(t *testing.T) {
+	man := fixtures.Load(t)
+	f := man.Get(t, "digits")
+	m, err := torch.Load(f.ModelPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	d, err := calib.Open(calib.Source{Kind: calib.KindNPY, Path: f.Path(f.Eval.Inputs[0].File), Labels: f.Path(f.Eval.Labels.File), BatchSize: 50},
+		[]calib.InputSpec{{Name: "x", Shape: []int64{-1, 1, 8, 8}, DType: "float32"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := FromDataset(d)
+	if data.Len() != 10 {
+		t.Fatalf("%d batches, want 10", data.Len())
+	}
+	res, err := Compare(context.Background(), m, m, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Samples != 500 || math.Abs(res.Top1-f.Eval.Accuracy) > 1e-9 {
+		t.Fatalf("%d samples, accuracy %.4f; want 500 and %.4f", res.Samples, res.Top1, f.Eval.Accuracy)
 	}
 }
