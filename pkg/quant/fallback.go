@@ -167,12 +167,20 @@ func QuantizeChecked(ctx context.Context, m *torch.Module, calib, val validate.B
 			}
 			keep(c, pass)
 			if pass {
-				// The greedy order may have kept layers in FP32 that the last one made
-				// unnecessary: try dropping each earlier one (fewer FP32 layers is usually, not
-				// always, faster; timing decides below).
+				// The first passing set is not necessarily the fastest. The greedy order may have
+				// kept layers in FP32 that the last one made unnecessary: try dropping each
+				// earlier one. And an FP32 layer between INT8 neighbours costs a dequantize and
+				// a quantize; keeping the next most sensitive layer FP32 too can remove them:
+				// try that as well. Timing decides below.
+				var more [][]string
 				for i := 0; i < len(skip)-1; i++ {
-					fewer := slices.Delete(slices.Clone(skip), i, i+1)
-					c, pass, err := try(fewer)
+					more = append(more, slices.Delete(slices.Clone(skip), i, i+1))
+				}
+				if n := len(skip); n < fb.MaxFP32Layers && n < len(table) {
+					more = append(more, append(slices.Clone(skip), table[n].Layer))
+				}
+				for _, alt := range more {
+					c, pass, err := try(alt)
 					if err != nil {
 						return nil, nil, err
 					}

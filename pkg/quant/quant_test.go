@@ -236,8 +236,21 @@ func TestOutlierFallback(t *testing.T) {
 	if rep.Sensitivity[0].Layer != f.Fallback.Modules[0] {
 		t.Errorf("most sensitive layer %s, the fixture's outlier is in %s", rep.Sensitivity[0].Layer, f.Fallback.Modules[0])
 	}
-	if !slices.Equal(rep.FP32Layers, f.Fallback.Modules) {
-		t.Errorf("FP32 layers %v, want %v", rep.FP32Layers, f.Fallback.Modules)
+	// fc1 must stay FP32; the fastest passing set may keep a neighbour FP32 too (measured here:
+	// {fc1, fc2} beats {fc1}, which pays a quantize/dequantize around the tiny INT8 fc2).
+	if !slices.Contains(rep.FP32Layers, f.Fallback.Modules[0]) || len(rep.FP32Layers) > 2 {
+		t.Errorf("FP32 layers %v, want %v (plus at most one more)", rep.FP32Layers, f.Fallback.Modules)
+	}
+	for _, a := range rep.Attempts {
+		var chosen time.Duration
+		for _, b := range rep.Attempts {
+			if slices.Equal(b.FP32Layers, rep.FP32Layers) {
+				chosen = b.Latency
+			}
+		}
+		if a.Passed && a.Latency < chosen {
+			t.Errorf("chose %v (%v) although %v passed in %v", rep.FP32Layers, chosen, a.FP32Layers, a.Latency)
+		}
 	}
 	if len(rep.Failures) != 0 {
 		t.Errorf("chosen model fails %v", rep.Failures)
@@ -245,7 +258,36 @@ func TestOutlierFallback(t *testing.T) {
 	if d := rep.Validation.AccuracyDrop; d > 0.005 {
 		t.Errorf("accuracy drop %.4f after fallback", d)
 	}
-	t.Logf("after fallback: top-1 %.4f (FP32 %.4f), cosine %.5f, %d attempts, ops %v", rep.Validation.Top1, rep.Validation.RefTop1, rep.Validation.Cosine, len(rep.Attempts), rep.QuantizedOps)
+	t.Logf("after fallback: top-1 %.4f (FP32 %.4f), cosine %.5f, ops %v", rep.Validation.Top1, rep.Validation.RefTop1, rep.Validation.Cosine, rep.QuantizedOps)
+	for _, a := range rep.Attempts {
+		t.Logf("attempt: FP32 %v passed %v cosine %.5f latency %v", a.FP32Layers, a.Passed, a.Cosine, a.Latency)
+	}
+
+	// The fastest passing candidate wins, not the first: a timing function that calls the
+	// last candidate fastest must get that one ({fc1} and {fc1, next layer} both pass).
+	calls := 0
+	fb.Latency = func(_ context.Context, models []*torch.Module) ([]time.Duration, error) {
+		calls++
+		out := make([]time.Duration, len(models))
+		for i := range out {
+			out[i] = time.Duration(len(models)-i) * time.Millisecond
+		}
+		return out, nil
+	}
+	q2, rep2, err := quant.QuantizeChecked(ctx, m, calib, val, quant.DefaultOptions(), fb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q2.Close()
+	var passed [][]string
+	for _, a := range rep2.Attempts {
+		if a.Passed {
+			passed = append(passed, a.FP32Layers)
+		}
+	}
+	if calls != 1 || len(passed) < 2 || !slices.Equal(rep2.FP32Layers, passed[len(passed)-1]) {
+		t.Errorf("latency calls %d, passing sets %v, chose %v: want the last (fastest) passing set", calls, passed, rep2.FP32Layers)
+	}
 }
 
 // badBatches serves fixed batches without the checks FromArrays makes, as a custom data
