@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
 
+	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
@@ -83,6 +85,9 @@ func (o *optimizeCmd) run(c *cobra.Command) error {
 	}
 	if !quiet {
 		opts.Log = log
+		if isTerminal(os.Stderr) {
+			opts.Progress = progressBars(log)
+		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -114,3 +119,20 @@ func (e exitErr) Unwrap() error { return e.err }
 func (e exitErr) ExitCode() int { return e.code }
 
 func isTerminal(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }
+
+// progressBars draws one bar per long stage on a terminal.
+func progressBars(w io.Writer) func(stage string, done, total int) {
+	bars := map[string]*progressbar.ProgressBar{}
+	return func(stage string, done, total int) {
+		b, ok := bars[stage]
+		if !ok {
+			b = progressbar.NewOptions(total, progressbar.OptionSetWriter(w), progressbar.OptionSetDescription(stage),
+				progressbar.OptionShowCount(), progressbar.OptionClearOnFinish())
+			bars[stage] = b
+		}
+		_ = b.Set(done)
+		if done >= total {
+			_ = b.Finish()
+		}
+	}
+}

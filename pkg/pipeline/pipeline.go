@@ -39,6 +39,8 @@ type Options struct {
 	Machine any
 	// AutoThreads lists thread counts to try when the config leaves threads to auto.
 	AutoThreads []int
+	// Progress, if set, hears about long stages (calibration): done of total samples.
+	Progress func(stage string, done, total int)
 }
 
 // ValidationError means the result failed its accuracy thresholds.

@@ -67,6 +67,9 @@ func (r *run) quantize() error {
 		Mode: mode, Engine: q.Engine, Activation: q.Observer, Percentile: q.Percentile,
 		PerChannel: q.PerChannel, ReduceRange: string(q.ReduceRange), Skip: q.Skip,
 	}
+	if r.opts.Progress != nil {
+		opts.Progress = func(done, total int) { r.opts.Progress("calibration", done, total) }
+	}
 	th := validate.Thresholds{
 		MinCosine: r.cfg.Validation.MinCosine, MaxAbsError: r.cfg.Validation.MaxAbsError,
 		MinTop1Agreement: r.cfg.Validation.MinTop1Agreement, MaxAccuracyDrop: r.cfg.Validation.MaxAccuracyDrop / 100,
