@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bufio"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,12 +16,14 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/pkg/bench"
 	"github.com/torchspeed/torchspeed/pkg/config"
 	"github.com/torchspeed/torchspeed/pkg/cpu"
 	"github.com/torchspeed/torchspeed/pkg/plot"
+	"github.com/torchspeed/torchspeed/pkg/runenv"
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
 	"github.com/torchspeed/torchspeed/pkg/version"
 )
@@ -48,6 +52,15 @@ type benchCmd struct {
 	benchfmt string
 	plotDir  string
 	outDir   string
+
+	// How the process sits on the machine (see setUpRuntime).
+	runtime   string // "torchspeed" (computed settings) or "default" (libtorch's own)
+	allocator string
+	mode      string
+	numaNode  int
+	interop   int
+	// serve keeps the models loaded and times rounds on request (see serve).
+	serve bool
 }
 
 func newBenchCmd() *cobra.Command {
@@ -93,6 +106,16 @@ the Pareto front of median latency against items/s and recommend a configuration
 	f.StringVar(&b.benchfmt, "benchfmt", "", "also write the Go benchmark format (for benchstat) to this file")
 	f.StringVar(&b.plotDir, "plot", "", "also write latency (and sweep) plots as PNG and SVG into this folder")
 	f.StringVarP(&b.outDir, "output", "o", "", "write bench.json, bench.txt (benchfmt) and bench_*.png/svg plots into this folder")
+	f.StringVar(&b.runtime, "runtime", runtimeTorchspeed, "runtime settings: torchspeed (CPU affinity, OpenMP variables, allocator, as optimize and launch use) or default (libtorch's own, nothing changed)")
+	f.StringVar(&b.allocator, "allocator", "default", "memory allocator to preload: default (glibc), jemalloc or tcmalloc (runtime.allocator)")
+	f.StringVar(&b.mode, "mode", "latency", "runtime preset: latency or throughput (runtime.mode)")
+	f.IntVar(&b.numaNode, "numa-node", -1, "NUMA node to run on, -1 for any (runtime.numa_node)")
+	f.IntVar(&b.interop, "interop-threads", 1, "inter-op threads (runtime.interop_threads)")
+	// A driver process (BenchmarkRuntimeSettings) alternates rounds between two
+	// long-lived bench processes whose OpenMP settings differ: they can only
+	// differ between processes, since the runtime reads them at start.
+	f.BoolVar(&b.serve, "serve", false, "read \"run K\" lines on stdin; answer each with \"ns\" and K latencies")
+	_ = f.MarkHidden("serve")
 	return c
 }
 
@@ -136,6 +159,9 @@ func (b *benchCmd) validate(c *cobra.Command) error {
 	}
 	if _, err := bench.ParseOrder(b.order); err != nil {
 		return usageErrorf("bench: --order: %v", err)
+	}
+	if err := b.validateRuntime(f); err != nil {
+		return err
 	}
 	n := len(b.models) + len(b.vs)
 	if n > 1 && (b.streams > 1 || b.sweeping()) {
@@ -389,6 +415,18 @@ func (b *benchCmd) applyConfig(c *cobra.Command) error {
 	if !f.Changed("threads") {
 		b.threads = cfg.Runtime.Threads
 	}
+	if !f.Changed("allocator") && cfg.Runtime.Allocator != "" {
+		b.allocator = cfg.Runtime.Allocator
+	}
+	if !f.Changed("mode") && cfg.Runtime.Mode != "" {
+		b.mode = cfg.Runtime.Mode
+	}
+	if !f.Changed("numa-node") {
+		b.numaNode = cfg.Runtime.NUMANode
+	}
+	if !f.Changed("interop-threads") && cfg.Runtime.InteropThreads > 0 {
+		b.interop = cfg.Runtime.InteropThreads
+	}
 	if !f.Changed("output") && b.outDir == "" {
 		b.outDir = cfg.Output.Dir
 	}
@@ -414,6 +452,12 @@ func (b *benchCmd) run(c *cobra.Command) error {
 	}
 	order, _ := bench.ParseOrder(b.order)
 	opts := bench.Options{Runs: b.runs, Duration: b.duration, Warmup: b.warmup}
+	// Before anything is loaded: applying the settings may re-execute
+	// this process.
+	settings, err := b.setUpRuntime(c.ErrOrStderr())
+	if err != nil {
+		return err
+	}
 	env, avail := captureEnv()
 	// Refuse configurations that would oversubscribe the CPUs before
 	// spending time on loading (checked again once the inputs are known).
@@ -448,6 +492,10 @@ func (b *benchCmd) run(c *cobra.Command) error {
 			fmt.Fprintf(progress, "bench: %d threads, as the artifact %s was tuned for (--threads overrides)\n", b.threads, models[0].spec.name)
 		}
 	}
+	if b.threads == 0 && b.streams == 1 && !b.sweeping() && b.runtime == runtimeTorchspeed {
+		// setUpRuntime already set its count; keep it for the report.
+		b.threads = torch.NumThreads()
+	}
 	if b.streams > 1 && b.threads == 0 {
 		b.threads = max(1, avail/b.streams)
 	}
@@ -472,6 +520,15 @@ func (b *benchCmd) run(c *cobra.Command) error {
 		env.ModelHashes[s.name] = h
 	}
 	rep := &bench.Report{Environment: env, Settings: b.settings()}
+	for k, v := range settings {
+		rep.Settings[k] = v
+	}
+	// The count in use, which an artifact's manifest or --threads may have
+	// changed after the runtime settings were computed.
+	rep.Settings["threads"] = strconv.Itoa(env.Threads)
+	if b.serve {
+		return b.serveRounds(c.InOrStdin(), c.OutOrStdout(), models[0], ins, rep.Settings)
+	}
 
 	switch {
 	case b.sweeping():
@@ -783,4 +840,126 @@ func writePlots(rep *bench.Report, dir string) ([]string, error) {
 		all = append(all, p...)
 	}
 	return all, nil
+}
+
+// The --runtime choices.
+const (
+	runtimeTorchspeed = "torchspeed"
+	runtimeDefault    = "default"
+)
+
+// validateRuntime checks the runtime flags and the serve mode's limits.
+func (b *benchCmd) validateRuntime(f *pflag.FlagSet) error {
+	switch b.runtime {
+	case runtimeTorchspeed:
+	case runtimeDefault:
+		for _, name := range []string{"allocator", "mode", "numa-node", "interop-threads"} {
+			if f.Changed(name) {
+				return usageErrorf("bench: --%s applies torchspeed's runtime settings; it cannot be combined with --runtime default", name)
+			}
+		}
+	default:
+		return usageErrorf("bench: --runtime %q: want torchspeed (apply torchspeed's settings) or default (libtorch's own)", b.runtime)
+	}
+	if _, err := runenv.ParseMode(b.mode); err != nil || b.mode == "" {
+		return usageErrorf("bench: --mode %q: want latency or throughput", b.mode)
+	}
+	if b.numaNode < -1 {
+		return usageErrorf("bench: --numa-node %d: want a node number from `torchspeed probe`, or -1 for any", b.numaNode)
+	}
+	if b.interop < 1 {
+		return usageErrorf("bench: --interop-threads %d: must be 1 or more", b.interop)
+	}
+	if b.serve && (len(b.models)+len(b.vs) != 1 || b.streams > 1 || b.sweeping()) {
+		return usageErrorf("bench: --serve times one model on one stream; drop --vs, --streams and the sweeps")
+	}
+	return nil
+}
+
+// setUpRuntime applies torchspeed's runtime settings, as optimize does (this
+// may re-execute the process), and returns them for the report. With
+// --runtime default it changes nothing and records only that.
+func (b *benchCmd) setUpRuntime(log io.Writer) (map[string]string, error) {
+	if b.runtime == runtimeDefault {
+		return map[string]string{"runtime": runtimeDefault}, nil
+	}
+	mode, err := runenv.ParseMode(b.mode)
+	if err != nil {
+		return nil, usageErrorf("bench: --mode: %v", err)
+	}
+	o := runenv.Options{Threads: b.threads, InteropThreads: b.interop, Allocator: b.allocator, Mode: mode, NUMANodes: numaNodes(b.numaNode)}
+	if b.streams > 1 || b.sweeping() {
+		// Each stream sets its own count; the process gets the instance's CPUs.
+		o.Threads = 0
+	}
+	_, s, applied, warnings, err := setUpRuntime(o)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	for _, w := range warnings {
+		fmt.Fprintln(log, "bench: warning:", w)
+	}
+	m := settingsMap(s, applied)
+	m["runtime"] = runtimeTorchspeed
+	return m, nil
+}
+
+// serveRounds keeps one model loaded and answers each "run K" line on in
+// with "ns" and the K latencies in nanoseconds, timed by bench.Run (the loop
+// `torchspeed bench` uses); each round's first inference is timed apart and
+// left out, so it also re-warms caches another process used meanwhile. It
+// first warms up and prints "ready" with the settings as JSON; "quit" or the
+// end of in stops it.
+func (b *benchCmd) serveRounds(in io.Reader, out io.Writer, l *loaded, ins []inputSpec, settings map[string]string) error {
+	inputs, err := makeInputs(ins, 0, b.seed)
+	if err != nil {
+		return err
+	}
+	defer closeTensors(inputs)
+	t := l.target(inputs)
+	torch.Do(func() { _, err = bench.Run(t, bench.Options{Runs: 1, Warmup: b.warmup}) })
+	if err != nil {
+		return err
+	}
+	raw, err := json.Marshal(settings)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(out)
+	fmt.Fprintf(w, "ready %s\n", raw)
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	sc := bufio.NewScanner(in)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "quit" {
+			return nil
+		}
+		f := strings.Fields(line)
+		k := 0
+		if len(f) == 2 && f[0] == "run" {
+			k, _ = strconv.Atoi(f[1])
+		}
+		if k < 1 {
+			fmt.Fprintf(w, "error %q: want \"run K\" with K >= 1, or \"quit\"\n", line)
+		} else {
+			var r *bench.Result
+			torch.Do(func() { r, err = bench.Run(t, bench.Options{Runs: k}) })
+			if err != nil {
+				fmt.Fprintf(w, "error %v\n", err)
+				w.Flush()
+				return err
+			}
+			w.WriteString("ns")
+			for _, d := range r.Samples {
+				w.WriteString(" " + strconv.FormatInt(int64(d), 10))
+			}
+			w.WriteString("\n")
+		}
+		if err := w.Flush(); err != nil {
+			return err
+		}
+	}
+	return sc.Err()
 }
