@@ -30,7 +30,7 @@ extern "C" {
 #define TS_MUST_CHECK __attribute__((warn_unused_result))
 
 /* Bumped whenever a function is added. The Go side refuses a shim older than it expects. */
-#define TS_API_VERSION 4
+#define TS_API_VERSION 5
 
 typedef struct ts_status ts_status;
 typedef struct ts_module ts_module;
@@ -194,6 +194,21 @@ TS_EXPORT ts_status* ts_quant_layers(const ts_module* m /* borrowed */, char** o
  * zero_point), observed_range() returns (min, max). For tests and diagnostics. */
 TS_EXPORT ts_status* ts_quant_observer(const char* config_json /* borrowed */, ts_module** out /* new reference */) TS_MUST_CHECK;
 /* ---- end of quantization ---- */
+
+/* ---- profiling and inspection (csrc/profile.cpp) ---- */
+/* Runs forward once on inputs (borrowed) and writes a JSON object of the multiply-add work it
+ * dispatched, by ATen op: {"aten::_convolution": {"flops": 3.6e9, "calls": 20}, "aten::addmm":
+ * ...}. FLOP counts a multiply-add as 2, from the ops' input shapes: aten::_convolution (every
+ * conv and transposed conv), mm, addmm, bmm, baddbmm, addbmm, mv, addmv, dot, _addmm_activation
+ * and CPU flash attention. Quantized and prepacked (mkldnn) ops are not counted: count the FP32
+ * model. The forward runs on the calling thread. */
+TS_EXPORT ts_status* ts_module_op_flops(const ts_module* m /* borrowed */, ts_tensor* const* inputs /* borrowed */,
+                                        size_t n, char** json /* new reference */) TS_MUST_CHECK;
+/* ts_module_define with the names saved TorchScript code uses: `ops.<namespace>.<op>` reaches
+ * any registered operator (ops.quantized.linear, ops.quantized.conv2d_unpack, ...); `torch.<op>`
+ * is aten as in ts_module_define. Dtypes are written as integer codes (torch.quint8 is 13). */
+TS_EXPORT ts_status* ts_module_define_ops(ts_module* m, const char* source /* borrowed */) TS_MUST_CHECK;
+/* ---- end of profiling and inspection ---- */
 
 #ifdef __cplusplus
 }

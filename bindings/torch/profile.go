@@ -1,0 +1,103 @@
+package torch
+
+/*
+#include <stdlib.h>
+#include "torchspeed.h"
+*/
+import "C"
+
+import (
+	"encoding/json"
+	"fmt"
+	"runtime"
+	"unsafe"
+)
+
+// OpWork is the multiply-add work one kind of ATen op did in a forward.
+type OpWork struct {
+	FLOPs float64 `json:"flops"`
+	Calls int64   `json:"calls"`
+}
+
+// OpFLOPs runs forward once on an inference worker thread and counts the floating-point work
+// of its matrix-shaped ops from their input shapes: every convolution (counted at
+// aten::_convolution, which conv1d/2d/3d and transposed convs all reach) and every matrix product
+// (mm, addmm, bmm, baddbmm, mv, dot, ..., which linear and matmul reach). A multiply-add counts
+// as 2 FLOP. byOp is keyed by ATen op name. Quantized and prepacked ops are not counted: count
+// the FP32 model, whose multiply-adds an INT8 version of it does as 8-bit operations.
+func (m *Module) OpFLOPs(inputs ...*Tensor) (total float64, byOp map[string]float64, err error) {
+	work, err := m.OpWork(inputs...)
+	if err != nil {
+		return 0, nil, err
+	}
+	byOp = make(map[string]float64, len(work))
+	for op, w := range work {
+		byOp[op] = w.FLOPs
+		total += w.FLOPs
+	}
+	return total, byOp, nil
+}
+
+// OpWork is OpFLOPs with call counts, keyed by ATen op name.
+func (m *Module) OpWork(inputs ...*Tensor) (map[string]OpWork, error) {
+	var (
+		js  string
+		err error
+	)
+	getExecutor().do(func() { js, err = m.opFLOPsJSON(inputs) })
+	if err != nil {
+		return nil, err
+	}
+	work := map[string]OpWork{}
+	if err := json.Unmarshal([]byte(js), &work); err != nil {
+		return nil, fmt.Errorf("count FLOPs of %q: shim returned malformed JSON: %w", m.name, err)
+	}
+	return work, nil
+}
+
+func (m *Module) opFLOPsJSON(inputs []*Tensor) (string, error) {
+	if err := m.g.acquire(); err != nil {
+		return "", err
+	}
+	defer m.g.release()
+	if m.nin >= 0 && int64(len(inputs)) > m.nin {
+		return "", fmt.Errorf("count FLOPs of %q: model takes %d input(s), got %d: check the inputs in your config", m.name, m.nin, len(inputs))
+	}
+	cin := make([]*C.ts_tensor, len(inputs))
+	for i, t := range inputs {
+		if t == nil {
+			return "", fmt.Errorf("count FLOPs of %q: input %d is nil", m.name, i)
+		}
+		if err := t.g.acquire(); err != nil {
+			return "", fmt.Errorf("count FLOPs of %q: input %d: %w", m.name, i, err)
+		}
+		defer t.g.release()
+		cin[i] = t.c
+	}
+	var arr **C.ts_tensor
+	pin := runtime.Pinner{}
+	defer pin.Unpin()
+	if len(cin) > 0 {
+		pin.Pin(&cin[0])
+		arr = &cin[0]
+	}
+	var p *C.char
+	if err := statusErr(C.ts_module_op_flops(m.c, arr, C.size_t(len(cin)), &p)); err != nil {
+		return "", fmt.Errorf("count FLOPs of %q with inputs %s: %w", m.name, describeInputs(inputs), summarize(err))
+	}
+	return takeString(p), nil
+}
+
+// DefineOps is Define with the names saved TorchScript code uses: `ops.<namespace>.<op>` reaches
+// any registered operator (ops.quantized.linear, ops.quantized.conv2d_unpack, ...), which
+// Define's resolver cannot name; `torch.<op>` is an aten op. Dtypes are integer codes
+// (torch.quint8 is 13, torch.qint8 12).
+func (m *Module) DefineOps(source string) error {
+	if err := m.g.acquire(); err != nil {
+		return err
+	}
+	defer m.g.release()
+	cs := C.CString(source)
+	defer C.free(unsafe.Pointer(cs))
+	return statusErr(C.ts_module_define_ops(m.c, cs))
+}
