@@ -56,6 +56,7 @@ func (r *run) finalBench() error {
 	}
 	r.rep.Warnings = append(r.rep.Warnings, p.Warnings...)
 	r.rep.Warnings = append(r.rep.Warnings, n.Warnings...)
+	r.roofline()
 	return nil
 }
 

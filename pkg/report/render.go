@@ -54,6 +54,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintf(w, "\nfinal: %s  p50 %.3f ms (original %.3f ms), p95 %.3f ms, %.2fx [%.2f, %.2f], %d runs interleaved, %d thread(s)\n",
 			b.Verdict, b.OptimizedP50, b.OriginalP50, b.OptimizedP95, b.Speedup, b.SpeedupLo, b.SpeedupHi, b.Runs, b.Threads)
 	}
+	if rf := r.Roofline; rf != nil {
+		fmt.Fprintf(w, "roofline: %s\n", rf.Summary())
+	}
 	if v := r.Validation; v != nil {
 		fmt.Fprintf(w, "validation (%d samples%s): %s  %s\n", v.Samples, synth(v.Synthetic), passWord(v.Passed), metricLine(v.Metrics))
 	}
@@ -143,6 +146,19 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		p("| original | %s | | %s | |\n", ms(b.OriginalP50), ms(b.OriginalP95))
 		p("| optimized | %s | %s | %s | %s |\n\n", ms(b.OptimizedP50), ms(b.OptimizedP90), ms(b.OptimizedP95), ms(b.OptimizedP99))
 		p("Speedup %.2fx (95%% CI %.2f to %.2f); %s; throughput %.1f inferences/s at batch 1.\n", b.Speedup, b.SpeedupLo, b.SpeedupHi, b.Verdict, b.Throughput)
+	}
+	if rf := r.Roofline; rf != nil {
+		p("\n## Roofline\n\n%s.\n\n", rf.Summary())
+		p("The peak is pkg/kernels' in-register %s loop on the CPUs in use, measured in this run; the count covers convolutions and matrix products.\n\n", rf.Precision)
+		p("| op | work | share |\n|---|---:|---:|\n")
+		ops := make([]string, 0, len(rf.ByOp))
+		for op := range rf.ByOp {
+			ops = append(ops, op)
+		}
+		sort.Slice(ops, func(i, j int) bool { return rf.ByOp[ops[i]] > rf.ByOp[ops[j]] })
+		for _, op := range ops {
+			p("| %s | %s%s | %.1f%% |\n", op, si(rf.ByOp[op]), rf.unit(), 100*rf.ByOp[op]/max(rf.FLOPs, 1))
+		}
 	}
 	if r.Plot != "" {
 		p("\n![latency](%s)\n", r.Plot)

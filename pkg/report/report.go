@@ -23,9 +23,11 @@ type Report struct {
 	Quantize   any         `json:"quantize,omitempty"`
 	Validation *Validation `json:"validation,omitempty"`
 	Bench      *Bench      `json:"bench,omitempty"`
-	Artifact   string      `json:"artifact"`
-	Manifest   any         `json:"manifest"`
-	Warnings   []string    `json:"warnings,omitempty"`
+	// Roofline holds the optimized model's FLOP count and its share of the measured peak.
+	Roofline *Roofline `json:"roofline,omitempty"`
+	Artifact string    `json:"artifact"`
+	Manifest any       `json:"manifest"`
+	Warnings []string  `json:"warnings,omitempty"`
 	// Plot is the latency plot's file name, next to the report.
 	Plot string `json:"plot,omitempty"`
 }

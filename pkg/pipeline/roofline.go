@@ -1,0 +1,29 @@
+package pipeline
+
+import (
+	"path/filepath"
+	"time"
+
+	"github.com/torchspeed/torchspeed/pkg/roofline"
+)
+
+// roofline adds the final model's FLOP count and its share of the measured compute peak to the
+// report. The FLOPs are counted on the original FP32 model at the bench inputs (an INT8 artifact
+// does the same multiply-adds, in quantized ops the count does not read), and held against the
+// INT8 peak when the final model is INT8. It costs one forward and ~0.5 s of peak measurement;
+// a failure is a warning, not a failed run.
+func (r *run) roofline() {
+	if r.rep.Bench == nil || r.rep.Bench.OptimizedP50 <= 0 {
+		return
+	}
+	final := r.best()
+	p50 := time.Duration(r.rep.Bench.OptimizedP50 * float64(time.Millisecond))
+	rf, err := roofline.Measure(r.orig.mod, "the FP32 original "+filepath.Base(r.cfg.Model.Path), r.inputs, p50,
+		roofline.IsINT8(final.precision), r.rep.Bench.Threads)
+	if err != nil {
+		r.rep.Warnings = append(r.rep.Warnings, "no roofline: "+err.Error())
+		return
+	}
+	r.rep.Roofline = rf
+	r.logf("roofline: %s", rf.Summary())
+}
