@@ -572,6 +572,7 @@ func (b *benchCmd) run(c *cobra.Command) error {
 				r.Batch = int(ins[0].shape[0])
 			}
 		}
+		addRooflines(progress, models, inputs, rep)
 	}
 	return b.write(c.OutOrStdout(), progress, rep, outs)
 }

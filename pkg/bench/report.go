@@ -12,6 +12,8 @@ import (
 	"text/tabwriter"
 	"time"
 	"unicode"
+
+	"github.com/torchspeed/torchspeed/pkg/report"
 )
 
 // Report gathers everything one `torchspeed bench` invocation measured,
@@ -26,6 +28,8 @@ type Report struct {
 	Comparison *Comparison       `json:"comparison,omitempty"`
 	Throughput *ThroughputResult `json:"throughput,omitempty"`
 	Sweep      *SweepResult      `json:"sweep,omitempty"`
+	// Roofline places each latency result against the measured compute peak (pkg/roofline).
+	Roofline []*report.Roofline `json:"roofline,omitempty"`
 }
 
 // latencyResults returns every per-target result, single or compared.
@@ -160,6 +164,12 @@ func (r *Report) WriteTable(w io.Writer) error {
 		}
 		for _, why := range sw.Recommendation.Why {
 			fmt.Fprintln(bw, "recommended:", why)
+		}
+	}
+	if len(r.Roofline) > 0 {
+		fmt.Fprintln(bw)
+		for _, rf := range r.Roofline {
+			fmt.Fprintf(bw, "roofline %s: %s\n", rf.Model, rf.Summary())
 		}
 	}
 	for _, m := range warnings {

@@ -6,6 +6,7 @@ package roofline
 
 import (
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -38,6 +39,12 @@ func Peak(threads int) (kernels.PeakResult, error) {
 	defer peakMu.Unlock()
 	if p, ok := peaks[key]; ok {
 		return p, nil
+	}
+	// The all-cores figure runs one goroutine per CPU at once; a runtime setting of
+	// GOMAXPROCS below that (bench and launch lower it to keep Go off the inference CPUs) is
+	// lifted for the measurement only.
+	if n := len(cpus); n > runtime.GOMAXPROCS(0) {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(n))
 	}
 	p, err := kernels.MeasurePeak(kernels.PeakOptions{CPUs: cpus, Duration: PeakDuration, SkipMemory: true})
 	if err != nil {
