@@ -11,8 +11,9 @@ SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 
 pkgs=(cmake make g++ pkg-config ca-certificates python3-numpy python3-pil)
-# Allocators that `torchspeed launch --allocator` preloads.
-pkgs+=(libjemalloc2 libgoogle-perftools4)
+# Allocators that `torchspeed launch --allocator` preloads (Debian 13 renamed tcmalloc's package).
+pkgs+=(libjemalloc2)
+if [ "${ID}:${VERSION_ID:-}" = "debian:13" ]; then pkgs+=(libgoogle-perftools4t64); else pkgs+=(libgoogle-perftools4); fi
 case "${ID}:${VERSION_ID:-}" in
   debian:12*|debian:13*)
     pkgs+=(libtorch-dev python3-torch python3-torchvision python3-sklearn python3-scipy)
