@@ -54,6 +54,16 @@ func SetNumThreads(n int) error {
 	return statusErr(C.ts_set_num_threads(C.int32_t(n)))
 }
 
+// SetNumThreadsOnThisThread sets the intra-op thread count for the calling OS thread only (and
+// for threads that have not run libtorch yet). Use it inside Do, where SetNumThreads would wait
+// for the very worker it runs on.
+func SetNumThreadsOnThisThread(n int) error {
+	if n < 1 {
+		return fmt.Errorf("set threads: %d is not a thread count: use 1 or more", n)
+	}
+	return statusErr(C.ts_set_num_threads(C.int32_t(n)))
+}
+
 // NumThreads is the intra-op thread count of the inference worker threads. (Each OS thread
 // has its own OpenMP setting; a thread that never ran libtorch reports OMP_NUM_THREADS.)
 func NumThreads() int {

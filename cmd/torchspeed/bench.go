@@ -493,8 +493,26 @@ func (b *benchCmd) run(c *cobra.Command) error {
 		}
 	}
 	if b.threads == 0 && b.streams == 1 && !b.sweeping() && b.runtime == runtimeTorchspeed {
-		// setUpRuntime already set its count; keep it for the report.
+		// Neither flag, config nor artifact chose: measure, as optimize does. A fixed rule
+		// loses somewhere (a small transformer is faster on 1 thread than 2 here).
 		b.threads = torch.NumThreads()
+		if counts := bench.ThreadCandidates(b.threads); len(counts) > 1 {
+			inputs, err := makeInputs(ins, 0, b.seed)
+			if err != nil {
+				return err
+			}
+			t := models[0].target(inputs)
+			var ch bench.ThreadChoice
+			// The timing runs on the inference worker (t.Run stays on its thread), so the
+			// count is switched for that thread only, then set everywhere.
+			torch.Do(func() { ch, err = bench.ChooseThreads(counts, torch.SetNumThreadsOnThisThread, t.Run, 4, 5, nil) })
+			closeTensors(inputs)
+			if err != nil {
+				return err
+			}
+			b.threads = ch.Threads
+			fmt.Fprintf(progress, "bench: %d threads, measured fastest for %s (%s; --threads overrides)\n", ch.Threads, models[0].spec.name, ch.Why)
+		}
 	}
 	if b.streams > 1 && b.threads == 0 {
 		b.threads = max(1, avail/b.streams)

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/torchspeed/torchspeed/pkg/bench"
 	"github.com/torchspeed/torchspeed/pkg/config"
 	"github.com/torchspeed/torchspeed/pkg/pipeline"
 	"github.com/torchspeed/torchspeed/pkg/runenv"
@@ -78,10 +79,7 @@ func (o *optimizeCmd) run(c *cobra.Command) error {
 	}
 	opts := pipeline.Options{Threads: s.Threads, Settings: settingsMap(s, applied), Machine: probe}
 	if cfg.Runtime.Threads == 0 && s.Threads > 1 {
-		opts.AutoThreads = []int{1, s.Threads}
-		if s.Threads > 3 {
-			opts.AutoThreads = []int{1, s.Threads / 2, s.Threads}
-		}
+		opts.AutoThreads = bench.ThreadCandidates(s.Threads)
 	}
 	if !quiet {
 		opts.Log = log

@@ -254,59 +254,18 @@ func (r *run) chooseThreads() error {
 		return nil
 	}
 	c := r.best()
-	const block = 5
-	rounds := max(4, r.cfg.Bench.StageRuns/block)
-	samples := map[int][]time.Duration{}
-	for i := 0; i < rounds; i++ {
-		for _, n := range r.opts.AutoThreads {
-			if err := torch.SetNumThreads(n); err != nil {
-				return err
-			}
-			tg := &target{ctx: r.ctx, c: c, inputs: r.inputs}
-			if err := tg.Run(); err != nil { // the first run after a change pays for the pool
-				return err
-			}
-			for k := 0; k < block; k++ {
-				t0 := time.Now()
-				if err := tg.Run(); err != nil {
-					return err
-				}
-				samples[n] = append(samples[n], time.Since(t0))
-			}
-		}
-	}
-	bestN, bestP := 0, 0.0
-	var parts []string
-	for _, n := range r.opts.AutoThreads {
-		s, err := bench.Summarize(samples[n])
-		if err != nil {
-			return err
-		}
-		p := msOf(s.P50)
-		parts = append(parts, fmt.Sprintf("%d: p50 %.3f ms p95 %.3f ms", n, p, msOf(s.P95)))
-		if bestN == 0 || p < bestP {
-			bestN, bestP = n, p
-		}
-	}
-	r.threads = bestN
-	if err := torch.SetNumThreads(bestN); err != nil {
+	tg := &target{ctx: r.ctx, c: c, inputs: r.inputs}
+	rounds := max(4, r.cfg.Bench.StageRuns/5)
+	ch, err := bench.ChooseThreads(r.opts.AutoThreads, torch.SetNumThreads, tg.Run, rounds, 5, nil)
+	if err != nil {
 		return err
 	}
-	r.rep.Decisions = append(r.rep.Decisions, fmt.Sprintf("threads: %d (measured %s)", bestN, joinSemi(parts)))
-	r.logf("threads: %d (%s)", bestN, joinSemi(parts))
+	r.threads = ch.Threads
+	r.rep.Decisions = append(r.rep.Decisions, fmt.Sprintf("threads: %d (measured %s)", ch.Threads, ch.Why))
+	r.logf("threads: %d (%s)", ch.Threads, ch.Why)
 	return nil
 }
 
-func joinSemi(p []string) string {
-	s := ""
-	for i, x := range p {
-		if i > 0 {
-			s += "; "
-		}
-		s += x
-	}
-	return s
-}
 
 // stageRows turns candidates and their measurement into the report's stage table.
 func (r *run) stageRows() []report.Stage {
