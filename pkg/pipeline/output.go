@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -28,7 +29,7 @@ func (r *run) finalBench() error {
 	runs := r.cfg.Bench.Runs
 	opts := bench.CompareOptions{
 		Options: bench.Options{Runs: runs, Duration: r.cfg.Bench.Duration, Warmup: r.cfg.Bench.Warmup},
-		Order:   bench.Interleaved, Seed: r.cfg.Bench.Seed,
+		Order:   bench.Shuffled, Seed: r.cfg.Bench.Seed,
 	}
 	if runs == 0 {
 		opts.Options.Runs = 0
@@ -201,6 +202,9 @@ func (r *run) manifest(final *candidate) *torchspeed.Manifest {
 	}
 	if m.LoadPasses == nil {
 		m.LoadPasses = []string{}
+	}
+	if len(m.LoadPasses) == 0 && final.precision == "fp32" && slices.Contains(final.steps, "freeze") {
+		m.LoadPasses = []string{torchspeed.PassFreeze}
 	}
 	for _, in := range r.cfg.Model.Inputs {
 		m.Inputs = append(m.Inputs, torchspeed.InputSpec{Name: in.Name, Shape: in.Shape, DType: in.DType})

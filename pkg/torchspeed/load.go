@@ -82,6 +82,14 @@ func Load(path string, opts ...LoadOptions) (*Model, error) {
 	}
 	for _, pass := range man.LoadPasses {
 		switch pass {
+		case PassFreeze:
+			fr, err := mod.Freeze()
+			if err != nil {
+				mod.Close()
+				return nil, fmt.Errorf("load artifact %q: re-applying %s: %w", path, pass, err)
+			}
+			mod.Close()
+			mod = fr
 		case PassOptimizeForInference:
 			opt, err := mod.OptimizeForInference()
 			if err != nil {

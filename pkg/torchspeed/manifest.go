@@ -18,6 +18,9 @@ const ManifestFile = "torchspeed.json"
 // Load-time passes a manifest may list.
 const (
 	PassOptimizeForInference = "optimize_for_inference"
+	// PassFreeze re-freezes a loaded frozen FP32 graph: serialization turns constant int lists
+	// back into prim::ListConstruct nodes that run on every call; freezing folds them again.
+	PassFreeze = "freeze"
 )
 
 // Manifest describes an artifact: what it was made from, how to load and run it, and how well
