@@ -266,7 +266,6 @@ func (r *run) chooseThreads() error {
 	return nil
 }
 
-
 // stageRows turns candidates and their measurement into the report's stage table.
 func (r *run) stageRows() []report.Stage {
 	stats := map[string]*bench.Result{}
