@@ -658,6 +658,13 @@ torch::jit::Module make_observer(const ObserverSpec& s, const std::shared_ptr<to
   if (s.kind == "placeholder") {
     m.register_attribute("compute_dtype", IntType::get(), s.dtype);
     m.register_attribute("custom_op", StringType::get(), std::string());
+#if TORCH_VERSION_MAJOR >= 2
+    // libtorch 2.x's InsertQuantDeQuant takes a placeholder observer's dtype only when the
+    // observer says `is_dynamic` (torch.ao's PlaceholderObserver(is_dynamic=True)); without it
+    // no qparams are collected and the pass reads the dtype attribute name from an empty list
+    // (a crash in Graph::createGetAttr). 1.13 reads `compute_dtype`, kept above.
+    m.register_attribute("is_dynamic", BoolType::get(), true);
+#endif
     m.define(kPlaceholder);
     return m;
   }
