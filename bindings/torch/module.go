@@ -255,35 +255,24 @@ func (m *Module) call(method string, inputs []*Tensor) ([]Output, error) {
 	if m.nin >= 0 && method == "forward" && int64(len(inputs)) > m.nin {
 		return nil, fmt.Errorf("forward %q: model takes %d input(s), got %d: check the inputs in your config", m.name, m.nin, len(inputs))
 	}
-	cin := make([]*C.ts_tensor, len(inputs))
+	arr, release, err := cInputs(inputs)
+	if err != nil {
+		return nil, fmt.Errorf("%s %q: %w", method, m.name, err)
+	}
+	defer release()
 	for i, t := range inputs {
-		if t == nil {
-			return nil, fmt.Errorf("forward %q: input %d is nil", m.name, i)
-		}
-		if err := t.g.acquire(); err != nil {
-			return nil, fmt.Errorf("forward %q: input %d: %w", m.name, i, err)
-		}
-		defer t.g.release()
 		if C.ts_tensor_numel(t.c) == 0 && C.ts_tensor_ndim(t.c) > 0 {
 			return nil, fmt.Errorf("forward %q: input %d has no elements (shape %v): give at least one sample", m.name, i, t.shapeLocked())
 		}
-		cin[i] = t.c
-	}
-	var arr **C.ts_tensor
-	pin := runtime.Pinner{}
-	defer pin.Unpin()
-	if len(cin) > 0 {
-		pin.Pin(&cin[0])
-		arr = &cin[0]
 	}
 	var res *C.ts_outputs
 	var st *C.ts_status
 	if method == "forward" {
-		st = C.ts_module_forward(m.c, arr, C.size_t(len(cin)), &res)
+		st = C.ts_module_forward(m.c, arr, C.size_t(len(inputs)), &res)
 	} else {
 		cm := C.CString(method)
 		defer C.free(unsafe.Pointer(cm))
-		st = C.ts_module_run_method(m.c, cm, arr, C.size_t(len(cin)), &res)
+		st = C.ts_module_run_method(m.c, cm, arr, C.size_t(len(inputs)), &res)
 	}
 	if err := statusErr(st); err != nil {
 		return nil, fmt.Errorf("%s %q with inputs %s: %w", method, m.name, describeInputs(inputs), summarize(err))
@@ -300,6 +289,37 @@ func (m *Module) call(method string, inputs []*Tensor) ([]Output, error) {
 		outs = append(outs, Output{Name: C.GoString(C.ts_outputs_name(res, C.size_t(i))), Tensor: wrapTensor(t)})
 	}
 	return outs, nil
+}
+
+// cInputs borrows inputs for one C call: it holds each tensor's guard (so Close waits) and
+// returns the C array of handles, pinned. release must run after the call.
+func cInputs(inputs []*Tensor) (arr **C.ts_tensor, release func(), err error) {
+	cin := make([]*C.ts_tensor, len(inputs))
+	held := 0
+	pin := &runtime.Pinner{}
+	release = func() {
+		pin.Unpin()
+		for _, t := range inputs[:held] {
+			t.g.release()
+		}
+	}
+	for i, t := range inputs {
+		if t == nil {
+			release()
+			return nil, nil, fmt.Errorf("input %d is nil", i)
+		}
+		if err := t.g.acquire(); err != nil {
+			release()
+			return nil, nil, fmt.Errorf("input %d: %w", i, err)
+		}
+		held++
+		cin[i] = t.c
+	}
+	if len(cin) > 0 {
+		pin.Pin(&cin[0])
+		arr = &cin[0]
+	}
+	return arr, release, nil
 }
 
 func describeInputs(inputs []*Tensor) string {
@@ -340,27 +360,19 @@ func (m *Module) TimeForward(runs int, inputs ...*Tensor) ([]int64, error) {
 			return
 		}
 		defer m.g.release()
-		cin := make([]*C.ts_tensor, len(inputs))
-		for i, t := range inputs {
-			if err = t.g.acquire(); err != nil {
-				return
-			}
-			defer t.g.release()
-			cin[i] = t.c
+		arr, release, ierr := cInputs(inputs)
+		if err = ierr; err != nil {
+			return
 		}
+		defer release()
 		pin := runtime.Pinner{}
 		defer pin.Unpin()
-		var arr **C.ts_tensor
-		if len(cin) > 0 {
-			pin.Pin(&cin[0])
-			arr = &cin[0]
-		}
 		var nsp *C.int64_t
 		if runs > 0 {
 			pin.Pin(&ns[0])
 			nsp = (*C.int64_t)(unsafe.Pointer(&ns[0]))
 		}
-		err = statusErr(C.ts_module_time_forward(m.c, arr, C.size_t(len(cin)), C.int64_t(runs), nsp))
+		err = statusErr(C.ts_module_time_forward(m.c, arr, C.size_t(len(inputs)), C.int64_t(runs), nsp))
 	})
 	if err != nil {
 		return nil, fmt.Errorf("time forward %q: %w", m.name, summarize(err))

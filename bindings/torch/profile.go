@@ -9,7 +9,6 @@ import "C"
 import (
 	"encoding/json"
 	"fmt"
-	"runtime"
 	"unsafe"
 )
 
@@ -63,26 +62,13 @@ func (m *Module) opFLOPsJSON(inputs []*Tensor) (string, error) {
 	if m.nin >= 0 && int64(len(inputs)) > m.nin {
 		return "", fmt.Errorf("count FLOPs of %q: model takes %d input(s), got %d: check the inputs in your config", m.name, m.nin, len(inputs))
 	}
-	cin := make([]*C.ts_tensor, len(inputs))
-	for i, t := range inputs {
-		if t == nil {
-			return "", fmt.Errorf("count FLOPs of %q: input %d is nil", m.name, i)
-		}
-		if err := t.g.acquire(); err != nil {
-			return "", fmt.Errorf("count FLOPs of %q: input %d: %w", m.name, i, err)
-		}
-		defer t.g.release()
-		cin[i] = t.c
+	arr, release, err := cInputs(inputs)
+	if err != nil {
+		return "", fmt.Errorf("count FLOPs of %q: %w", m.name, err)
 	}
-	var arr **C.ts_tensor
-	pin := runtime.Pinner{}
-	defer pin.Unpin()
-	if len(cin) > 0 {
-		pin.Pin(&cin[0])
-		arr = &cin[0]
-	}
+	defer release()
 	var p *C.char
-	if err := statusErr(C.ts_module_op_flops(m.c, arr, C.size_t(len(cin)), &p)); err != nil {
+	if err := statusErr(C.ts_module_op_flops(m.c, arr, C.size_t(len(inputs)), &p)); err != nil {
 		return "", fmt.Errorf("count FLOPs of %q with inputs %s: %w", m.name, describeInputs(inputs), summarize(err))
 	}
 	return takeString(p), nil
