@@ -78,6 +78,9 @@ func (o *optimizeCmd) run(c *cobra.Command) error {
 		fmt.Fprintln(log, "warning:", w)
 	}
 	opts := pipeline.Options{Threads: s.Threads, Settings: settingsMap(s, applied), Machine: probe}
+	if cfg.Optimize.OptimizeForInference != config.Off {
+		opts.MKLDNNBroken = checkMKLDNN(context.Background(), func(w string) { fmt.Fprintln(log, "warning:", w) })
+	}
 	if cfg.Runtime.Threads == 0 && s.Threads > 1 {
 		opts.AutoThreads = bench.ThreadCandidates(s.Threads)
 	}

@@ -24,7 +24,7 @@ func BenchmarkArtifactVsHandMade(b *testing.B) {
 			f := man.Get(b, name)
 			cfg := testConfig(b, f, b.TempDir())
 			cfg.Bench.StageRuns = 10
-			rep, err := Run(context.Background(), cfg, Options{})
+			rep, err := Run(context.Background(), cfg, testOptions())
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,16 +13,34 @@ import (
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/pkg/config"
 	"github.com/torchspeed/torchspeed/pkg/fixtures"
+	"github.com/torchspeed/torchspeed/pkg/mkldnncheck"
 	"github.com/torchspeed/torchspeed/pkg/npy"
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
 )
 
+// mkldnnBroken is why oneDNN cannot run here ("" when it can): the tests call Run in this
+// process, so a oneDNN that crashes (Debian 13's libdnnl on some CPUs) would end the whole
+// test binary. Found once by re-running this binary as a child (mkldnncheck).
+var mkldnnBroken string
+
 func TestMain(m *testing.M) {
+	mkldnncheck.ChildMain()
+	reason, err := mkldnncheck.SelfCheck(context.Background(), "-test.run=^$")
+	if err != nil {
+		panic(err)
+	}
+	mkldnnBroken = reason
+	if reason != "" {
+		fmt.Fprintln(os.Stderr, "pipeline tests: optimize_for_inference candidates skipped:", reason)
+	}
 	if err := torch.SetNumThreads(1); err != nil {
 		panic(err)
 	}
 	os.Exit(m.Run())
 }
+
+// testOptions are the Options every in-process Run of these tests uses.
+func testOptions() Options { return Options{MKLDNNBroken: mkldnnBroken} }
 
 // testConfig is a quick config for a fixture: few runs, everything else default.
 func testConfig(t testing.TB, f fixtures.Fixture, out string) *config.Config {
@@ -64,7 +83,7 @@ func TestOptimizeFixtures(t *testing.T) {
 			f := man.Get(t, name)
 			out := t.TempDir()
 			cfg := testConfig(t, f, out)
-			rep, err := Run(context.Background(), cfg, Options{})
+			rep, err := Run(context.Background(), cfg, testOptions())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -135,7 +154,7 @@ func TestArtifactLoadsInPlainLibtorch(t *testing.T) {
 	}
 	f := fixtures.Load(t).Get(t, "resnet18")
 	out := t.TempDir()
-	rep, err := Run(context.Background(), testConfig(t, f, out), Options{})
+	rep, err := Run(context.Background(), testConfig(t, f, out), testOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +213,7 @@ func TestOptimizeBadInput(t *testing.T) {
 	t.Run("missing model", func(t *testing.T) {
 		cfg := testConfig(t, f, t.TempDir())
 		cfg.Model.Path = filepath.Join(t.TempDir(), "nope.pt")
-		_, err := Run(context.Background(), cfg, Options{})
+		_, err := Run(context.Background(), cfg, testOptions())
 		if err == nil || !strings.Contains(err.Error(), "file not found") || !strings.Contains(err.Error(), "nope.pt") {
 			t.Fatalf("error %v", err)
 		}
@@ -203,7 +222,7 @@ func TestOptimizeBadInput(t *testing.T) {
 		out := t.TempDir()
 		cfg := testConfig(t, f, out)
 		cfg.Model.Inputs[0].Shape = []int64{1, 3, 8, 8}
-		_, err := Run(context.Background(), cfg, Options{})
+		_, err := Run(context.Background(), cfg, testOptions())
 		if err == nil || !strings.Contains(err.Error(), "rejects the configured inputs") || !strings.Contains(err.Error(), "channels") {
 			t.Fatalf("error %v", err)
 		}
@@ -213,7 +232,7 @@ func TestOptimizeBadInput(t *testing.T) {
 		file := filepath.Join(t.TempDir(), "afile")
 		os.WriteFile(file, []byte("x"), 0o644)
 		cfg := testConfig(t, f, filepath.Join(file, "sub"))
-		_, err := Run(context.Background(), cfg, Options{})
+		_, err := Run(context.Background(), cfg, testOptions())
 		if err == nil || !strings.Contains(err.Error(), "output.dir") {
 			t.Fatalf("error %v", err)
 		}
@@ -222,7 +241,7 @@ func TestOptimizeBadInput(t *testing.T) {
 		out := t.TempDir()
 		os.WriteFile(filepath.Join(out, "digits.torchspeed.pt"), []byte("keep me"), 0o644)
 		cfg := testConfig(t, f, out)
-		_, err := Run(context.Background(), cfg, Options{})
+		_, err := Run(context.Background(), cfg, testOptions())
 		if err == nil || !strings.Contains(err.Error(), "overwrite") {
 			t.Fatalf("error %v", err)
 		}
@@ -234,7 +253,7 @@ func TestOptimizeBadInput(t *testing.T) {
 		out := t.TempDir()
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		_, err := Run(ctx, testConfig(t, f, out), Options{})
+		_, err := Run(ctx, testConfig(t, f, out), testOptions())
 		if err == nil || !strings.Contains(err.Error(), "interrupted") {
 			t.Fatalf("error %v", err)
 		}
@@ -247,7 +266,7 @@ func TestOptimizeBadInput(t *testing.T) {
 		}
 		defer exec.Command("umount", dir).Run()
 		cfg := testConfig(t, f, dir)
-		_, err := Run(context.Background(), cfg, Options{})
+		_, err := Run(context.Background(), cfg, testOptions())
 		if err == nil || !strings.Contains(err.Error(), "disk full") {
 			t.Fatalf("error %v", err)
 		}
@@ -262,4 +281,42 @@ func assertEmpty(t *testing.T, dir string) {
 	for _, e := range entries {
 		t.Errorf("left behind: %s", e.Name())
 	}
+}
+
+// With oneDNN reported broken, the optimize_for_inference candidates are not built (building
+// or running them would crash the process): they show as skipped with the reason, the report
+// warns, and the run still finishes with the other steps.
+func TestMKLDNNBrokenSkipsOFI(t *testing.T) {
+	man := fixtures.Load(t)
+	f := man.Get(t, "digits")
+	cfg := testConfig(t, f, t.TempDir())
+	cfg.Quantize.Mode = "none"
+	const reason = "oneDNN crashes here (test)"
+	rep, err := Run(context.Background(), cfg, Options{MKLDNNBroken: reason})
+	if err != nil {
+		t.Fatal(err)
+	}
+	status := map[string]string{}
+	for _, s := range rep.Stages {
+		status[s.Name] = s.Status
+		if s.Status == "skipped" && s.Reason != reason {
+			t.Errorf("stage %s: reason %q, want %q", s.Name, s.Reason, reason)
+		}
+	}
+	for _, name := range []string{"freeze + optimize_for_inference", "channels-last + freeze + ofi"} {
+		if status[name] != "skipped" {
+			t.Errorf("stage %q: status %q, want skipped (stages %v)", name, status[name], status)
+		}
+	}
+	if status["freeze"] == "" || status["freeze"] == "skipped" {
+		t.Errorf("freeze: status %q, want it built and measured", status["freeze"])
+	}
+	warned := false
+	for _, w := range rep.Warnings {
+		warned = warned || strings.Contains(w, "optimize_for_inference skipped: "+reason)
+	}
+	if !warned {
+		t.Errorf("no warning about the skipped optimize_for_inference: %q", rep.Warnings)
+	}
+	t.Logf("stages %v", status)
 }

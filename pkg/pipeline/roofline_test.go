@@ -25,7 +25,7 @@ func TestReportRoofline(t *testing.T) {
 			if mode != "none" {
 				cfg.Calibration.Kind, cfg.Calibration.Path = "npy", f.Path(f.Calib.Inputs[0].File)
 			}
-			rep, err := Run(context.Background(), cfg, Options{})
+			rep, err := Run(context.Background(), cfg, testOptions())
 			if err != nil {
 				t.Fatal(err)
 			}

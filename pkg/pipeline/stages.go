@@ -92,7 +92,14 @@ func (r *run) fp32Stages() error {
 	if frozen == nil {
 		return nil
 	}
-	if o.OptimizeForInference != config.Off {
+	broken := r.opts.MKLDNNBroken
+	if broken != "" && o.OptimizeForInference != config.Off {
+		r.rep.Warnings = append(r.rep.Warnings, "optimize_for_inference skipped: "+broken)
+		r.logf("  %-34s skipped: %s", "optimize_for_inference", broken)
+	}
+	if o.OptimizeForInference != config.Off && broken != "" {
+		r.skip("freeze + optimize_for_inference", append(slices.Clone(frozenSteps), "optimize_for_inference"), broken)
+	} else if o.OptimizeForInference != config.Off {
 		r.addCandidate("freeze + optimize_for_inference", append(slices.Clone(frozenSteps), "optimize_for_inference"), func() (*candidate, error) {
 			m, err := frozen.mod.OptimizeForInference()
 			if err != nil {
@@ -110,6 +117,10 @@ func (r *run) fp32Stages() error {
 		name := "channels-last + freeze"
 		if withOFI {
 			name += " + ofi"
+		}
+		if withOFI && broken != "" {
+			r.skip(name, clSteps, broken)
+			return nil
 		}
 		r.addCandidate(name, clSteps, func() (*candidate, error) {
 			cl, err := base.Clone()
@@ -142,6 +153,11 @@ func (r *run) fp32Stages() error {
 		})
 	}
 	return nil
+}
+
+// skip records a candidate that is not built, with the reason, as a "skipped" stage row.
+func (r *run) skip(name string, steps []string, reason string) {
+	r.cands = append(r.cands, &candidate{name: name, status: "skipped", reason: reason, steps: steps})
 }
 
 func has4DFloatInput(cfg *config.Config) bool {
@@ -289,7 +305,7 @@ func (r *run) stageRows() []report.Stage {
 	}
 	row := func(c *candidate) report.Stage {
 		s := report.Stage{Name: c.name, Status: c.status, Reason: c.reason, WallMs: msOf(c.wall), Nodes: total(c.nodes), MaxAbsErr: c.maxAbs, Cosine: c.cosine}
-		if c != r.orig {
+		if c != r.orig && c.nodes != nil { // skipped and failed candidates have no graph
 			s.NodeDelta = delta(r.orig.nodes, c.nodes)
 		}
 		if res, ok := stats[c.name]; ok {

@@ -1,0 +1,49 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/torchspeed/torchspeed/pkg/mkldnncheck"
+)
+
+func init() { extraCommands = append(extraCommands, newInternalCmd) }
+
+// newInternalCmd holds hidden subcommands torchspeed runs as child processes of itself.
+func newInternalCmd() *cobra.Command {
+	c := &cobra.Command{Use: "internal", Short: "torchspeed's own child processes", Hidden: true}
+	c.AddCommand(&cobra.Command{
+		Use:   "mkldnn-check",
+		Short: "Run libtorch's oneDNN (MKLDNN) kernels once: exits 0 when they work",
+		Args:  cobra.NoArgs,
+		RunE:  func(*cobra.Command, []string) error { return mkldnncheck.Probe() },
+	})
+	return c
+}
+
+// checkMKLDNN runs `torchspeed internal mkldnn-check` in a child process and returns why
+// oneDNN cannot be used here ("" when it works). A oneDNN that dies by a signal would take
+// this process with it; a child's death is only a reason to skip its passes. A child that
+// cannot be started leaves the passes on, with a warning.
+func checkMKLDNN(ctx context.Context, warn func(string)) string {
+	exe, err := os.Executable()
+	if err != nil {
+		warn(fmt.Sprintf("oneDNN check not run: %v", err))
+		return ""
+	}
+	t0 := time.Now()
+	reason, err := mkldnncheck.Check(ctx, exec.Command(exe, "internal", "mkldnn-check"))
+	if err != nil {
+		warn(fmt.Sprintf("oneDNN check not run: %v", err))
+		return ""
+	}
+	if os.Getenv("TORCHSPEED_DEBUG_MKLDNN_CHECK") != "" {
+		warn(fmt.Sprintf("oneDNN check took %v: %q", time.Since(t0).Round(time.Millisecond), reason))
+	}
+	return reason
+}
