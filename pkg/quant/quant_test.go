@@ -238,8 +238,15 @@ func TestOutlierFallback(t *testing.T) {
 	}
 	// fc1 must stay FP32; the fastest passing set may keep a neighbour FP32 too (measured here:
 	// {fc1, fc2} beats {fc1}, which pays a quantize/dequantize around the tiny INT8 fc2).
-	if !slices.Contains(rep.FP32Layers, f.Fallback.Modules[0]) || len(rep.FP32Layers) > 2 {
-		t.Errorf("FP32 layers %v, want %v (plus at most one more)", rep.FP32Layers, f.Fallback.Modules)
+	// libtorch 2.x's graph-mode pass gives a per-channel quantized op without a ReLU (fc2, the
+	// last layer) the input's zero point, so fc2 must stay FP32 as well there and the fastest
+	// passing set may add one more (see pkg/fixtures minRefCosine).
+	most := 2
+	if !strings.HasPrefix(torch.Version(), "1.") {
+		most = 3
+	}
+	if !slices.Contains(rep.FP32Layers, f.Fallback.Modules[0]) || len(rep.FP32Layers) > most {
+		t.Errorf("FP32 layers %v, want %v (plus at most %d more)", rep.FP32Layers, f.Fallback.Modules, most-1)
 	}
 	for _, a := range rep.Attempts {
 		var chosen time.Duration
