@@ -2,6 +2,9 @@ package pipeline
 
 import (
 	"path/filepath"
+	"strings"
+
+	"github.com/torchspeed/torchspeed/pkg/bench"
 
 	"github.com/torchspeed/torchspeed/pkg/plot"
 )
@@ -11,7 +14,24 @@ func (r *run) writePlot(dir string) error {
 	if r.stageCmp == nil {
 		return nil
 	}
-	files, err := plot.Latency(plot.SeriesFromResults(r.stageCmp.Results), "latency per stage ("+r.cfg.ArtifactName()+")", dir, "latency")
+	results := append([]*bench.Result{}, r.stageCmp.Results...)
+	seen := map[string]bool{}
+	for _, res := range results {
+		seen[res.Name] = true
+	}
+	for _, cmp := range r.extraCmps {
+		for _, res := range cmp.Results {
+			if !seen[res.Name] {
+				seen[res.Name] = true
+				results = append(results, res)
+			}
+		}
+	}
+	series := plot.SeriesFromResults(results)
+	for i := range series {
+		series[i].Name = shortName(series[i].Name)
+	}
+	files, err := plot.Latency(series, "latency per stage ("+r.cfg.ArtifactName()+")", dir, "latency")
 	if err != nil {
 		return err
 	}
@@ -21,4 +41,9 @@ func (r *run) writePlot(dir string) error {
 		}
 	}
 	return nil
+}
+
+// shortName keeps plot labels from running into each other.
+func shortName(s string) string {
+	return strings.NewReplacer("optimize_for_inference", "ofi", "channels-last", "CL", " + ", "+", "fold conv+bn", "fold").Replace(s)
 }

@@ -32,6 +32,8 @@ func DecideINT8(int8P50, fp32P50 time.Duration, minSpeedup float64, force bool) 
 		return Decision{UseINT8: false, Reason: "latencies not measured: keeping FP32 (measure both, or force INT8)"}
 	}
 	s := float64(fp32P50) / float64(int8P50)
+	// Reasons are read by people: microsecond resolution is plenty.
+	int8P50, fp32P50 = int8P50.Round(time.Microsecond), fp32P50.Round(time.Microsecond)
 	d := Decision{Speedup: s}
 	faster := s > 1 && s >= minSpeedup
 	switch {

@@ -124,7 +124,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	}
 	if v := r.Validation; v != nil {
 		p("\n## Validation against the FP32 original\n\n")
-		p("%d samples from %s%s: **%s**\n\n", v.Samples, v.Data, synth(v.Synthetic), passWord(v.Passed))
+		p("%d samples (%s)%s: **%s**\n\n", v.Samples, v.Data, synth(v.Synthetic), passWord(v.Passed))
 		keys := make([]string, 0, len(v.Metrics))
 		for k := range v.Metrics {
 			keys = append(keys, k)
