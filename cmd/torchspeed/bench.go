@@ -275,18 +275,12 @@ func (t *moduleTarget) Name() string { return t.name }
 func (t *moduleTarget) Run() error {
 	in := t.inputs
 	if t.channelsLast {
-		in = make([]*torch.Tensor, len(t.inputs))
-		for i, x := range t.inputs {
-			in[i] = x
-			if len(x.Shape()) == 4 && x.DType() == torch.Float32 {
-				cl, err := x.ChannelsLast()
-				if err != nil {
-					return err
-				}
-				defer cl.Close()
-				in[i] = cl
-			}
+		conv, release, err := torchspeed.ChannelsLastInputs(t.inputs)
+		if err != nil {
+			return err
 		}
+		defer release()
+		in = conv
 	}
 	outs, err := t.m.ForwardOnThisThread(in...)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
+	"github.com/torchspeed/torchspeed/pkg/torchspeed"
 )
 
 // candidate is one version of the model the pipeline may keep.
@@ -45,18 +46,11 @@ func (c *candidate) forward(in []*torch.Tensor) ([]torch.Output, error) {
 	if !c.channelsLast {
 		return c.mod.Forward(in...)
 	}
-	conv := make([]*torch.Tensor, len(in))
-	for i, t := range in {
-		conv[i] = t
-		if len(t.Shape()) == 4 && t.DType() == torch.Float32 {
-			cl, err := t.ChannelsLast()
-			if err != nil {
-				return nil, err
-			}
-			defer cl.Close()
-			conv[i] = cl
-		}
+	conv, release, err := torchspeed.ChannelsLastInputs(in)
+	if err != nil {
+		return nil, err
 	}
+	defer release()
 	return c.mod.Forward(conv...)
 }
 

@@ -127,19 +127,38 @@ func (m *Model) Predict(inputs ...*torch.Tensor) ([]torch.Output, error) {
 	if m.Manifest == nil || !m.Manifest.ChannelsLast {
 		return m.m.Forward(inputs...)
 	}
+	conv, release, err := ChannelsLastInputs(inputs)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return m.m.Forward(conv...)
+}
+
+// ChannelsLastInputs returns inputs with every 4-D float32 tensor copied to channels-last, as a
+// channels-last artifact wants them; release frees the copies. Predict, optimize's candidates
+// and bench all convert this way, so they measure what users run.
+func ChannelsLastInputs(inputs []*torch.Tensor) ([]*torch.Tensor, func(), error) {
 	conv := make([]*torch.Tensor, len(inputs))
+	var made []*torch.Tensor
+	release := func() {
+		for _, t := range made {
+			t.Close()
+		}
+	}
 	for i, t := range inputs {
 		conv[i] = t
 		if len(t.Shape()) == 4 && t.DType() == torch.Float32 {
 			cl, err := t.ChannelsLast()
 			if err != nil {
-				return nil, err
+				release()
+				return nil, nil, err
 			}
-			defer cl.Close()
+			made = append(made, cl)
 			conv[i] = cl
 		}
 	}
-	return m.m.Forward(conv...)
+	return conv, release, nil
 }
 
 func describeSpecs(s []InputSpec) string {
