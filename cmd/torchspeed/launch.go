@@ -73,6 +73,7 @@ instance; the exit code is the worst instance's. numactl and taskset are not nee
 	f.StringVar(&o.OpenMP, "openmp", "auto", "OpenMP runtime the command uses: auto (the one torchspeed's libtorch loaded), gnu, intel or llvm")
 	f.BoolVar(&o.UseSMT, "use-smt", false, "use both hardware threads of each core")
 	f.BoolVar(&o.NoMemBind, "no-membind", false, "do not bind memory to the instance's NUMA node")
+	f.BoolVar(&o.NoThreadBind, "no-thread-bind", false, "leave out OMP_PROC_BIND/OMP_PLACES (KMP_AFFINITY): use it for Go programs, whose threads would all inherit the first CPU; affinity still confines the instance")
 	f.BoolVar(&l.latency, "latency-mode", false, "preset for one request at a time: one instance on one node, passive waiting on few cores")
 	f.BoolVar(&l.throughput, "throughput-mode", false, "preset for many requests: one instance per NUMA node, spinning workers")
 	f.BoolVar(&l.printEnv, "print-env", false, "print the settings as shell exports (JSON with --json) and start nothing")

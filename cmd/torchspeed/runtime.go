@@ -32,11 +32,14 @@ func setUpRuntime(o runenv.Options) (*cpu.Probe, runenv.Settings, []string, []st
 			return nil, s, nil, nil, fmt.Errorf("%s: %w", settingsEnv, err)
 		}
 	} else {
+		// torchspeed is a Go process: OpenMP thread binding would pin every Go thread to the
+		// first CPU (measured: a transformer 33% slower at one thread); affinity confines it.
+		o.NoThreadBind = true
 		settings, err := runenv.Compute(probe, o)
 		if err != nil {
 			return nil, s, nil, nil, usageError{fmt.Errorf("runtime settings: %w", err)}
 		}
-		s = forGoHost(settings[0])
+		s = settings[0]
 		raw, err := json.Marshal(s)
 		if err != nil {
 			return nil, s, nil, nil, err
@@ -89,23 +92,5 @@ func orDash(s string) string {
 	if s == "" {
 		return "-"
 	}
-	return s
-}
-
-// forGoHost drops OMP_PROC_BIND and OMP_PLACES from settings for torchspeed's own process. With
-// them libgomp binds the initial thread to the first place before Go starts, every Go runtime
-// thread inherits that one CPU, and the inference thread shares it with the scheduler and the
-// GC while the other CPUs idle (measured: a transformer 33% slower at one thread). The process
-// affinity set by ApplyInProcess already keeps the OpenMP pool on the instance's CPUs.
-func forGoHost(s runenv.Settings) runenv.Settings {
-	vars := s.Vars[:0:0]
-	for _, v := range s.Vars {
-		if v.Name == "OMP_PROC_BIND" || v.Name == "OMP_PLACES" {
-			continue
-		}
-		vars = append(vars, v)
-	}
-	s.Vars = vars
-	s.Notes = append(s.Notes, "OMP_PROC_BIND/OMP_PLACES left out: a Go process pins by affinity instead")
 	return s
 }

@@ -79,6 +79,11 @@ type Options struct {
 	UseSMT bool `json:"use_smt"`
 	// NoMemBind leaves the memory policy alone on multi-node machines.
 	NoMemBind bool `json:"no_mem_bind"`
+	// NoThreadBind leaves out OMP_PROC_BIND/OMP_PLACES (KMP_AFFINITY for Intel): the instance
+	// is still confined to its CPUs by affinity. For Go programs: the OpenMP runtime binds the
+	// initial thread to the first place before the Go runtime starts, and every Go thread
+	// inherits that single CPU.
+	NoThreadBind bool `json:"no_thread_bind"`
 	// LibDirs are the directories searched for allocator libraries; nil means the
 	// system's (see FindAllocator).
 	LibDirs []string `json:"-"`
@@ -107,6 +112,8 @@ type Settings struct {
 	MemBind bool `json:"mem_bind"`
 	// OpenMP is the runtime the variables are written for.
 	OpenMP string `json:"openmp"`
+	// ThreadBind says OpenMP binds its threads to places (see Options.NoThreadBind).
+	ThreadBind bool `json:"thread_bind"`
 	// WaitPolicy is "PASSIVE", "ACTIVE", or "" for the runtime's default.
 	WaitPolicy string `json:"wait_policy"`
 	// Allocator is "" (glibc malloc), "jemalloc" or "tcmalloc"; AllocatorPath is the
@@ -337,6 +344,7 @@ func Compute(p *cpu.Probe, o Options) ([]Settings, error) {
 			}
 		}
 		s.MemBind = !o.NoMemBind && s.NUMANode >= 0 && len(p.NUMA) > 1
+		s.ThreadBind = !o.NoThreadBind
 		switch strings.ToLower(o.WaitPolicy) {
 		case "active":
 			s.WaitPolicy = "ACTIVE"
@@ -414,8 +422,9 @@ func pickRuntime(p *cpu.Probe, want string) (string, error) {
 func vars(s Settings, places []string) []Var {
 	threads := strconv.Itoa(s.Threads)
 	v := []Var{{"OMP_NUM_THREADS", threads}, {"MKL_NUM_THREADS", threads}}
-	switch s.OpenMP {
-	case "intel":
+	switch {
+	case !s.ThreadBind:
+	case s.OpenMP == "intel":
 		v = append(v, Var{"KMP_AFFINITY", "granularity=fine,compact,1,0"})
 	default:
 		v = append(v, Var{"OMP_PROC_BIND", "close"}, Var{"OMP_PLACES", strings.Join(places, ",")})

@@ -43,6 +43,16 @@ func TestCompute(t *testing.T) {
 				"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": "0", "KMP_AFFINITY": "", "KMP_BLOCKTIME": "", "TORCHSPEED_INSTANCES": "1"},
 		},
 		{
+			name: "vm go host: no thread binding", fixture: "vm-avx2", opts: Options{NoThreadBind: true},
+			want: []instWant{{"0-3", 4, 0, false, "PASSIVE"}},
+			vars: map[string]string{"OMP_NUM_THREADS": "4", "OMP_PROC_BIND": "", "OMP_PLACES": "", "KMP_AFFINITY": "", "OMP_WAIT_POLICY": "PASSIVE"},
+		},
+		{
+			name: "xeon intel go host: no KMP_AFFINITY", fixture: "xeon-2s", opts: Options{NoThreadBind: true, Mode: ModeThroughput},
+			want: []instWant{{"0-9", 10, 0, true, "ACTIVE"}, {"10-19", 10, 1, true, "ACTIVE"}},
+			vars: map[string]string{"KMP_AFFINITY": "", "OMP_PROC_BIND": "", "KMP_BLOCKTIME": "infinite"},
+		},
+		{
 			name: "vm two instances", fixture: "vm-avx2", opts: Options{Instances: 2},
 			want: []instWant{{"0-1", 2, 0, false, "PASSIVE"}, {"2-3", 2, 0, false, "PASSIVE"}},
 		},
