@@ -502,9 +502,13 @@ func TestCLIBenchServe(t *testing.T) {
 }
 
 var (
-	rsRounds  = flag.Int("rounds", 20, "BenchmarkRuntimeSettings/BenchmarkBenchVsCpp: interleaved rounds")
-	rsRuns    = flag.Int("round-runs", 10, "BenchmarkRuntimeSettings/BenchmarkBenchVsCpp: timed inferences per side per round")
-	rsThreads = flag.Int("rs-threads", 0, "BenchmarkRuntimeSettings: --threads for both sides (0: each side's own default)")
+	rsRounds = flag.Int("rounds", 20, "BenchmarkRuntimeSettings/BenchmarkBenchVsCpp: interleaved rounds")
+	rsRuns   = flag.Int("round-runs", 10, "BenchmarkRuntimeSettings/BenchmarkBenchVsCpp: timed inferences per side per round")
+	// Each side idles while the other runs its round; the first inferences after that pay for
+	// waking the core and refilling caches, which a process serving steadily does not. Both
+	// sides drop the same number.
+	rsRoundWarmup = flag.Int("round-warmup", 2, "BenchmarkRuntimeSettings: untimed inferences at the start of each side's round")
+	rsThreads     = flag.Int("rs-threads", 0, "BenchmarkRuntimeSettings: --threads for both sides (0: each side's own default)")
 )
 
 // BenchmarkRuntimeSettings compares libtorch's defaults with torchspeed's
@@ -541,11 +545,11 @@ func BenchmarkRuntimeSettings(b *testing.B) {
 				for r := 0; r < *rsRounds; r++ {
 					for j := range 2 {
 						side := (j + r) % 2 // alternate who goes first
-						lat, err := sides[side].round(*rsRuns)
+						lat, err := sides[side].round(*rsRoundWarmup + *rsRuns)
 						if err != nil {
 							b.Fatalf("%s: %v", names[side], err)
 						}
-						samples[side] = append(samples[side], lat...)
+						samples[side] = append(samples[side], lat[*rsRoundWarmup:]...)
 					}
 				}
 			}
