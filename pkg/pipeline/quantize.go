@@ -3,7 +3,6 @@ package pipeline
 import (
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/torchspeed/torchspeed/pkg/bench"
 	"github.com/torchspeed/torchspeed/pkg/calib"
@@ -82,10 +81,13 @@ func (r *run) quantize() error {
 		fb.MaxFP32Layers = -1
 	}
 	r.logf("quantizing (%s, engine %s, observer %s)", mode, q.Engine, q.Observer)
-	var qrep *quant.Report
+	var (
+		qrep *quant.Report
+		qerr error
+	)
 	c := r.addCandidate("INT8 "+mode, append(append([]string{}, r.unfrozenSteps...), "quantize_"+mode), func() (*candidate, error) {
 		m, rep, err := quant.QuantizeChecked(r.ctx, r.unfrozen, calibB, valB, opts, fb)
-		qrep = rep
+		qrep, qerr = rep, err
 		if err != nil {
 			return nil, err
 		}
@@ -98,7 +100,7 @@ func (r *run) quantize() error {
 	if c == nil {
 		var te *quant.ThresholdError
 		last := r.cands[len(r.cands)-1]
-		if qrep != nil && errors.As(errors.New(last.reason), &te) || strings.Contains(last.reason, "misses the validation thresholds") {
+		if errors.As(qerr, &te) {
 			// Validation failed even with fallback: the run fails (exit 3), reports written.
 			if r.rep.Validation == nil {
 				r.rep.Validation = &report.Validation{Data: valDesc, Synthetic: synthetic}
@@ -196,12 +198,9 @@ func (r *run) validateFP32() error {
 	if err != nil {
 		return fmt.Errorf("validation data: %w", err)
 	}
+	// validate runs plain forwards; channels-last weights accept contiguous inputs too.
 	res, err := validate.Compare(r.ctx, r.orig.mod, best.mod, validate.FromDataset(ds))
 	if err != nil {
-		if best.channelsLast {
-			// validate runs plain forwards; channels-last weights accept contiguous inputs too.
-			return fmt.Errorf("validating %s: %w", best.name, err)
-		}
 		return fmt.Errorf("validating %s: %w", best.name, err)
 	}
 	v := validationOf(&quant.Report{Validation: res}, ds.Describe(), ds.Synthetic())

@@ -258,7 +258,6 @@ func (r *run) measureStages() error {
 			c.status = "superseded"
 		}
 	}
-	_ = best
 	return nil
 }
 
