@@ -43,6 +43,9 @@ int32_t from_scalar_type(at::ScalarType st);
 
 std::vector<c10::IValue> make_inputs(ts_tensor* const* inputs, size_t n);
 
+// Escapes s for use inside a JSON string (quotes not included).
+std::string json_escape(const std::string& s);
+
 }  // namespace tsimpl
 
 // Every exported body runs inside this pair. c10::Error first (its message without the C++

@@ -181,22 +181,7 @@ class JParser {
   size_t i_ = 0;
 };
 
-std::string json_quote(const std::string& s) {
-  std::string o = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      o += '\\';
-      o += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      o += buf;
-    } else {
-      o += c;
-    }
-  }
-  return o + "\"";
-}
+std::string json_quote(const std::string& s) { return "\"" + tsimpl::json_escape(s) + "\""; }
 
 // ---- observers ----
 

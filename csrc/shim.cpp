@@ -82,6 +82,23 @@ std::vector<c10::IValue> make_inputs(ts_tensor* const* inputs, size_t n) {
   return v;
 }
 
+std::string json_escape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      o += '\\';
+      o += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      o += buf;
+    } else {
+      o += c;
+    }
+  }
+  return o;
+}
+
 }  // namespace tsimpl
 
 using namespace tsimpl;
@@ -202,22 +219,6 @@ std::shared_ptr<torch::jit::Graph> inlined_forward(const torch::jit::Module& m) 
   }
 }
 
-std::string json_escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      o += '\\';
-      o += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      o += buf;
-    } else {
-      o += c;
-    }
-  }
-  return o;
-}
 
 }  // namespace
 

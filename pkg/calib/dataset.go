@@ -440,28 +440,6 @@ func nonFiniteName(data any, i int) string {
 	return "non-finite"
 }
 
-func makeData(dtype string, n int) any {
-	switch dtype {
-	case npy.Float32:
-		return make([]float32, n)
-	case npy.Float64:
-		return make([]float64, n)
-	case npy.Int64:
-		return make([]int64, n)
-	case npy.Int32:
-		return make([]int32, n)
-	case npy.Int16:
-		return make([]int16, n)
-	case npy.Int8:
-		return make([]int8, n)
-	case npy.Uint8:
-		return make([]uint8, n)
-	case npy.Bool:
-		return make([]bool, n)
-	}
-	return nil
-}
-
 func sliceOf(data any, lo, hi int) any {
 	switch d := data.(type) {
 	case []float32:

@@ -397,7 +397,7 @@ func (ld *loader) loadImages() (*loaded, error) {
 	if err := ld.reserve(int64(len(idx))*int64(sn)*int64(npy.ItemSize(in.dtype)), src.Path); err != nil {
 		return nil, err
 	}
-	data := makeData(in.dtype, len(idx)*sn)
+	data := npy.MakeData(in.dtype, len(idx)*sn)
 
 	var (
 		next     atomic.Int64

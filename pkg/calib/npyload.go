@@ -56,7 +56,7 @@ func (ld *loader) materialize(c *column, in input, idx []int, done func()) (*npy
 		if err := ld.reserve(int64(len(idx))*int64(sn)*int64(npy.ItemSize(a.DType)), c.origin); err != nil {
 			return nil, nil, err
 		}
-		out := makeData(a.DType, len(idx)*sn)
+		out := npy.MakeData(a.DType, len(idx)*sn)
 		for k, i := range idx {
 			src := sliceOf(a.Data, i*sn, (i+1)*sn)
 			if j := firstNonFinite(src); j >= 0 {
@@ -93,7 +93,7 @@ func (ld *loader) materialize(c *column, in input, idx []int, done func()) (*npy
 			if err := ld.reserve(int64(len(idx))*int64(sn)*int64(npy.ItemSize(a.DType)), c.origin); err != nil {
 				return nil, nil, err
 			}
-			out = makeData(a.DType, len(idx)*sn)
+			out = npy.MakeData(a.DType, len(idx)*sn)
 		} else if !slices.Equal(sample, shape) {
 			return nil, nil, fmt.Errorf("calib: %s holds a %s sample but %s holds %s; samples must share one shape to be batched (pad them to one length)",
 				f, npy.ShapeString(shape), c.files[idx[0]], npy.ShapeString(sample))

@@ -51,7 +51,7 @@ func (ld *loader) loadRandom() (*loaded, error) {
 			return nil, err
 		}
 		total := int(int64(n) * sn)
-		data := makeData(in.dtype, total)
+		data := npy.MakeData(in.dtype, total)
 		lo, hi := r.Low, r.High
 		if !isInt && hi <= lo {
 			lo, hi = 0, 1

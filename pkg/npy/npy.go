@@ -160,26 +160,38 @@ func readPayload(r io.Reader, dtype string, count, need int64, preallocate bool)
 	return fixBool(data), int64(n), nil
 }
 
-// makeSlice allocates count elements of dtype. Bool payloads are read as bytes first
-// (see fixBool) because a Go bool must hold exactly 0 or 1.
-func makeSlice(dtype string, count int64) any {
+// MakeData allocates n zero elements of dtype as the Go slice an Array holds ([]float32 for
+// "float32", ...), or returns nil for a dtype this package does not know.
+func MakeData(dtype string, n int) any {
 	switch dtype {
 	case Float32:
-		return make([]float32, count)
+		return make([]float32, n)
 	case Float64:
-		return make([]float64, count)
+		return make([]float64, n)
 	case Int64:
-		return make([]int64, count)
+		return make([]int64, n)
 	case Int32:
-		return make([]int32, count)
+		return make([]int32, n)
 	case Int16:
-		return make([]int16, count)
+		return make([]int16, n)
 	case Int8:
-		return make([]int8, count)
+		return make([]int8, n)
 	case Uint8:
-		return make([]uint8, count)
+		return make([]uint8, n)
 	case Bool:
+		return make([]bool, n)
+	}
+	return nil
+}
+
+// makeSlice allocates count elements of dtype for reading. Bool payloads are read as bytes
+// first (see fixBool) because a Go bool must hold exactly 0 or 1.
+func makeSlice(dtype string, count int64) any {
+	if dtype == Bool {
 		return boolBytes(make([]uint8, count))
+	}
+	if d := MakeData(dtype, int(count)); d != nil {
+		return d
 	}
 	panic("npy: makeSlice: unknown dtype " + dtype) // unreachable: dtypes come from parseDescr
 }
