@@ -43,6 +43,12 @@ int32_t from_scalar_type(at::ScalarType st);
 
 std::vector<c10::IValue> make_inputs(ts_tensor* const* inputs, size_t n);
 
+// The quantized engine's name as PyTorch spells it in Python: "onednn", "x86", ...
+std::string engine_name(at::QEngine e);
+
+// Sets the quantized engine by name; throws std::invalid_argument naming the supported ones.
+void select_engine(const std::string& name);
+
 // Escapes s for use inside a JSON string (quotes not included).
 std::string json_escape(const std::string& s);
 

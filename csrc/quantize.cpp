@@ -759,32 +759,12 @@ void check_paths(const torch::jit::Module& m, const QConfigDict& dict) {
   }
 }
 
-std::string engine_name(at::QEngine e) {
-  switch (e) {
-    case at::QEngine::NoQEngine: return "none";
-    case at::QEngine::FBGEMM: return "fbgemm";
-    case at::QEngine::QNNPACK: return "qnnpack";
-#if TORCH_VERSION_MAJOR > 1 || (TORCH_VERSION_MAJOR == 1 && TORCH_VERSION_MINOR >= 13)
-    case at::QEngine::ONEDNN: return "onednn";
-    case at::QEngine::X86: return "x86";
-#endif
-  }
-  return "unknown";
-}
 
 // Selects the engine by name ("" keeps the current one). Prepacked weights are made for the
 // engine set when Finalize runs, and an INT8 model must run under the engine it was made for.
 void select_engine(const char* name) {
   if (name == nullptr || *name == '\0') return;
-  std::string want(name), have;
-  for (auto e : at::globalContext().supportedQEngines()) {
-    if (engine_name(e) == want) {
-      at::globalContext().setQEngine(e);
-      return;
-    }
-    have += (have.empty() ? "" : ", ") + engine_name(e);
-  }
-  bad("engine", "\"" + want + "\" is not supported by this libtorch build (supported: " + have + ")");
+  tsimpl::select_engine(name);
 }
 
 void cleanup_forward(torch::jit::Module& m) {

@@ -82,6 +82,32 @@ std::vector<c10::IValue> make_inputs(ts_tensor* const* inputs, size_t n) {
   return v;
 }
 
+std::string engine_name(at::QEngine e) {
+  switch (e) {
+    case at::QEngine::NoQEngine: return "none";
+    case at::QEngine::FBGEMM: return "fbgemm";
+    case at::QEngine::QNNPACK: return "qnnpack";
+#if TORCH_VERSION_MAJOR > 1 || (TORCH_VERSION_MAJOR == 1 && TORCH_VERSION_MINOR >= 13)
+    case at::QEngine::ONEDNN: return "onednn";
+    case at::QEngine::X86: return "x86";
+#endif
+  }
+  return "unknown";
+}
+
+void select_engine(const std::string& want) {
+  std::string have;
+  for (auto e : at::globalContext().supportedQEngines()) {
+    if (engine_name(e) == want) {
+      at::globalContext().setQEngine(e);
+      return;
+    }
+    have += (have.empty() ? "" : ", ") + engine_name(e);
+  }
+  throw std::invalid_argument("engine \"" + want + "\" is not supported by this libtorch build (supported: " + have +
+                              ")");
+}
+
 std::string json_escape(const std::string& s) {
   std::string o;
   for (char c : s) {
@@ -105,18 +131,6 @@ using namespace tsimpl;
 
 namespace {
 
-std::string lower_engine_name(at::QEngine e) {
-  switch (e) {
-    case at::QEngine::NoQEngine: return "none";
-    case at::QEngine::FBGEMM: return "fbgemm";
-    case at::QEngine::QNNPACK: return "qnnpack";
-#if TORCH_VERSION_MAJOR > 1 || (TORCH_VERSION_MAJOR == 1 && TORCH_VERSION_MINOR >= 13)
-    case at::QEngine::ONEDNN: return "onednn";
-    case at::QEngine::X86: return "x86";
-#endif
-  }
-  return "unknown";
-}
 
 // Flattens a forward result into named tensors. Paths join with "."; a lone tensor is "0".
 void flatten(const c10::IValue& v, const std::string& path, ts_outputs& out) {
@@ -268,7 +282,7 @@ ts_status* ts_supported_qengines(char** out) {
   std::string s;
   for (auto e : at::globalContext().supportedQEngines()) {
     if (!s.empty()) s += ",";
-    s += lower_engine_name(e);
+    s += engine_name(e);
   }
   *out = dup_string(s);
   TS_API_END("supported_qengines")
@@ -276,24 +290,14 @@ ts_status* ts_supported_qengines(char** out) {
 
 ts_status* ts_get_qengine(char** out) {
   TS_API_BEGIN
-  *out = dup_string(lower_engine_name(at::globalContext().qEngine()));
+  *out = dup_string(engine_name(at::globalContext().qEngine()));
   TS_API_END("get_qengine")
 }
 
 ts_status* ts_set_qengine(const char* name) {
   TS_API_BEGIN
   TS_CHECK_ARG(name != nullptr, "set_qengine", "engine name is NULL");
-  std::string want(name);
-  std::string have;
-  for (auto e : at::globalContext().supportedQEngines()) {
-    if (lower_engine_name(e) == want) {
-      at::globalContext().setQEngine(e);
-      return nullptr;
-    }
-    have += (have.empty() ? "" : ", ") + lower_engine_name(e);
-  }
-  return make_status("set_qengine: engine \"" + want + "\" is not supported by this libtorch build (supported: " +
-                     have + ")");
+  select_engine(name);
   TS_API_END("set_qengine")
 }
 
