@@ -8,6 +8,7 @@
 #include <torch/script.h>
 #include <torch/version.h>
 
+#include <dlfcn.h>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -259,11 +260,57 @@ ts_status* ts_parallel_info(char** out) {
   TS_API_END("parallel_info")
 }
 
+namespace {
+// OpenBLAS's C API, looked up at run time: libtorch may use MKL, OpenBLAS or no BLAS, and
+// the shim links none of them itself.
+struct OpenBLAS {
+  void (*set_num_threads)(int) = nullptr;
+  int (*get_num_threads)() = nullptr;
+  int (*get_parallel)() = nullptr;  // 0 sequential, 1 pthreads, 2 OpenMP
+  char* (*get_config)() = nullptr;
+};
+
+const OpenBLAS& openblas() {
+  static const OpenBLAS api = [] {
+    OpenBLAS a;
+    a.set_num_threads = reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+    a.get_num_threads = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+    a.get_parallel = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_parallel"));
+    a.get_config = reinterpret_cast<char* (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_config"));
+    return a;
+  }();
+  return api;
+}
+}  // namespace
+
 ts_status* ts_set_num_threads(int32_t n) {
   TS_API_BEGIN
   TS_CHECK_ARG(n > 0, "set_num_threads", "thread count must be > 0, got " + std::to_string(n));
   at::set_num_threads(n);
+  // at::set_num_threads sets OpenMP's and MKL's counts, not OpenBLAS's.
+  if (openblas().set_num_threads != nullptr) openblas().set_num_threads(n);
   TS_API_END("set_num_threads")
+}
+
+ts_status* ts_blas_info(char** out) {
+  TS_API_BEGIN
+  const OpenBLAS& b = openblas();
+  std::string json = "{\"library\":\"\"}";
+  if (b.get_num_threads != nullptr) {
+    const char* threading = "unknown";
+    if (b.get_parallel != nullptr) {
+      switch (b.get_parallel()) {
+        case 0: threading = "sequential"; break;
+        case 1: threading = "pthreads"; break;
+        case 2: threading = "openmp"; break;
+      }
+    }
+    const char* config = b.get_config != nullptr ? b.get_config() : nullptr;
+    json = std::string("{\"library\":\"openblas\",\"config\":\"") + json_escape(config != nullptr ? config : "") +
+           "\",\"threading\":\"" + threading + "\",\"threads\":" + std::to_string(b.get_num_threads()) + "}";
+  }
+  *out = dup_string(json);
+  TS_API_END("blas_info")
 }
 int32_t ts_get_num_threads(void) { return at::get_num_threads(); }
 

@@ -30,7 +30,7 @@ extern "C" {
 #define TS_MUST_CHECK __attribute__((warn_unused_result))
 
 /* Bumped whenever a function is added. The Go side refuses a shim older than it expects. */
-#define TS_API_VERSION 5
+#define TS_API_VERSION 6
 
 typedef struct ts_status ts_status;
 typedef struct ts_module ts_module;
@@ -64,8 +64,16 @@ TS_EXPORT int32_t ts_api_version(void);
 TS_EXPORT const char* ts_libtorch_version(void); /* static string, e.g. "1.13.1" */
 TS_EXPORT ts_status* ts_show_config(char** out) TS_MUST_CHECK;        /* at::show_config() */
 TS_EXPORT ts_status* ts_parallel_info(char** out) TS_MUST_CHECK;      /* at::get_parallel_info() */
+/* Sets at::set_num_threads(n) and, when the process has OpenBLAS (Debian's libtorch calls it
+ * for float matmul), OpenBLAS's own thread count too: at::set_num_threads leaves it at every
+ * CPU, and its pthreads pool then spins beside libtorch's threads. */
 TS_EXPORT ts_status* ts_set_num_threads(int32_t n) TS_MUST_CHECK;
 TS_EXPORT int32_t ts_get_num_threads(void);
+/* The BLAS library found in the process, as JSON: {"library":"openblas","config":
+ * "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Zen MAX_THREADS=64","threading":"pthreads",
+ * "threads":2}, or {"library":""} when no BLAS with a query API is loaded (MKL linked
+ * statically into libtorch is reported by ts_show_config instead). Since API version 6. */
+TS_EXPORT ts_status* ts_blas_info(char** out) TS_MUST_CHECK;
 /* Inter-op threads can be set once, before any inter-op work; later calls fail with a message. */
 TS_EXPORT ts_status* ts_set_num_interop_threads(int32_t n) TS_MUST_CHECK;
 TS_EXPORT int32_t ts_get_num_interop_threads(void);

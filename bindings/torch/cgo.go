@@ -19,7 +19,7 @@ import (
 )
 
 // APIVersion is the shim ABI version these bindings were written for.
-const APIVersion = 5
+const APIVersion = 6
 
 var versionOnce sync.Once
 var versionErr error

@@ -7,6 +7,7 @@ package torch
 import "C"
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"unsafe"
@@ -38,6 +39,10 @@ func ParallelInfo() string {
 
 // SetNumThreads sets libtorch's intra-op thread count, on the calling thread and on every
 // inference worker thread (each OS thread has its own OpenMP pool and reads the count once).
+// Where libtorch calls OpenBLAS (Debian's build), OpenBLAS's process-wide count is set to n
+// as well: at::set_num_threads leaves it at every CPU, and a one-thread model then still
+// ran its matmuls on an OpenBLAS pool spinning on the other cores (a transformer 1.3-1.7x
+// slower at p50 on 2 CPUs).
 func SetNumThreads(n int) error {
 	if n < 1 {
 		return fmt.Errorf("set threads: %d is not a thread count: use 1 or more", n)
@@ -55,13 +60,39 @@ func SetNumThreads(n int) error {
 }
 
 // SetNumThreadsOnThisThread sets the intra-op thread count for the calling OS thread only (and
-// for threads that have not run libtorch yet). Use it inside Do, where SetNumThreads would wait
+// for threads that have not run libtorch yet); OpenBLAS's count, being process-wide, follows
+// the last call. Use it inside Do, where SetNumThreads would wait
 // for the very worker it runs on.
 func SetNumThreadsOnThisThread(n int) error {
 	if n < 1 {
 		return fmt.Errorf("set threads: %d is not a thread count: use 1 or more", n)
 	}
 	return statusErr(C.ts_set_num_threads(C.int32_t(n)))
+}
+
+// BLASInfo describes the BLAS library libtorch calls for float matmul, when it is one
+// with a query API (OpenBLAS). MKL linked into libtorch shows in ShowConfig instead.
+type BLASInfo struct {
+	Library   string `json:"library"`             // "openblas", or "" when none was found
+	Config    string `json:"config,omitempty"`    // openblas_get_config(): version, kernels, MAX_THREADS
+	Threading string `json:"threading,omitempty"` // "pthreads", "openmp", "sequential"
+	Threads   int    `json:"threads,omitempty"`   // its current thread count
+}
+
+// BLAS reports the BLAS library in the process (see BLASInfo).
+func BLAS() (BLASInfo, error) {
+	var info BLASInfo
+	if err := checkShim(); err != nil {
+		return info, err
+	}
+	var p *C.char
+	if err := statusErr(C.ts_blas_info(&p)); err != nil {
+		return info, err
+	}
+	if err := json.Unmarshal([]byte(takeString(p)), &info); err != nil {
+		return info, fmt.Errorf("blas info: %w", err)
+	}
+	return info, nil
 }
 
 // NumThreads is the intra-op thread count of the inference worker threads. (Each OS thread

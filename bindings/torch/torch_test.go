@@ -588,3 +588,34 @@ func TestRuntimeSettings(t *testing.T) {
 		t.Errorf("parallel info: %.200q", torch.ParallelInfo())
 	}
 }
+
+// TestBLASThreads: where libtorch calls OpenBLAS (Debian's build does), SetNumThreads sets
+// OpenBLAS's pool too; at::set_num_threads alone leaves it at every CPU.
+func TestBLASThreads(t *testing.T) {
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Skip(err)
+	}
+	info, err := torch.BLAS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(maps, []byte("libopenblas")) {
+		if info.Library != "" {
+			t.Errorf("no OpenBLAS mapped, BLAS() says %+v", info)
+		}
+		t.Skip("libtorch here does not use OpenBLAS")
+	}
+	if info.Library != "openblas" || !strings.Contains(info.Config, "OpenBLAS") || info.Threading == "" {
+		t.Fatalf("OpenBLAS mapped, BLAS() says %+v", info)
+	}
+	defer torch.SetNumThreads(1)
+	for _, n := range []int{2, 1} {
+		if err := torch.SetNumThreads(n); err != nil {
+			t.Fatal(err)
+		}
+		if info, _ := torch.BLAS(); info.Threads != n && info.Threading != "sequential" {
+			t.Errorf("SetNumThreads(%d): OpenBLAS has %d threads", n, info.Threads)
+		}
+	}
+}

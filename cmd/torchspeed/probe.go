@@ -60,6 +60,9 @@ func (p *probeCmd) run(c *cobra.Command) error {
 			NumThreads:        torch.NumThreads(),
 			NumInteropThreads: torch.NumInteropThreads(),
 		}
+		if b, err := torch.BLAS(); err == nil && b.Library != "" {
+			opts.Torch.BLAS = &cpu.BLASInfo{Library: b.Library, Config: b.Config, Threading: b.Threading, Threads: b.Threads}
+		}
 	}
 	pr, err := cpu.Detect(opts)
 	if err != nil {

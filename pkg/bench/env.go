@@ -53,8 +53,8 @@ type Environment struct {
 }
 
 // openMPEnvPrefixes are the variables of GNU (GOMP_, OMP_), Intel/LLVM
-// (KMP_) OpenMP and MKL that change how inference threads behave.
-var openMPEnvPrefixes = []string{"OMP_", "GOMP_", "KMP_", "MKL_", "DNNL_", "ONEDNN_"}
+// (KMP_) OpenMP, MKL and OpenBLAS that change how inference threads behave.
+var openMPEnvPrefixes = []string{"OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "DNNL_", "ONEDNN_"}
 
 // CaptureEnvironment fills the fields pure Go can see: the date, Go's
 // runtime, hostname, logical CPUs and affinity, OpenMP variables, an

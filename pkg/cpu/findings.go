@@ -110,10 +110,10 @@ func findings(p *Probe) []Finding {
 		strings.EqualFold(env["KMP_BLOCKTIME"], "infinite")
 	switch {
 	case (wait == "ACTIVE" || spinForever) && n <= fewCores:
-		add(Warning, "omp-wait-active", "export OMP_WAIT_POLICY=PASSIVE (torchspeed --latency-mode does on few cores)",
+		add(Warning, "omp-wait-active", "export OMP_WAIT_POLICY=PASSIVE GOMP_SPINCOUNT=3000 (torchspeed --latency-mode does on few cores)",
 			"OpenMP workers spin while idle (OMP_WAIT_POLICY=%s) on a process with only %d CPUs; spinning threads steal the CPU from the thread with work, which shows as tail spikes", env["OMP_WAIT_POLICY"], n)
 	case wait == "" && !spinForever && n <= fewCores && n > 1 && (rt["gnu"] || len(rt) == 0):
-		add(Info, "omp-wait-default", "export OMP_WAIT_POLICY=PASSIVE, or run through torchspeed launch --latency-mode",
+		add(Info, "omp-wait-default", "export OMP_WAIT_POLICY=PASSIVE GOMP_SPINCOUNT=3000 (a short spin, then sleep), or run through torchspeed launch --latency-mode",
 			"OMP_WAIT_POLICY is unset and the process has %d CPUs; libgomp's default spinning gave p95 2-10x the median with 2 threads here", n)
 	case wait != "" && wait != "ACTIVE" && wait != "PASSIVE":
 		add(Warning, "omp-wait-invalid", "set OMP_WAIT_POLICY to ACTIVE or PASSIVE",
@@ -123,6 +123,12 @@ func findings(p *Probe) []Finding {
 	if p.Torch != nil && p.Torch.NumThreads > n {
 		add(Warning, "torch-threads-over", fmt.Sprintf("set intra-op threads to %d (torchspeed does this by default), or export OMP_NUM_THREADS=%d", p.Usable.Cores, p.Usable.Cores),
 			"libtorch will use %d intra-op threads but the process can use %d CPUs (it does not see cgroup CPU quotas)", p.Torch.NumThreads, n)
+	}
+	if t := p.Torch; t != nil && t.BLAS != nil && t.BLAS.Library == "openblas" && t.BLAS.Threading != "sequential" &&
+		t.NumThreads > 0 && t.BLAS.Threads != t.NumThreads {
+		add(Warning, "openblas-threads", fmt.Sprintf("export OPENBLAS_NUM_THREADS=%d (torchspeed launch, bench and optimize set it; torchspeed.Load and torch.SetNumThreads set it in process)", t.NumThreads),
+			"OpenBLAS runs %d thread(s) and libtorch %d: libtorch's thread setting does not reach OpenBLAS, whose %s pool then competes with libtorch's threads in every float matmul (measured here: a transformer 1.3-1.7x slower at p50 on 1 libtorch thread)",
+			t.BLAS.Threads, t.NumThreads, t.BLAS.Threading)
 	}
 	if q := p.Cgroup.QuotaCPUs; q > 0 && float64(p.Usable.CPUs.Len()) > q {
 		add(Info, "cgroup-quota", fmt.Sprintf("use at most %d threads; torchspeed's defaults follow the quota", p.Usable.Count),

@@ -80,6 +80,9 @@ func (p *Probe) WriteText(w io.Writer) error {
 			orNone(tc.OneDNN), orNone(tc.MKL), orNone(tc.OpenMP), orUnknown(tc.CPUCapability), orUnknown(tc.ParallelBackend))
 		pf("            quantized engines %s (current %s), threads intra-op %d inter-op %d\n",
 			strings.Join(tc.QEngines, ","), orUnknown(tc.QEngine), tc.NumThreads, tc.NumInteropThreads)
+		if b := tc.BLAS; b != nil && b.Library != "" {
+			pf("BLAS        %s, %s, %d thread(s)\n", orUnknown(b.Config), orUnknown(b.Threading), b.Threads)
+		}
 	}
 	if len(p.Env) > 0 {
 		keys := make([]string, 0, len(p.Env))

@@ -245,7 +245,7 @@ func Detect(opts Options) (*Probe, error) {
 
 // relevantEnv picks the variables that change threading, placement or allocation.
 func relevantEnv(k string) bool {
-	for _, pre := range []string{"OMP_", "KMP_", "GOMP_", "MKL_", "DNNL_", "ONEDNN_", "MALLOC_CONF", "TCMALLOC_", "LD_PRELOAD", "TORCHSPEED_"} {
+	for _, pre := range []string{"OMP_", "KMP_", "GOMP_", "MKL_", "DNNL_", "ONEDNN_", "OPENBLAS_", "GOTO_", "MALLOC_CONF", "TCMALLOC_", "LD_PRELOAD", "TORCHSPEED_"} {
 		if strings.HasPrefix(k, pre) {
 			return true
 		}

@@ -274,6 +274,12 @@ func TestFindingsEnv(t *testing.T) {
 		{"container-v2", nil, &TorchInfo{Version: "1.13.1", NumThreads: 4, QEngines: []string{"qnnpack", "onednn"}, QEngine: "onednn"},
 			nil, []string{"torch-threads-over", "torch-qengine-qnnpack"}},
 		{"container-v2", nil, &TorchInfo{Version: "1.13.1", ShowConfig: "PyTorch built with:\n  - GCC 12.2\n"}, []string{"torch-no-onednn"}, nil},
+		{"vm-avx2", nil, &TorchInfo{Version: "1.13.1", NumThreads: 1, BLAS: &BLASInfo{Library: "openblas", Threading: "pthreads", Threads: 4}},
+			[]string{"openblas-threads"}, nil},
+		{"vm-avx2", nil, &TorchInfo{Version: "1.13.1", NumThreads: 2, BLAS: &BLASInfo{Library: "openblas", Threading: "pthreads", Threads: 2}},
+			nil, []string{"openblas-threads"}},
+		{"vm-avx2", nil, &TorchInfo{Version: "1.13.1", NumThreads: 1, BLAS: &BLASInfo{Library: "openblas", Threading: "sequential", Threads: 1}},
+			nil, []string{"openblas-threads"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.fixture+"/"+strings.Join(tc.env, ","), func(t *testing.T) {

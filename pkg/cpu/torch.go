@@ -18,6 +18,9 @@ type TorchInfo struct {
 	QEngine           string   `json:"quantized_engine"`
 	NumThreads        int      `json:"num_threads"`
 	NumInteropThreads int      `json:"num_interop_threads"`
+	// BLAS is the BLAS library libtorch calls for float matmul, when it has a query API
+	// (OpenBLAS); the caller fills it from torch.BLAS. Nil when not known.
+	BLAS *BLASInfo `json:"blas,omitempty"`
 
 	// Parsed from ShowConfig and ParallelInfo.
 	OneDNN          string `json:"onednn"`           // "v2.6.3", "" when not built in
@@ -88,6 +91,14 @@ func (t *TorchInfo) parse() {
 			last = k
 		}
 	}
+}
+
+// BLASInfo is a BLAS library found in the process (torch.BLASInfo without the cgo).
+type BLASInfo struct {
+	Library   string `json:"library"`             // "openblas"; "" when none was found
+	Config    string `json:"config,omitempty"`    // "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Zen MAX_THREADS=64"
+	Threading string `json:"threading,omitempty"` // "pthreads", "openmp", "sequential"
+	Threads   int    `json:"threads,omitempty"`
 }
 
 // HasEngine reports whether libtorch has the quantized engine name.

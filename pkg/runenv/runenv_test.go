@@ -40,7 +40,7 @@ func TestCompute(t *testing.T) {
 			name: "vm default", fixture: "vm-avx2",
 			want: []instWant{{"0-3", 4, 0, false, "PASSIVE"}},
 			vars: map[string]string{"OMP_NUM_THREADS": "4", "OMP_PROC_BIND": "close", "OMP_PLACES": "{0},{1},{2},{3}",
-				"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": "0", "KMP_AFFINITY": "", "KMP_BLOCKTIME": "", "TORCHSPEED_INSTANCES": "1"},
+				"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": "3000", "KMP_AFFINITY": "", "KMP_BLOCKTIME": "", "TORCHSPEED_INSTANCES": "1"},
 		},
 		{
 			name: "vm go host: no thread binding", fixture: "vm-avx2", opts: Options{NoThreadBind: true},
@@ -64,6 +64,16 @@ func TestCompute(t *testing.T) {
 			name: "vm explicit cpus and threads", fixture: "vm-avx2", opts: Options{CPUs: "1,3", Threads: 1, InteropThreads: 2},
 			want: []instWant{{"1,3", 1, 0, false, ""}},
 			vars: map[string]string{"OMP_NUM_THREADS": "1", "TORCHSPEED_INTEROP_THREADS": "2", "OMP_WAIT_POLICY": ""},
+		},
+		{
+			name: "vm explicit passive sleeps at once", fixture: "vm-avx2", opts: Options{WaitPolicy: "passive"},
+			want: []instWant{{"0-3", 4, 0, false, "PASSIVE"}},
+			vars: map[string]string{"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": "0"},
+		},
+		{
+			name: "xeon intel explicit passive", fixture: "xeon-2s", opts: Options{OpenMP: "intel", CoresPerInstance: 2, Instances: 1, WaitPolicy: "passive"},
+			want: []instWant{{"0-1", 2, 0, true, "PASSIVE"}},
+			vars: map[string]string{"KMP_BLOCKTIME": "0", "GOMP_SPINCOUNT": ""},
 		},
 		{
 			name: "vm wait policy override", fixture: "vm-avx2", opts: Options{WaitPolicy: "active"},
@@ -102,7 +112,7 @@ func TestCompute(t *testing.T) {
 		{
 			name: "xeon llvm passive", fixture: "xeon-2s", opts: Options{OpenMP: "llvm", CoresPerInstance: 2, Instances: 1},
 			want: []instWant{{"0-1", 2, 0, true, "PASSIVE"}},
-			vars: map[string]string{"KMP_BLOCKTIME": "0", "OMP_PROC_BIND": "close", "GOMP_SPINCOUNT": ""},
+			vars: map[string]string{"KMP_BLOCKTIME": "1", "OMP_PROC_BIND": "close", "GOMP_SPINCOUNT": ""},
 		},
 		{
 			// 4 CPUs of quota out of a 16-CPU cpuset on a 64-CPU host.
@@ -148,7 +158,7 @@ func TestCompute(t *testing.T) {
 				for _, v := range s.Vars {
 					env[v.Name] = v.Value
 				}
-				if env["TORCHSPEED_CPUS"] != s.CPUs.String() || env["OMP_NUM_THREADS"] != env["MKL_NUM_THREADS"] {
+				if env["TORCHSPEED_CPUS"] != s.CPUs.String() || env["OMP_NUM_THREADS"] != env["MKL_NUM_THREADS"] || env["OMP_NUM_THREADS"] != env["OPENBLAS_NUM_THREADS"] {
 					t.Errorf("instance %d env %v inconsistent", i, env)
 				}
 			}
