@@ -568,20 +568,11 @@ func BenchmarkRuntimeSettings(b *testing.B) {
 				}
 			}
 			// The machine's own spread: a fixed loop as long as torchspeed's median, on as
-			// many threads, timed in the same rounds while both servers are paused.
-			if err := sides[1].resume(); err != nil {
-				b.Fatal(err)
-			}
-			cal, err := sides[1].round(*rsRoundWarmup + *rsRuns)
-			if err != nil {
-				b.Fatal(err)
-			}
-			sides[1].pause()
-			calSum, err := bench.Summarize(cal[*rsRoundWarmup:])
-			if err != nil {
-				b.Fatal(err)
-			}
-			floor := newFloorLoop(b, max(1, atoiOr(sides[1].settings["threads"])), calSum.P50)
+			// many threads, timed in the same rounds while both servers are paused. Its
+			// length is set from torchspeed's first rounds (floorAfter), when the machine has
+			// settled; it joins the rotation from then on.
+			var floor *floorLoop
+			floorAfter := min(3, *rsRounds-1)
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
 			// No collection in this process while it times the floor loop.
@@ -596,6 +587,16 @@ func BenchmarkRuntimeSettings(b *testing.B) {
 					for j := range 3 {
 						side := (j + r) % 3
 						if side == 2 {
+							if r < floorAfter {
+								continue
+							}
+							if floor == nil {
+								ts, err := bench.Summarize(samples[1])
+								if err != nil {
+									b.Fatal(err)
+								}
+								floor = newFloorLoop(b, max(1, atoiOr(sides[1].settings["threads"])), ts.P50)
+							}
 							for k := 0; k < *rsRoundWarmup+*rsRuns; k++ {
 								if d := floor.run(); k >= *rsRoundWarmup {
 									floorLat = append(floorLat, d)
@@ -698,13 +699,16 @@ func newFloorLoop(tb testing.TB, threads int, target time.Duration) *floorLoop {
 			close(c)
 		}
 	})
+	for range 50 { // out of idle, as the rounds around it are
+		f.run()
+	}
 	for range 3 { // converge on the target length
 		var lat []time.Duration
-		for range 11 {
+		for range 21 {
 			lat = append(lat, f.run())
 		}
 		slices.Sort(lat)
-		f.passes = max(1, int(float64(f.passes)*float64(target)/float64(max(lat[5], time.Microsecond))+0.5))
+		f.passes = max(1, int(float64(f.passes)*float64(target)/float64(max(lat[10], time.Microsecond))+0.5))
 	}
 	return f
 }
