@@ -1,18 +1,14 @@
 package main
 
 import (
-	"bufio"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -20,11 +16,11 @@ import (
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/pkg/bench"
+	"github.com/torchspeed/torchspeed/pkg/benchrun"
 	"github.com/torchspeed/torchspeed/pkg/config"
 	"github.com/torchspeed/torchspeed/pkg/cpu"
 	"github.com/torchspeed/torchspeed/pkg/plot"
 	"github.com/torchspeed/torchspeed/pkg/runenv"
-	"github.com/torchspeed/torchspeed/pkg/torchspeed"
 	"github.com/torchspeed/torchspeed/pkg/version"
 )
 
@@ -59,7 +55,7 @@ type benchCmd struct {
 	mode      string
 	numaNode  int
 	interop   int
-	// serve keeps the models loaded and times rounds on request (see serve).
+	// serve keeps the models loaded and times rounds on request (see benchrun.ServeRounds).
 	serve bool
 }
 
@@ -83,7 +79,7 @@ the Pareto front of median latency against items/s and recommend a configuration
   torchspeed bench -m resnet18.pt --vs resnet18.torchspeed.pt --input-shape 1x3x224x224 --duration 20s -o out
   torchspeed bench -m model.pt --input-shape 1x3x224x224 --sweep-batch 1,4 --sweep-threads 1,2 --sweep-streams 1,2`,
 		Args: cobra.NoArgs,
-		RunE: func(c *cobra.Command, _ []string) error { return b.run(c) },
+		RunE: func(c *cobra.Command, _ []string) error { return inputUsage(b.run(c)) },
 	}
 	f := c.Flags()
 	f.StringVarP(&b.config, "config", "c", "", "YAML config: model.path, model.inputs, runtime.threads, bench.*, output.dir (flags override it)")
@@ -119,8 +115,16 @@ the Pareto front of median latency against items/s and recommend a configuration
 	return c
 }
 
-// modelSpec is one model to measure and the name it is reported under.
-type modelSpec struct{ path, name string }
+// inputUsage marks an error that carries a benchrun.InputError (inputs the flags asked for
+// that cannot be made: a dtype without random data, a swept batch for a scalar input) as a
+// usage error, exit code 2; its message stays as it is.
+func inputUsage(err error) error {
+	var ie *benchrun.InputError
+	if errors.As(err, &ie) {
+		return usageError{err}
+	}
+	return err
+}
 
 // sweeping reports whether any sweep flag was given.
 func (b *benchCmd) sweeping() bool { return len(b.sweepB)+len(b.sweepT)+len(b.sweepS) > 0 }
@@ -175,7 +179,7 @@ func (b *benchCmd) validate(c *cobra.Command) error {
 
 // specs names the models: the file name, or the path when two files share
 // a name, with "#2" for the same path given twice (an A/A check).
-func (b *benchCmd) specs() []modelSpec {
+func (b *benchCmd) specs() []benchrun.ModelSpec {
 	paths := append(append([]string{}, b.models...), b.vs...)
 	// How many different paths share each file name.
 	base := map[string]map[string]bool{}
@@ -187,7 +191,7 @@ func (b *benchCmd) specs() []modelSpec {
 		base[b][filepath.Clean(p)] = true
 	}
 	seen := map[string]int{}
-	var out []modelSpec
+	var out []benchrun.ModelSpec
 	for _, p := range paths {
 		name := filepath.Base(p)
 		if len(base[name]) > 1 {
@@ -197,19 +201,14 @@ func (b *benchCmd) specs() []modelSpec {
 		if k := seen[name]; k > 1 {
 			name = fmt.Sprintf("%s#%d", name, k)
 		}
-		out = append(out, modelSpec{path: p, name: name})
+		out = append(out, benchrun.ModelSpec{Path: p, Name: name})
 	}
 	return out
 }
 
-// inputSpec is one parsed --input-shape with its dtype.
-type inputSpec struct {
-	shape []int64
-	dtype torch.DType
-}
-
-func (b *benchCmd) inputSpecs() ([]inputSpec, error) {
-	var specs []inputSpec
+// inputSpecs parses --input-shape and --dtype into the inputs to make.
+func (b *benchCmd) inputSpecs() ([]benchrun.InputSpec, error) {
+	var specs []benchrun.InputSpec
 	for i, s := range b.shapes {
 		shape, err := ParseShape(s)
 		if err != nil {
@@ -221,104 +220,9 @@ func (b *benchCmd) inputSpecs() ([]inputSpec, error) {
 				return nil, usageErrorf("bench: --dtype %q: %v", b.dtypes[i], err)
 			}
 		}
-		specs = append(specs, inputSpec{shape: shape, dtype: dt})
+		specs = append(specs, benchrun.InputSpec{Shape: shape, DType: dt})
 	}
 	return specs, nil
-}
-
-// makeInputs builds random inputs with a fixed seed; batch > 0 replaces
-// dimension 0 of every input.
-func makeInputs(specs []inputSpec, batch int, seed uint64) ([]*torch.Tensor, error) {
-	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	var out []*torch.Tensor
-	for _, s := range specs {
-		shape := append([]int64(nil), s.shape...)
-		if batch > 0 {
-			if len(shape) == 0 {
-				closeTensors(out)
-				return nil, usageErrorf("bench: --sweep-batch needs inputs with a batch dimension; a scalar input has none")
-			}
-			shape[0] = int64(batch)
-		}
-		t, err := RandomTensor(rng, shape, s.dtype)
-		if err != nil {
-			closeTensors(out)
-			return nil, usageErrorf("bench: input %v: %v", shape, err)
-		}
-		out = append(out, t)
-	}
-	return out, nil
-}
-
-func closeTensors(ts []*torch.Tensor) {
-	for _, t := range ts {
-		t.Close()
-	}
-}
-
-// moduleTarget is one forward of a loaded module. It calls libtorch on the
-// current OS thread: the callers (torch.Do for latency runs, bench.Throughput
-// streams) are locked to their threads, and hopping to a worker thread per
-// call would add a goroutine hand-off to every measured latency.
-type moduleTarget struct {
-	name   string
-	m      *torch.Module
-	inputs []*torch.Tensor
-	// channelsLast converts 4-D float inputs on every call, as
-	// torchspeed.Model.Predict does: the conversion is part of what a
-	// caller of the artifact pays.
-	channelsLast bool
-}
-
-func (t *moduleTarget) Name() string { return t.name }
-
-func (t *moduleTarget) Run() error {
-	in := t.inputs
-	if t.channelsLast {
-		conv, release, err := torchspeed.ChannelsLastInputs(t.inputs)
-		if err != nil {
-			return err
-		}
-		defer release()
-		in = conv
-	}
-	outs, err := t.m.ForwardOnThisThread(in...)
-	if err != nil {
-		return err
-	}
-	torch.CloseOutputs(outs)
-	return nil
-}
-
-// loaded is a model or artifact loaded for measurement.
-type loaded struct {
-	spec  modelSpec
-	model *torchspeed.Model
-	load  time.Duration
-}
-
-func (l *loaded) target(inputs []*torch.Tensor) *moduleTarget {
-	return &moduleTarget{name: l.spec.name, m: l.model.Module(), inputs: inputs,
-		channelsLast: l.model.Manifest != nil && l.model.Manifest.ChannelsLast}
-}
-
-// loadModel loads a plain TorchScript file or a torchspeed artifact (its
-// load-time passes re-applied, its quantized engine set); bench sets the
-// thread count itself.
-func loadModel(s modelSpec, progress io.Writer) (*loaded, error) {
-	start := time.Now()
-	m, err := torchspeed.Load(s.path, torchspeed.LoadOptions{KeepThreads: true})
-	if err != nil {
-		return nil, fmt.Errorf("bench: load %q: %w", s.path, err)
-	}
-	if m.Manifest != nil && m.Manifest.Format > 0 {
-		// An artifact: its warnings (libtorch version drift) matter. A
-		// plain model's only warning is that it is one.
-		for _, w := range m.Warnings {
-			fmt.Fprintf(progress, "bench: %s: %s\n", s.name, w)
-		}
-	}
-	return &loaded{spec: s, model: m, load: time.Since(start)}, nil
 }
 
 // outputs lists where files go: every folder is checked for writing
@@ -440,8 +344,8 @@ func (b *benchCmd) run(c *cobra.Command) error {
 		return err
 	}
 	for _, s := range specs {
-		if _, err := os.Stat(s.path); err != nil {
-			return usageErrorf("bench: model %q: %v", s.path, err)
+		if _, err := os.Stat(s.Path); err != nil {
+			return usageErrorf("bench: model %q: %v", s.Path, err)
 		}
 	}
 	order, _ := bench.ParseOrder(b.order)
@@ -460,14 +364,14 @@ func (b *benchCmd) run(c *cobra.Command) error {
 	}
 
 	progress := c.ErrOrStderr()
-	var models []*loaded
+	var models []*benchrun.Loaded
 	defer func() {
 		for _, l := range models {
-			l.model.Close()
+			l.Model.Close()
 		}
 	}()
 	for _, s := range specs {
-		l, err := loadModel(s, progress)
+		l, err := benchrun.LoadModel(s, progress)
 		if err != nil {
 			return err
 		}
@@ -481,9 +385,9 @@ func (b *benchCmd) run(c *cobra.Command) error {
 		return err
 	}
 	if b.threads == 0 && !c.Flags().Changed("threads") {
-		if man := models[0].model.Manifest; man != nil && man.Runtime.Threads > 0 {
+		if man := models[0].Model.Manifest; man != nil && man.Runtime.Threads > 0 {
 			b.threads = man.Runtime.Threads
-			fmt.Fprintf(progress, "bench: %d threads, as the artifact %s was tuned for (--threads overrides)\n", b.threads, models[0].spec.name)
+			fmt.Fprintf(progress, "bench: %d threads, as the artifact %s was tuned for (--threads overrides)\n", b.threads, models[0].Spec.Name)
 		}
 	}
 	if b.threads == 0 && b.streams == 1 && !b.sweeping() && b.runtime == runtimeTorchspeed {
@@ -491,21 +395,21 @@ func (b *benchCmd) run(c *cobra.Command) error {
 		// loses somewhere (a small transformer is faster on 1 thread than 2 here).
 		b.threads = torch.NumThreads()
 		if counts := bench.ThreadCandidates(b.threads); len(counts) > 1 {
-			inputs, err := makeInputs(ins, 0, b.seed)
+			inputs, err := benchrun.MakeInputs(ins, 0, b.seed)
 			if err != nil {
 				return err
 			}
-			t := models[0].target(inputs)
+			t := models[0].Target(inputs)
 			var ch bench.ThreadChoice
 			// The timing runs on the inference worker (t.Run stays on its thread), so the
 			// count is switched for that thread only, then set everywhere.
 			torch.Do(func() { ch, err = bench.ChooseThreads(counts, torch.SetNumThreadsOnThisThread, t.Run, 4, 5, nil) })
-			closeTensors(inputs)
+			benchrun.CloseTensors(inputs)
 			if err != nil {
 				return err
 			}
 			b.threads = ch.Threads
-			fmt.Fprintf(progress, "bench: %d threads, measured fastest for %s (%s; --threads overrides)\n", ch.Threads, models[0].spec.name, ch.Why)
+			fmt.Fprintf(progress, "bench: %d threads, measured fastest for %s (%s; --threads overrides)\n", ch.Threads, models[0].Spec.Name, ch.Why)
 		}
 	}
 	if b.streams > 1 && b.threads == 0 {
@@ -525,11 +429,11 @@ func (b *benchCmd) run(c *cobra.Command) error {
 	env.QuantizedEngine = torch.QEngine() // an INT8 artifact sets its engine when loaded
 	env.ModelHashes = map[string]string{}
 	for _, s := range specs {
-		h, err := bench.HashFile(s.path)
+		h, err := bench.HashFile(s.Path)
 		if err != nil {
 			return err
 		}
-		env.ModelHashes[s.name] = h
+		env.ModelHashes[s.Name] = h
 	}
 	rep := &bench.Report{Environment: env, Settings: b.settings()}
 	for k, v := range settings {
@@ -539,7 +443,7 @@ func (b *benchCmd) run(c *cobra.Command) error {
 	// changed after the runtime settings were computed.
 	rep.Settings["threads"] = strconv.Itoa(env.Threads)
 	if b.serve {
-		return b.serveRounds(c.InOrStdin(), c.OutOrStdout(), models[0], ins, rep.Settings)
+		return benchrun.ServeRounds(c.InOrStdin(), c.OutOrStdout(), models[0], ins, b.seed, b.warmup, rep.Settings)
 	}
 
 	switch {
@@ -548,19 +452,19 @@ func (b *benchCmd) run(c *cobra.Command) error {
 			return err
 		}
 	case b.streams > 1:
-		fmt.Fprintf(progress, "bench: %s: %d streams x %d threads...\n", models[0].spec.name, b.streams, b.threads)
-		if rep.Throughput, err = runStreams(models[0], ins, 0, b.threads, b.streams, opts, b.seed); err != nil {
+		fmt.Fprintf(progress, "bench: %s: %d streams x %d threads...\n", models[0].Spec.Name, b.streams, b.threads)
+		if rep.Throughput, err = benchrun.RunStreams(models[0], ins, 0, b.threads, b.streams, opts, b.seed); err != nil {
 			return err
 		}
 	default:
-		inputs, err := makeInputs(ins, 0, b.seed)
+		inputs, err := benchrun.MakeInputs(ins, 0, b.seed)
 		if err != nil {
 			return err
 		}
-		defer closeTensors(inputs)
+		defer benchrun.CloseTensors(inputs)
 		var targets []bench.Target
 		for _, l := range models {
-			targets = append(targets, l.target(inputs))
+			targets = append(targets, l.Target(inputs))
 		}
 		fmt.Fprintf(progress, "bench: %s...\n", describeRun(specs, opts, order))
 		// The whole timing loop runs on one inference worker thread, which
@@ -579,9 +483,9 @@ func (b *benchCmd) run(c *cobra.Command) error {
 			return err
 		}
 		for i, r := range latencyResults(rep) {
-			r.Load = models[i].load
-			if len(ins) > 0 && len(ins[0].shape) > 0 {
-				r.Batch = int(ins[0].shape[0])
+			r.Load = models[i].LoadTime
+			if len(ins) > 0 && len(ins[0].Shape) > 0 {
+				r.Batch = int(ins[0].Shape[0])
 			}
 		}
 		addRooflines(progress, models, inputs, rep)
@@ -591,12 +495,12 @@ func (b *benchCmd) run(c *cobra.Command) error {
 
 // inputsFromManifest takes the input shapes from the first artifact's
 // manifest when no --input-shape (or config) gave them.
-func (b *benchCmd) inputsFromManifest(models []*loaded) error {
+func (b *benchCmd) inputsFromManifest(models []*benchrun.Loaded) error {
 	if len(b.shapes) > 0 {
 		return nil
 	}
 	for _, l := range models {
-		man := l.model.Manifest
+		man := l.Model.Manifest
 		if man == nil || len(man.Inputs) == 0 {
 			continue
 		}
@@ -617,7 +521,7 @@ func (b *benchCmd) inputsFromManifest(models []*loaded) error {
 // checkCPUs refuses a throughput run or sweep that needs more CPUs than
 // available, and returns the sweep's configuration. ins may be nil before
 // the inputs are known.
-func (b *benchCmd) checkCPUs(ins []inputSpec, avail int) (bench.SweepConfig, error) {
+func (b *benchCmd) checkCPUs(ins []benchrun.InputSpec, avail int) (bench.SweepConfig, error) {
 	if b.sweeping() {
 		return b.sweepConfig(ins, avail)
 	}
@@ -635,10 +539,10 @@ func latencyResults(r *bench.Report) []*bench.Result {
 	return r.Results
 }
 
-func describeRun(specs []modelSpec, o bench.Options, order bench.Order) string {
+func describeRun(specs []benchrun.ModelSpec, o bench.Options, order bench.Order) string {
 	names := make([]string, len(specs))
 	for i, s := range specs {
-		names[i] = s.name
+		names[i] = s.Name
 	}
 	what := fmt.Sprintf("%d runs", o.Runs)
 	if o.Duration > 0 {
@@ -650,51 +554,14 @@ func describeRun(specs []modelSpec, o bench.Options, order bench.Order) string {
 	return fmt.Sprintf("%s, %s", names[0], what)
 }
 
-// runStreams measures one configuration: streams goroutines on locked
-// threads, each with threads intra-op threads and its own inputs, sharing
-// the module (its forward is safe from many threads).
-func runStreams(l *loaded, ins []inputSpec, batch, threads, streams int, o bench.Options, seed uint64) (*bench.ThroughputResult, error) {
-	var mu sync.Mutex
-	var made [][]*torch.Tensor
-	defer func() {
-		for _, ts := range made {
-			closeTensors(ts)
-		}
-	}()
-	factory := func(s int) (bench.Target, error) {
-		// On the stream's own locked thread: the thread count applies to
-		// this thread's OpenMP pool.
-		if err := torch.SetNumThreads(threads); err != nil {
-			return nil, err
-		}
-		inputs, err := makeInputs(ins, batch, seed+uint64(s))
-		if err != nil {
-			return nil, err
-		}
-		mu.Lock()
-		made = append(made, inputs)
-		mu.Unlock()
-		return l.target(inputs), nil
-	}
-	if batch == 0 && len(ins) > 0 && len(ins[0].shape) > 0 {
-		batch = int(ins[0].shape[0])
-	}
-	r, err := bench.Throughput(l.spec.name, factory, bench.ThroughputOptions{Options: o, Streams: streams, Batch: batch})
-	if err != nil {
-		return nil, err
-	}
-	r.Threads = threads
-	return r, nil
-}
-
 // sweepConfig fills the sweep's unset dimensions from the other flags and
 // checks every point against the available CPUs.
-func (b *benchCmd) sweepConfig(ins []inputSpec, avail int) (bench.SweepConfig, error) {
+func (b *benchCmd) sweepConfig(ins []benchrun.InputSpec, avail int) (bench.SweepConfig, error) {
 	cfg := bench.SweepConfig{Batches: b.sweepB, Threads: b.sweepT, Streams: b.sweepS, AvailableCPUs: avail, P99Budget: b.budget}
 	if len(cfg.Batches) == 0 {
 		cfg.Batches = []int{1}
-		if len(ins) > 0 && len(ins[0].shape) > 0 {
-			cfg.Batches = []int{int(ins[0].shape[0])}
+		if len(ins) > 0 && len(ins[0].Shape) > 0 {
+			cfg.Batches = []int{int(ins[0].Shape[0])}
 		}
 	}
 	if len(cfg.Threads) == 0 {
@@ -712,13 +579,13 @@ func (b *benchCmd) sweepConfig(ins []inputSpec, avail int) (bench.SweepConfig, e
 	return cfg, nil
 }
 
-func (b *benchCmd) runSweep(l *loaded, ins []inputSpec, cfg bench.SweepConfig, o bench.Options, progress io.Writer) (*bench.SweepResult, error) {
+func (b *benchCmd) runSweep(l *benchrun.Loaded, ins []benchrun.InputSpec, cfg bench.SweepConfig, o bench.Options, progress io.Writer) (*bench.SweepResult, error) {
 	n := len(cfg.Batches) * len(cfg.Threads) * len(cfg.Streams)
 	i := 0
 	return bench.Sweep(cfg, func(p bench.Point) (*bench.ThroughputResult, error) {
 		i++
 		fmt.Fprintf(progress, "bench: sweep %d/%d: %s\n", i, n, p)
-		return runStreams(l, ins, p.Batch, p.Threads, p.Streams, o, b.seed)
+		return benchrun.RunStreams(l, ins, p.Batch, p.Threads, p.Streams, o, b.seed)
 	})
 }
 
@@ -915,64 +782,4 @@ func (b *benchCmd) setUpRuntime(log io.Writer) (map[string]string, error) {
 	m := settingsMap(s, applied)
 	m["runtime"] = runtimeTorchspeed
 	return m, nil
-}
-
-// serveRounds keeps one model loaded and answers each "run K" line on in
-// with "ns" and the K latencies in nanoseconds, timed by bench.Run (the loop
-// `torchspeed bench` uses); each round's first inference is timed apart and
-// left out, so it also re-warms caches another process used meanwhile. It
-// first warms up and prints "ready" with the settings as JSON; "quit" or the
-// end of in stops it.
-func (b *benchCmd) serveRounds(in io.Reader, out io.Writer, l *loaded, ins []inputSpec, settings map[string]string) error {
-	inputs, err := makeInputs(ins, 0, b.seed)
-	if err != nil {
-		return err
-	}
-	defer closeTensors(inputs)
-	t := l.target(inputs)
-	torch.Do(func() { _, err = bench.Run(t, bench.Options{Runs: 1, Warmup: b.warmup}) })
-	if err != nil {
-		return err
-	}
-	raw, err := json.Marshal(settings)
-	if err != nil {
-		return err
-	}
-	w := bufio.NewWriter(out)
-	fmt.Fprintf(w, "ready %s\n", raw)
-	if err := w.Flush(); err != nil {
-		return err
-	}
-	sc := bufio.NewScanner(in)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "quit" {
-			return nil
-		}
-		f := strings.Fields(line)
-		k := 0
-		if len(f) == 2 && f[0] == "run" {
-			k, _ = strconv.Atoi(f[1])
-		}
-		if k < 1 {
-			fmt.Fprintf(w, "error %q: want \"run K\" with K >= 1, or \"quit\"\n", line)
-		} else {
-			var r *bench.Result
-			torch.Do(func() { r, err = bench.Run(t, bench.Options{Runs: k}) })
-			if err != nil {
-				fmt.Fprintf(w, "error %v\n", err)
-				w.Flush()
-				return err
-			}
-			w.WriteString("ns")
-			for _, d := range r.Samples {
-				w.WriteString(" " + strconv.FormatInt(int64(d), 10))
-			}
-			w.WriteString("\n")
-		}
-		if err := w.Flush(); err != nil {
-			return err
-		}
-	}
-	return sc.Err()
 }

@@ -6,12 +6,10 @@ import (
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/pkg/bench"
+	"github.com/torchspeed/torchspeed/pkg/benchrun"
 	"github.com/torchspeed/torchspeed/pkg/report"
 	"github.com/torchspeed/torchspeed/pkg/roofline"
 )
-
-// isArtifact tells a torchspeed artifact (with a manifest) from a plain TorchScript file.
-func (l *loaded) isArtifact() bool { return l.model.Manifest != nil && l.model.Manifest.Format > 0 }
 
 // flopModule picks the module to count model i's FLOPs on, and what to call it. The count reads
 // aten convolutions and matrix products, which an artifact may hide: its load passes
@@ -20,29 +18,29 @@ func (l *loaded) isArtifact() bool { return l.model.Manifest != nil && l.model.M
 // before the load passes; an INT8 artifact on a plain model in the same run that is its source
 // (the SHA-256 its manifest records), since it does the same multiply-adds. closeFn releases
 // what was loaded here. A nil module: nothing to count on.
-func flopModule(models []*loaded, i int, hashes map[string]string) (m *torch.Module, countedOn string, closeFn func(), err error) {
+func flopModule(models []*benchrun.Loaded, i int, hashes map[string]string) (m *torch.Module, countedOn string, closeFn func(), err error) {
 	l := models[i]
-	if !l.isArtifact() {
-		return l.model.Module(), l.spec.name, func() {}, nil
+	if !l.IsArtifact() {
+		return l.Model.Module(), l.Spec.Name, func() {}, nil
 	}
-	if roofline.IsINT8(l.model.Manifest.Precision) {
+	if roofline.IsINT8(l.Model.Manifest.Precision) {
 		for _, o := range models {
-			if !o.isArtifact() && hashes[o.spec.name] == l.model.Manifest.SourceSHA256 {
-				return o.model.Module(), "its FP32 source " + o.spec.name, func() {}, nil
+			if !o.IsArtifact() && hashes[o.Spec.Name] == l.Model.Manifest.SourceSHA256 {
+				return o.Model.Module(), "its FP32 source " + o.Spec.Name, func() {}, nil
 			}
 		}
 		return nil, "", func() {}, nil
 	}
-	raw, err := torch.Load(l.spec.path)
+	raw, err := torch.Load(l.Spec.Path)
 	if err != nil {
 		return nil, "", func() {}, err
 	}
-	return raw, l.spec.name + " without its load passes", func() { raw.Close() }, nil
+	return raw, l.Spec.Name + " without its load passes", func() { raw.Close() }, nil
 }
 
 // addRooflines places each latency result against the compute peak measured on the CPUs in use.
 // A model it cannot place gets a note on progress; bench goes on.
-func addRooflines(progress io.Writer, models []*loaded, inputs []*torch.Tensor, rep *bench.Report) {
+func addRooflines(progress io.Writer, models []*benchrun.Loaded, inputs []*torch.Tensor, rep *bench.Report) {
 	for i, r := range latencyResults(rep) {
 		if i >= len(models) || r.Stats.P50 <= 0 {
 			continue
@@ -50,19 +48,19 @@ func addRooflines(progress io.Writer, models []*loaded, inputs []*torch.Tensor, 
 		l := models[i]
 		m, countedOn, closeFn, err := flopModule(models, i, rep.Environment.ModelHashes)
 		if err == nil && m == nil {
-			err = fmt.Errorf("an INT8 artifact's work is counted on its FP32 source; add it with --vs %s", l.model.Manifest.SourceName)
+			err = fmt.Errorf("an INT8 artifact's work is counted on its FP32 source; add it with --vs %s", l.Model.Manifest.SourceName)
 		}
 		if err == nil {
 			var rf *report.Roofline
-			int8 := l.isArtifact() && roofline.IsINT8(l.model.Manifest.Precision)
+			int8 := l.IsArtifact() && roofline.IsINT8(l.Model.Manifest.Precision)
 			if rf, err = roofline.Measure(m, countedOn, inputs, r.Stats.P50, int8, rep.Environment.Threads); err == nil {
-				rf.Model = l.spec.name
+				rf.Model = l.Spec.Name
 				rep.Roofline = append(rep.Roofline, rf)
 			}
 		}
 		closeFn()
 		if err != nil {
-			fmt.Fprintf(progress, "bench: no roofline for %s: %v\n", l.spec.name, err)
+			fmt.Fprintf(progress, "bench: no roofline for %s: %v\n", l.Spec.Name, err)
 		}
 	}
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/pkg/bench"
+	"github.com/torchspeed/torchspeed/pkg/benchrun"
 	"github.com/torchspeed/torchspeed/pkg/fixtures"
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
 	"github.com/torchspeed/torchspeed/pkg/version"
@@ -176,6 +177,7 @@ func TestBenchBadInput(t *testing.T) {
 		{"runs and duration", append(base, "--runs", "5", "--duration", "1s"), true, []string{"choose one"}},
 		{"bad shape", []string{"-m", model, "--input-shape", "1xax8"}, true, []string{`--input-shape "1xax8"`}},
 		{"bad dtype", append(base, "--dtype", "complex"), true, []string{`--dtype "complex"`}},
+		{"dtype without random inputs", append(base, "--dtype", "int8"), true, []string{"bench: input [1 1 8 8]: random inputs of dtype int8 are not supported"}},
 		{"bad order", append(base, "--vs", model, "--order", "random"), true, []string{"--order"}},
 		{"unwritable output", append(base, "-o", filepath.Join(file, "out")), true, []string{"output folder", "a-file/out", "writable folder"}},
 		{"sweep over cores", append(base, "--sweep-threads", tooMany), true, []string{"more CPUs than the", "threads=" + tooMany}},
@@ -275,7 +277,7 @@ func TestBenchSpecs(t *testing.T) {
 	b := &benchCmd{models: []string{"a/m.pt", "b/m.pt"}, vs: []string{"a/m.pt", "x.pt"}}
 	var got []string
 	for _, s := range b.specs() {
-		got = append(got, s.name)
+		got = append(got, s.Name)
 	}
 	want := []string{"a/m.pt", "b/m.pt", "a/m.pt#2", "x.pt"}
 	if strings.Join(got, " ") != strings.Join(want, " ") {
@@ -768,20 +770,20 @@ func describeSettings(s map[string]string) string {
 // command with `torchspeed launch --` to measure under torchspeed's.
 func BenchmarkBenchVsCpp(b *testing.B) {
 	model := fixtures.Load(b).Get(b, "resnet18").ModelPath()
-	l, err := loadModel(modelSpec{path: model, name: "resnet18.pt"}, io.Discard)
+	l, err := benchrun.LoadModel(benchrun.ModelSpec{Path: model, Name: "resnet18.pt"}, io.Discard)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer l.model.Close()
+	defer l.Model.Close()
 	if err := torch.SetNumThreads(2); err != nil {
 		b.Fatal(err)
 	}
-	inputs, err := makeInputs([]inputSpec{{shape: []int64{1, 3, 224, 224}, dtype: torch.Float32}}, 0, 1)
+	inputs, err := benchrun.MakeInputs([]benchrun.InputSpec{{Shape: []int64{1, 3, 224, 224}, DType: torch.Float32}}, 0, 1)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer closeTensors(inputs)
-	target := l.target(inputs)
+	defer benchrun.CloseTensors(inputs)
+	target := l.Target(inputs)
 	warm := bench.Options{Runs: 1, Warmup: 20}
 	torch.Do(func() { _, err = bench.Run(target, warm) })
 	if err != nil {
@@ -803,7 +805,7 @@ func BenchmarkBenchVsCpp(b *testing.B) {
 					continue
 				}
 				// One extra run, dropped, as bench.Run's untimed first one.
-				ns, err := l.model.Module().TimeForward(*rsRuns+1, inputs...)
+				ns, err := l.Model.Module().TimeForward(*rsRuns+1, inputs...)
 				if err != nil {
 					b.Fatal(err)
 				}

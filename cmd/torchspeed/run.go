@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
+	"github.com/torchspeed/torchspeed/pkg/benchrun"
 	"github.com/torchspeed/torchspeed/pkg/npy"
 )
 
@@ -164,7 +165,7 @@ func (r *runCmd) makeInputs() ([]*torch.Tensor, error) {
 				return fail(usageError{fmt.Errorf("--dtype: %w", err)})
 			}
 		}
-		t, err := RandomTensor(rng, shape, dt)
+		t, err := benchrun.RandomTensor(rng, shape, dt)
 		if err != nil {
 			return fail(usageError{fmt.Errorf("--input-shape %q: %w", s, err)})
 		}
@@ -188,53 +189,6 @@ func ParseShape(s string) ([]int64, error) {
 		shape = append(shape, v)
 	}
 	return shape, nil
-}
-
-// RandomTensor makes a standard-normal float tensor, or token ids in [0, 100) for integer types.
-func RandomTensor(rng *rand.Rand, shape []int64, dt torch.DType) (*torch.Tensor, error) {
-	n := int64(1)
-	for _, s := range shape {
-		n *= s
-	}
-	switch dt {
-	case torch.Float32:
-		d := make([]float32, n)
-		for i := range d {
-			d[i] = float32(rng.NormFloat64())
-		}
-		return torch.NewTensor(d, shape)
-	case torch.Float64:
-		d := make([]float64, n)
-		for i := range d {
-			d[i] = rng.NormFloat64()
-		}
-		return torch.NewTensor(d, shape)
-	case torch.Int64:
-		d := make([]int64, n)
-		for i := range d {
-			d[i] = rng.Int64N(100)
-		}
-		return torch.NewTensor(d, shape)
-	case torch.Int32:
-		d := make([]int32, n)
-		for i := range d {
-			d[i] = rng.Int32N(100)
-		}
-		return torch.NewTensor(d, shape)
-	case torch.Uint8:
-		d := make([]uint8, n)
-		for i := range d {
-			d[i] = uint8(rng.IntN(256))
-		}
-		return torch.NewTensor(d, shape)
-	case torch.Bool:
-		d := make([]bool, n)
-		for i := range d {
-			d[i] = rng.IntN(2) == 1
-		}
-		return torch.NewTensor(d, shape)
-	}
-	return nil, fmt.Errorf("random inputs of dtype %s are not supported", dt)
 }
 
 func summarizeOutput(o torch.Output, k int) (runOutput, error) {
