@@ -391,7 +391,7 @@ func TestPercentileObserverClipsOutliers(t *testing.T) {
 
 func TestQuantDynamicLinear(t *testing.T) {
 	man := fixtures.Load(t)
-	for _, name := range []string{"transformer_traced", "lstm"} {
+	for _, name := range []string{"transformer_traced", "lstm", "gru"} {
 		t.Run(name, func(t *testing.T) {
 			f := man.Get(t, name)
 			m := loadFixture(t, f)
@@ -433,64 +433,106 @@ func cosine(a, b []float32) float64 {
 	return ab / math.Sqrt(aa*bb+1e-300)
 }
 
-func TestQuantDynamicLSTM(t *testing.T) {
+// TestQuantDynamicRNN checks the shim's rewrite of aten::lstm/aten::gru into
+// aten::quantized_lstm/aten::quantized_gru with qint8 cells, for each recurrent fixture: the
+// calls are replaced (or kept when the module's qconfig is nil), the outputs stay near FP32,
+// survive a save and load, and with eager's reduce_range equal PyTorch's own
+// quantize_dynamic (the fixture's quant_ref, made by quantize_reference.py).
+func TestQuantDynamicRNN(t *testing.T) {
 	man := fixtures.Load(t)
-	f := man.Get(t, "lstm")
-	m := loadFixture(t, f)
-	in := tensorsOf(t, f.InputArrays(t))
-	want, _ := f.Array(t, f.Outputs[0]).Float32s()
-	tests := []struct {
-		name     string
-		cfg      torch.QuantConfig
-		int8LSTM bool
+	for _, rnn := range []struct {
+		fixture, module string // the fixture and its LSTM/GRU submodule
+		fp32, int8      string // the call before and after the rewrite
 	}{
-		{"all", torch.QuantConfig{}, true},
-		{"lstm kept FP32", torch.QuantConfig{Modules: map[string]*torch.QConfig{"lstm": nil}}, false},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			q, err := m.QuantDynamic(tc.cfg, "")
-			if err != nil {
-				t.Fatal(err)
+		{"lstm", "lstm", "aten::lstm", "aten::quantized_lstm"},
+		{"gru", "gru", "aten::gru", "aten::quantized_gru"},
+	} {
+		t.Run(rnn.fixture, func(t *testing.T) {
+			f := man.Get(t, rnn.fixture)
+			m := loadFixture(t, f)
+			in := tensorsOf(t, f.InputArrays(t))
+			want, _ := f.Array(t, f.Outputs[0]).Float32s()
+			if f.QuantRef == nil {
+				t.Fatalf("fixture %s has no dynamic INT8 reference; rebuild with `make fixtures`", rnn.fixture)
 			}
-			defer q.Close()
-			counts, err := q.NodeCounts()
-			if err != nil {
-				t.Fatal(err)
+			ref, _ := f.Array(t, f.QuantRef.Outputs[0]).Float32s()
+			// Eager quantize_dynamic quantizes activations with reduce_range=True (hard-coded
+			// in its Linear and RNN cells); per-channel qint8 weights are the default here too.
+			eager := torch.QuantConfig{QConfig: torch.QConfig{
+				Activation: torch.ObserverConfig{Observer: torch.ObserverPlaceholder, ReduceRange: true}}}
+			tests := []struct {
+				name    string
+				cfg     torch.QuantConfig
+				engine  string
+				int8RNN bool
+				matchPy bool // equals the PyTorch reference
+			}{
+				{"all", torch.QuantConfig{}, "", true, false},
+				{"as eager quantize_dynamic", eager, f.QuantRef.Engine, true, true},
+				{rnn.module + " kept FP32", torch.QuantConfig{Modules: map[string]*torch.QConfig{rnn.module: nil}}, "", false, false},
 			}
-			if got := counts["aten::quantized_lstm"] == 1 && counts["aten::lstm"] == 0; got != tc.int8LSTM {
-				t.Fatalf("quantized LSTM %v, want %v: %v", got, tc.int8LSTM, counts)
+			for _, tc := range tests {
+				t.Run(tc.name, func(t *testing.T) {
+					q, err := m.QuantDynamic(tc.cfg, tc.engine)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer q.Close()
+					counts, err := q.NodeCounts()
+					if err != nil {
+						t.Fatal(err)
+					}
+					want8 := map[bool]int{true: 1, false: 0}[tc.int8RNN]
+					if counts[rnn.int8] != want8 || counts[rnn.fp32] != 1-want8 {
+						t.Fatalf("%s %d and %s %d, want %d and %d: %v", rnn.int8, counts[rnn.int8], rnn.fp32, counts[rnn.fp32], want8, 1-want8, counts)
+					}
+					outs, err := q.Forward(in...)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer torch.CloseOutputs(outs)
+					got, _ := outs[0].Tensor.Float32s()
+					c := cosine(got, want)
+					if c < 0.99 {
+						t.Fatalf("cosine vs FP32 %.5f < 0.99", c)
+					}
+					// The INT8 cells change the output by ~1e-3; equal to 1e-6 means the same
+					// quantized RNN as PyTorch's.
+					dRef := maxAbs(got, ref)
+					if tc.matchPy && dRef > 1e-6 {
+						t.Fatalf("max abs diff vs PyTorch quantize_dynamic %.3g > 1e-6: got %v, want %v", dRef, got, ref)
+					}
+					// Saved and loaded back, the quantized cells (custom-class constants) survive.
+					path := filepath.Join(t.TempDir(), rnn.fixture+"_int8.pt")
+					if err := q.Save(path, nil); err != nil {
+						t.Fatal(err)
+					}
+					back, err := torch.Load(path)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer back.Close()
+					bo, err := back.Forward(in...)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer torch.CloseOutputs(bo)
+					bv, _ := bo[0].Tensor.Float32s()
+					if !slices.Equal(got, bv) {
+						t.Fatalf("reloaded model answers %v, before saving %v", bv, got)
+					}
+					t.Logf("cosine vs FP32 %.6f, max abs diff vs FP32 %.3g, vs PyTorch quantize_dynamic %.3g; nodes: %s %d, linear_dynamic %d",
+						c, maxAbs(got, want), dRef, rnn.int8, counts[rnn.int8], counts["quantized::linear_dynamic"])
+				})
 			}
-			outs, err := q.Forward(in...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer torch.CloseOutputs(outs)
-			got, _ := outs[0].Tensor.Float32s()
-			c := cosine(got, want)
-			if c < 0.99 {
-				t.Fatalf("cosine vs FP32 %.5f < 0.99", c)
-			}
-			// Saved and loaded back, the quantized cells (custom-class constants) survive.
-			path := filepath.Join(t.TempDir(), "lstm_int8.pt")
-			if err := q.Save(path, nil); err != nil {
-				t.Fatal(err)
-			}
-			back, err := torch.Load(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer back.Close()
-			bo, err := back.Forward(in...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer torch.CloseOutputs(bo)
-			bv, _ := bo[0].Tensor.Float32s()
-			if !slices.Equal(got, bv) {
-				t.Fatalf("reloaded model answers %v, before saving %v", bv, got)
-			}
-			t.Logf("cosine vs FP32 %.6f, nodes: quantized_lstm %d, linear_dynamic %d", c, counts["aten::quantized_lstm"], counts["quantized::linear_dynamic"])
 		})
 	}
+}
+
+func maxAbs(a, b []float32) float64 {
+	var d float64
+	for i := range a {
+		d = max(d, math.Abs(float64(a[i])-float64(b[i])))
+	}
+	return d
 }
