@@ -620,6 +620,9 @@ func captureEnv() (bench.Environment, int) {
 	env.TorchspeedVersion = version.Version
 	env.LibtorchVersion = torch.Version()
 	env.QuantizedEngine = torch.QEngine()
+	if b, err := torch.BLAS(); err == nil && b.Library != "" {
+		env.BLAS = b.Config + ", " + b.Threading // its thread count follows Threads
+	}
 	avail := runtime.NumCPU()
 	p, err := cpu.Detect(cpu.Options{})
 	if err != nil {

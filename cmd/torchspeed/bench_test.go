@@ -271,6 +271,9 @@ func TestBenchArtifact(t *testing.T) {
 	if rep.Settings["input-shape"] != "1x1x8x8" || rep.Results[0].Stats.N != 20 || rep.Environment.Threads != 1 {
 		t.Errorf("settings %v, n=%d, threads=%d", rep.Settings, rep.Results[0].Stats.N, rep.Environment.Threads)
 	}
+	if b, err := torch.BLAS(); err == nil && b.Library != "" && !strings.HasPrefix(rep.Environment.BLAS, b.Config) {
+		t.Errorf("environment BLAS %q, want it to start with %q", rep.Environment.BLAS, b.Config)
+	}
 }
 
 func TestBenchSpecs(t *testing.T) {

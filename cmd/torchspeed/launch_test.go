@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/pkg/cpu"
 	"github.com/torchspeed/torchspeed/pkg/runenv"
 )
@@ -139,6 +140,10 @@ func testProbeCommand(t *testing.T, bin string) {
 	// libtorch is linked in, so its OpenMP runtime must be found in our own maps.
 	if p.Torch == nil || p.Torch.Version == "" || p.Torch.OneDNN == "" || p.OpenMPRuntime() == "" {
 		t.Errorf("live probe lacks libtorch or OpenMP: torch %+v openmp %v", p.Torch, p.OpenMP)
+	}
+	// Where libtorch calls OpenBLAS (Debian's build), the probe reports it.
+	if b, err := torch.BLAS(); err == nil && b.Library != "" && (p.Torch == nil || p.Torch.BLAS == nil || p.Torch.BLAS.Config != b.Config) {
+		t.Errorf("probe does not report the BLAS %+v: %+v", b, p.Torch)
 	}
 	root := filepath.Join("..", "..", "pkg", "cpu", "testdata", "xeon-2s")
 	out, errOut, code = runBin(t, bin, "probe", "--root", root)

@@ -79,6 +79,10 @@ func settingsMap(s runenv.Settings, applied []string) map[string]string {
 		"allocator":       orDash(s.Allocator),
 		"numa_node":       fmt.Sprint(s.NUMANode),
 	}
+	// The BLAS libtorch calls for float matmul; its thread count follows "threads".
+	if b, err := torch.BLAS(); err == nil && b.Library != "" {
+		m["blas"] = b.Config + ", " + b.Threading
+	}
 	for _, v := range s.Vars {
 		m["env "+v.Name] = v.Value
 	}

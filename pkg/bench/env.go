@@ -38,7 +38,11 @@ type Environment struct {
 	OpenMPRuntime string            `json:"openmp_runtime,omitempty"`
 	OpenMPEnv     map[string]string `json:"openmp_env,omitempty"`
 	// Allocator is the malloc in use ("glibc", "jemalloc", "tcmalloc", ...).
-	Allocator       string `json:"allocator,omitempty"`
+	Allocator string `json:"allocator,omitempty"`
+	// BLAS is the BLAS libtorch calls for float matmul when it reports itself
+	// (OpenBLAS: its config string and threading; torchspeed keeps its thread
+	// count equal to Threads).
+	BLAS            string `json:"blas,omitempty"`
 	LibtorchVersion string `json:"libtorch_version,omitempty"`
 	QuantizedEngine string `json:"quantized_engine,omitempty"`
 	// ModelHashes maps each model's name to the sha256 of its file.

@@ -229,7 +229,7 @@ func (r *Report) WriteBenchfmt(w io.Writer) error {
 		{"goos", e.GOOS}, {"goarch", e.GOARCH}, {"cpu", e.CPUModel},
 		{"pkg", "github.com/torchspeed/torchspeed/bench"},
 		{"torchspeed", e.TorchspeedVersion}, {"libtorch", e.LibtorchVersion},
-		{"qengine", e.QuantizedEngine}, {"openmp", e.OpenMPRuntime}, {"allocator", e.Allocator},
+		{"qengine", e.QuantizedEngine}, {"openmp", e.OpenMPRuntime}, {"allocator", e.Allocator}, {"blas", e.BLAS},
 		{"numa-node", e.NUMANode}, {"cgroup-cpu", e.CgroupCPULimit},
 	}
 	if len(e.ISA) > 0 {
