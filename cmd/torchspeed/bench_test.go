@@ -649,6 +649,8 @@ func BenchmarkRuntimeSettings(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.ReportMetric(ratio, "torchspeed/default-p50")
+			b.ReportMetric(float64(st[1].P95)/float64(st[0].P95), "torchspeed/default-p95")
+			b.ReportMetric(float64(st[1].P99)/float64(st[0].P99), "torchspeed/default-p99")
 			tail := float64(st[1].P95) / float64(st[1].P50)
 			fs, err := bench.Summarize(floorLat)
 			if err != nil {
