@@ -38,21 +38,24 @@ type benchCmd struct {
 	warmup   int
 	threads  int
 	streams  int
-	sweepB   []int
-	sweepT   []int
-	sweepS   []int
-	budget   time.Duration
-	order    string
-	seed     uint64
-	asJSON   bool
-	benchfmt string
-	plotDir  string
-	outDir   string
+	// instances > 0 measures throughput with that many pinned processes (see runInstances).
+	instances int
+	sweepB    []int
+	sweepT    []int
+	sweepS    []int
+	budget    time.Duration
+	order     string
+	seed      uint64
+	asJSON    bool
+	benchfmt  string
+	plotDir   string
+	outDir    string
 
 	// How the process sits on the machine (see setUpRuntime).
 	runtime   string // "torchspeed" (computed settings) or "default" (libtorch's own)
 	allocator string
 	mode      string
+	modeSet   bool // --mode or runtime.mode chose the mode
 	numaNode  int
 	interop   int
 	// serve keeps the models loaded and times rounds on request (see benchrun.ServeRounds).
@@ -72,11 +75,17 @@ Several models (-m A -m B, or -m A --vs B) run in interleaved rounds in one proc
 is compared with the first by the ratio of medians (bootstrap 95% interval) and a
 Mann-Whitney U test: a difference is reported only when p < 0.05.
 
---streams N runs N concurrent streams on locked OS threads (throughput mode, --threads
-each). --sweep-batch/--sweep-threads/--sweep-streams measure every combination, print
-the Pareto front of median latency against items/s and recommend a configuration.`,
+--streams N runs N concurrent streams on locked OS threads of one process (throughput
+mode, --threads each). --instances N runs N processes instead, as torchspeed launch
+--instances N would: each pinned to its own physical cores (and NUMA node) with its own
+OpenMP settings (--mode throughput unless given), one stream each; all time --runs
+inferences at once, and the report pools them as N streams.
+
+--sweep-batch/--sweep-threads/--sweep-streams measure every combination, print the
+Pareto front of median latency against items/s and recommend a configuration.`,
 		Example: `  torchspeed bench -m resnet18.pt --input-shape 1x3x224x224 --threads 2 --runs 200
   torchspeed bench -m resnet18.pt --vs resnet18.torchspeed.pt --input-shape 1x3x224x224 --duration 20s -o out
+  torchspeed bench -m resnet18.pt --input-shape 1x3x224x224 --instances 2 --runs 100
   torchspeed bench -m model.pt --input-shape 1x3x224x224 --sweep-batch 1,4 --sweep-threads 1,2 --sweep-streams 1,2`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error { return inputUsage(b.run(c)) },
@@ -90,8 +99,9 @@ the Pareto front of median latency against items/s and recommend a configuration
 	f.IntVar(&b.runs, "runs", 200, "timed runs (per model; per stream in throughput mode)")
 	f.DurationVar(&b.duration, "duration", 0, "run for this long instead of a count, e.g. 10s")
 	f.IntVar(&b.warmup, "warmup", 20, "untimed runs after the first inference")
-	f.IntVar(&b.threads, "threads", 0, "intra-op threads per stream (0: libtorch's default; in throughput mode the CPUs / streams)")
+	f.IntVar(&b.threads, "threads", 0, "intra-op threads per stream (0: libtorch's default; in throughput mode the CPUs / streams; with --instances the instance's cores)")
 	f.IntVar(&b.streams, "streams", 1, "concurrent streams for throughput mode")
+	f.IntVar(&b.instances, "instances", 0, "throughput of N pinned processes, one stream each, on their own cores (as torchspeed launch --instances N); 0: off")
 	f.IntSliceVar(&b.sweepB, "sweep-batch", nil, "batch sizes to sweep (replaces dimension 0 of every input)")
 	f.IntSliceVar(&b.sweepT, "sweep-threads", nil, "threads per stream to sweep")
 	f.IntSliceVar(&b.sweepS, "sweep-streams", nil, "stream counts to sweep")
@@ -165,6 +175,9 @@ func (b *benchCmd) validate(c *cobra.Command) error {
 		return usageErrorf("bench: --order: %v", err)
 	}
 	if err := b.validateRuntime(f); err != nil {
+		return err
+	}
+	if err := b.validateInstances(f); err != nil {
 		return err
 	}
 	n := len(b.models) + len(b.vs)
@@ -318,6 +331,7 @@ func (b *benchCmd) applyConfig(c *cobra.Command) error {
 	}
 	if !f.Changed("mode") && cfg.Runtime.Mode != "" {
 		b.mode = cfg.Runtime.Mode
+		b.modeSet = true
 	}
 	if !f.Changed("numa-node") {
 		b.numaNode = cfg.Runtime.NUMANode
@@ -347,6 +361,10 @@ func (b *benchCmd) run(c *cobra.Command) error {
 		if _, err := os.Stat(s.Path); err != nil {
 			return usageErrorf("bench: model %q: %v", s.Path, err)
 		}
+	}
+	if b.instances > 0 {
+		// A driver only: it neither pins itself nor loads the model.
+		return b.runInstances(c, specs[0], outs)
 	}
 	order, _ := bench.ParseOrder(b.order)
 	opts := bench.Options{Runs: b.runs, Duration: b.duration, Warmup: b.warmup}
@@ -443,6 +461,12 @@ func (b *benchCmd) run(c *cobra.Command) error {
 	// changed after the runtime settings were computed.
 	rep.Settings["threads"] = strconv.Itoa(env.Threads)
 	if b.serve {
+		// What a driver of several instances checks against the settings it gave each.
+		rep.Settings["affinity"] = cpu.CPUSet(env.CPUsUsed).String()
+		rep.Settings["quantized_engine"] = env.QuantizedEngine
+		if i := os.Getenv("TORCHSPEED_INSTANCE"); i != "" {
+			rep.Settings["instance"] = i
+		}
 		return benchrun.ServeRounds(c.InOrStdin(), c.OutOrStdout(), models[0], ins, b.seed, b.warmup, rep.Settings)
 	}
 

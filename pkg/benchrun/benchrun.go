@@ -1,7 +1,8 @@
 // Package benchrun runs TorchScript models and torchspeed artifacts for measurement: it loads
 // them, makes random inputs of given shapes and dtypes, wraps one forward as a bench.Target,
-// runs concurrent throughput streams and serves timed rounds to a driver process. The timing
-// loops and statistics are pkg/bench's (pure Go); this package supplies what they time.
+// runs concurrent throughput streams, serves timed rounds to a driver process and drives such
+// processes, one per pinned instance (RunInstances). The timing loops and statistics are
+// pkg/bench's (pure Go); this package supplies what they time.
 //
 // It is the runner behind `torchspeed bench`, and its messages are that command's: they begin
 // with "bench:".
