@@ -61,8 +61,8 @@ func SetNumThreads(n int) error {
 
 // SetNumThreadsOnThisThread sets the intra-op thread count for the calling OS thread only (and
 // for threads that have not run libtorch yet); OpenBLAS's count, being process-wide, follows
-// the last call. Use it inside Do, where SetNumThreads would wait
-// for the very worker it runs on.
+// the last call. Use it inside Do, where SetNumThreads would wait for the very worker it runs
+// on.
 func SetNumThreadsOnThisThread(n int) error {
 	if n < 1 {
 		return fmt.Errorf("set threads: %d is not a thread count: use 1 or more", n)
