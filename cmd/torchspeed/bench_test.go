@@ -456,19 +456,7 @@ func (s *benchServer) round(k int) ([]time.Duration, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%v\n%s", err, s.stderr.String())
 	}
-	f := strings.Fields(line)
-	if len(f) != k+1 || f[0] != "ns" {
-		return nil, fmt.Errorf("answer to run %d: %q", k, line)
-	}
-	out := make([]time.Duration, k)
-	for i, v := range f[1:] {
-		ns, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("answer to run %d: %q: %v", k, v, err)
-		}
-		out[i] = time.Duration(ns)
-	}
-	return out, nil
+	return benchrun.ParseAnswer(strings.TrimSpace(line), k)
 }
 
 // pause stops the whole process (every thread) with SIGSTOP; resume continues it. A
@@ -644,10 +632,12 @@ func BenchmarkRuntimeSettings(b *testing.B) {
 				b.ReportMetric(float64(st[i].P95)/1e6, names[i]+"-p95-ms")
 				b.ReportMetric(tail, names[i]+"-p95/p50")
 			}
-			ratio, lo, hi, err := bench.RatioOfMediansCI(toFloat(samples[0]), toFloat(samples[1]), 0.95, 2000, 1)
+			cmp, err := bench.ComparePair(&bench.Result{Name: names[0], Samples: samples[0]},
+				&bench.Result{Name: names[1], Samples: samples[1]}, bench.DefaultResamples, 1)
 			if err != nil {
 				b.Fatal(err)
 			}
+			ratio, lo, hi := cmp.Ratio, cmp.RatioLo, cmp.RatioHi
 			b.ReportMetric(ratio, "torchspeed/default-p50")
 			b.ReportMetric(float64(st[1].P95)/float64(st[0].P95), "torchspeed/default-p95")
 			b.ReportMetric(float64(st[1].P99)/float64(st[0].P99), "torchspeed/default-p99")
@@ -661,6 +651,7 @@ func BenchmarkRuntimeSettings(b *testing.B) {
 			// "No worse": the ratio's 95% interval reaches 1 or lies below it.
 			b.Logf("%d samples per side; torchspeed p95/p50 %.2f (issue 5 wants <= 1.3), p50 ratio %.3f [95%% CI %.3f, %.3f] (wants no worse than 1): %s",
 				len(samples[1]), tail, ratio, lo, hi, map[bool]string{true: "holds", false: "does NOT hold"}[tail <= 1.3 && lo <= 1])
+			b.Logf("U test: %s", cmp.Verdict)
 			b.Logf("machine floor: a fixed loop on %d thread(s), p50 %v, p95/p50 %.2f in the same rounds (no library, allocation or hand-off: the spread this machine adds by itself)",
 				floor.threads, fs.P50, floorTail)
 		})
@@ -836,14 +827,6 @@ func BenchmarkBenchVsCpp(b *testing.B) {
 	b.Logf("OpenMP/MKL environment of this process (run it under `torchspeed launch --` for torchspeed's): %v", bench.CaptureEnvironment().OpenMPEnv)
 	b.Logf("%d runs per side at %d threads: bench p50 %v [%v, %v], C++ p50 %v [%v, %v], ratio %.3f (issue 6 wants within 5%%)",
 		len(goLat), torch.NumThreads(), gs.P50, gs.MedianLo, gs.MedianHi, cs.P50, cs.MedianLo, cs.MedianHi, ratio)
-}
-
-func toFloat(ds []time.Duration) []float64 {
-	out := make([]float64, len(ds))
-	for i, d := range ds {
-		out[i] = float64(d)
-	}
-	return out
 }
 
 func atoiOr(s string) int {

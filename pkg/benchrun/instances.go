@@ -163,7 +163,7 @@ func RunInstances(ctx context.Context, cfg InstancesConfig) (*InstancesResult, e
 	tr := &bench.ThroughputResult{Name: cfg.Name, Streams: n, Batch: batch, Threads: cfg.Settings[0].Threads, Elapsed: elapsed}
 	var all []time.Duration
 	for i, line := range lines {
-		samples, err := parseAnswer(line, cfg.Runs)
+		samples, err := ParseAnswer(line, cfg.Runs)
 		if err != nil {
 			return nil, g.childErr(i, err)
 		}
@@ -219,7 +219,7 @@ func batchOf(shapes string) int {
 }
 
 // parseAnswer reads "ns L1 ... Lk", the answer to "run k".
-func parseAnswer(line string, k int) ([]time.Duration, error) {
+func ParseAnswer(line string, k int) ([]time.Duration, error) {
 	f := strings.Fields(line)
 	if len(f) == 0 || f[0] != "ns" {
 		return nil, fmt.Errorf("answer to \"run %d\": %q", k, line)

@@ -180,11 +180,11 @@ func TestRunInstancesStartFails(t *testing.T) {
 }
 
 func TestParseAnswer(t *testing.T) {
-	if d, err := parseAnswer("ns 5 7", 2); err != nil || len(d) != 2 || d[1] != 7 {
+	if d, err := ParseAnswer("ns 5 7", 2); err != nil || len(d) != 2 || d[1] != 7 {
 		t.Errorf("%v %v", d, err)
 	}
 	for _, bad := range []string{"ns 5", "ns 5 x", "ns 5 -1", "ready {}", ""} {
-		if _, err := parseAnswer(bad, 2); err == nil {
+		if _, err := ParseAnswer(bad, 2); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
 	}
