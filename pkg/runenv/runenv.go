@@ -116,10 +116,10 @@ type Settings struct {
 	ThreadBind bool `json:"thread_bind"`
 	// WaitPolicy is "PASSIVE", "ACTIVE", or "" for the runtime's default.
 	WaitPolicy string `json:"wait_policy"`
-	// SpinCount is, with WaitPolicy PASSIVE, how many times an idle worker polls before it
-	// sleeps (GOMP_SPINCOUNT; the Intel and LLVM runtimes get KMP_BLOCKTIME 0 for 0 and
-	// 1 ms otherwise): 0 for an explicit --wait-policy passive, shortSpinCount for the
-	// latency preset.
+	// SpinCount is, with WaitPolicy PASSIVE and GNU OpenMP, how many times an idle worker
+	// polls before it sleeps (GOMP_SPINCOUNT): 0 for an explicit --wait-policy passive,
+	// shortSpinCount for the latency preset. The Intel and LLVM runtimes sleep at once
+	// (KMP_BLOCKTIME=0): their unit is the millisecond.
 	SpinCount int `json:"spin_count,omitempty"`
 	// Allocator is "" (glibc malloc), "jemalloc" or "tcmalloc"; AllocatorPath is the
 	// library preloaded for it.
@@ -455,12 +455,12 @@ func vars(s Settings, places []string) []Var {
 				v = append(v, Var{"GOMP_SPINCOUNT", strconv.Itoa(s.SpinCount)})
 			}
 		case "intel", "llvm":
+			// KMP_BLOCKTIME counts milliseconds in every version (microseconds only in recent
+			// LLVM ones): 1 ms is far longer than the short spin measured with libgomp, and
+			// long spins are what gave the tail spikes, so PASSIVE sleeps at once here.
 			bt := "0"
-			switch {
-			case s.WaitPolicy == "ACTIVE":
+			if s.WaitPolicy == "ACTIVE" {
 				bt = "infinite"
-			case s.SpinCount > 0:
-				bt = "1" // milliseconds, the unit every version accepts
 			}
 			v = append(v, Var{"KMP_BLOCKTIME", bt})
 		}

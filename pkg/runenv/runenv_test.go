@@ -112,7 +112,7 @@ func TestCompute(t *testing.T) {
 		{
 			name: "xeon llvm passive", fixture: "xeon-2s", opts: Options{OpenMP: "llvm", CoresPerInstance: 2, Instances: 1},
 			want: []instWant{{"0-1", 2, 0, true, "PASSIVE"}},
-			vars: map[string]string{"KMP_BLOCKTIME": "1", "OMP_PROC_BIND": "close", "GOMP_SPINCOUNT": ""},
+			vars: map[string]string{"KMP_BLOCKTIME": "0", "OMP_PROC_BIND": "close", "GOMP_SPINCOUNT": ""},
 		},
 		{
 			// 4 CPUs of quota out of a 16-CPU cpuset on a 64-CPU host.
