@@ -98,7 +98,7 @@ type Quantize struct {
 	Observer   string  `mapstructure:"observer" json:"observer"`
 	Percentile float64 `mapstructure:"percentile" json:"percentile"`
 	PerChannel bool    `mapstructure:"per_channel" json:"per_channel"`
-	// ReduceRange: "auto" (on where the engine needs it: x86/fbgemm without VNNI), "true", "false".
+	// ReduceRange: "auto" (on where the engine needs it: x86, fbgemm or onednn on a CPU without VNNI), "true", "false".
 	ReduceRange Toggle `mapstructure:"reduce_range" json:"reduce_range"`
 	// Skip lists submodule paths kept in FP32 from the start.
 	Skip []string `mapstructure:"skip" json:"skip,omitempty"`
