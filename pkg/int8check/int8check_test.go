@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/pkg/fixtures"
 	"github.com/torchspeed/torchspeed/pkg/kernels"
+	"github.com/torchspeed/torchspeed/pkg/quant"
 )
 
 func TestMain(m *testing.M) {
@@ -270,8 +272,16 @@ type geometry struct {
 	linIn, linOut, linRows int
 }
 
+// inputRun is one set of layer inputs and the arithmetic libtorch must match on it.
+type inputRun struct {
+	name  string
+	qmax  int   // the quint8 inputs are uniform in [0, qmax]
+	model arith // the reference arithmetic
+}
+
 func TestInt8LayersMatchKernelReference(t *testing.T) {
 	man := fixtures.Load(t)
+	exact := quant.ExactU8S8()
 	for _, name := range []string{"digits", "resnet18"} {
 		t.Run(name, func(t *testing.T) {
 			f := man.Get(t, name)
@@ -306,20 +316,46 @@ func TestInt8LayersMatchKernelReference(t *testing.T) {
 			if nconv == 0 || nlin == 0 {
 				t.Fatalf("%s: found %d quantized conv2d and %d linear nodes; want both (graph changed?)", name, nconv, nlin)
 			}
+			// Where torchspeed resolves reduce_range on (the engine's kernels add u8 x s8
+			// product pairs into int16 with saturation: x86 without VNNI), full-range inputs
+			// must match the saturating model and 7-bit inputs (what reduce_range gives) exact
+			// math. Elsewhere full-range inputs must match exact math.
+			saturates := quant.ResolveReduceRange("auto", f.QuantRef.Engine, exact)
+			runs := []inputRun{{"u8", 255, exactSums}}
+			if saturates {
+				runs = []inputRun{{"u8", 255, pairSat}, {"u7", 127, exactSums}}
+			}
+			t.Logf("engine %s, exact u8 x s8 dot product (VNNI) %v: %d layers, full-range inputs checked against %s", f.QuantRef.Engine, exact, len(layers), runs[0].model)
 			rng := rand.New(rand.NewPCG(7, uint64(len(layers))))
+			seen := 0 // the largest step difference of a full-range output from exact math
 			for i, l := range layers {
 				t.Run(fmt.Sprintf("%d_%s_%s", i, l.op, l.attr[strings.LastIndex(l.attr, ".")+1:]), func(t *testing.T) {
-					checkLayer(t, m, fmt.Sprintf("ts_int8check_%d", i), l, rng)
+					method := fmt.Sprintf("ts_int8check_%d", i)
+					if err := m.DefineOps(layerSource(method, l)); err != nil {
+						t.Fatalf("define %s: %v\n%s", method, err, layerSource(method, l))
+					}
+					for _, r := range runs {
+						t.Run(r.name, func(t *testing.T) {
+							seen = max(seen, checkLayer(t, m, method, l, rng, r))
+						})
+					}
 				})
+			}
+			// A negative control for the saturation model: if full-range outputs also matched
+			// exact math, the check could not tell saturating kernels from exact ones.
+			if saturates && seen <= 1 {
+				t.Errorf("no full-range output differs from exact math by more than one step (max %d): the inputs do not reach int16 saturation, so the saturation model is untested", seen)
+			} else if saturates {
+				t.Logf("full-range outputs differ from exact math by up to %d steps and match the saturation model", seen)
 			}
 		})
 	}
 }
 
-func checkLayer(t *testing.T, m *torch.Module, method string, l qlayer, rng *rand.Rand) {
-	if err := m.DefineOps(layerSource(method, l)); err != nil {
-		t.Fatalf("define %s: %v\n%s", method, err, layerSource(method, l))
-	}
+// checkLayer runs the layer on inputs drawn as r says and compares libtorch's outputs with the
+// reference of r.model. It returns the largest step difference of libtorch's outputs from
+// exact math (0 when r.model is exact math and they match).
+func checkLayer(t *testing.T, m *torch.Module, method string, l qlayer, rng *rand.Rand, r inputRun) int {
 	wouts, err := m.RunMethod(method + "_w")
 	if err != nil {
 		t.Fatal(err)
@@ -349,14 +385,14 @@ func checkLayer(t *testing.T, m *torch.Module, method string, l qlayer, rng *ran
 		g.shape = []int64{int64(g.linRows), ws[1]}
 	}
 
-	// Inputs spread over the whole quint8 range of the layer's input.
+	// Inputs spread over [0, r.qmax] of the layer's quint8 input.
 	n := 1
 	for _, d := range g.shape {
 		n *= int(d)
 	}
 	x := make([]float32, n)
 	for i := range x {
-		q := rng.IntN(256)
+		q := rng.IntN(r.qmax + 1)
 		x[i] = float32(float64(q-int(l.in.ZeroPoint)) * l.in.Scale)
 	}
 	xt, err := torch.NewTensor(x, g.shape)
@@ -377,6 +413,9 @@ func checkLayer(t *testing.T, m *torch.Module, method string, l qlayer, rng *ran
 	if in != l.in {
 		t.Fatalf("input quantized with %+v, graph says %+v", in, l.in)
 	}
+	if top := slices.Max(xq); int(top) > r.qmax || r.qmax == 255 && top < 250 {
+		t.Fatalf("quantized inputs reach %d, want up to %d", top, r.qmax)
+	}
 	wq := data[int8](t, "weight", outs[5].Tensor)
 	wScales, wZPs := weightQ(t, "weight", outs[5].Tensor)
 	bias, err := outs[6].Tensor.Float32s()
@@ -387,6 +426,34 @@ func checkLayer(t *testing.T, m *torch.Module, method string, l qlayer, rng *ran
 	wtScales, wtZPs := weightQ(t, "per-tensor weight", outs[3].Tensor)
 	if len(wtScales) != 1 {
 		t.Fatalf("per-tensor weight has %d scales", len(wtScales))
+	}
+
+	// reference computes the layer's output for xq with the given weights and output qparams
+	// in the given arithmetic; its shape must be libtorch's.
+	reference := func(model arith, w []int8, scales []float64, zps []int32, out kernels.Affine, y *torch.Tensor) ([]uint8, error) {
+		if l.conv() {
+			cv := g.conv
+			cv.Weight, cv.WeightScales, cv.WeightZeroPoints, cv.Bias, cv.ReLU = w, scales, zps, bias, l.relu()
+			xs := [4]int{int(g.shape[0]), int(g.shape[1]), int(g.shape[2]), int(g.shape[3])}
+			var want []uint8
+			var shape [4]int
+			var err error
+			if model == pairSat {
+				want, shape, err = pairSatConv2dRef(xq, xs, in, &cv, out)
+			} else {
+				want, shape, err = kernels.QuantizedConv2dRef(xq, xs, in, &cv, out)
+			}
+			if err == nil && fmt.Sprint(shape[:]) != fmt.Sprint(y.Shape()) {
+				return nil, fmt.Errorf("reference shape %v, libtorch %v", shape, y.Shape())
+			}
+			return want, err
+		}
+		lin := kernels.QuantizedLinear{In: g.linIn, Out: g.linOut, Weight: w, WeightScales: scales,
+			WeightZeroPoints: zps, Bias: bias, ReLU: l.relu()}
+		if model == pairSat {
+			return pairSatLinearRef(xq, g.linRows, in, &lin, out)
+		}
+		return kernels.QuantizedLinearRef(xq, g.linRows, in, &lin, out)
 	}
 
 	cases := []struct {
@@ -402,23 +469,11 @@ func checkLayer(t *testing.T, m *torch.Module, method string, l qlayer, rng *ran
 		{"fitted-qparams", outs[2].Tensor, wq, wScales, wZPs, 0.25},
 		{"per-tensor-weight", outs[4].Tensor, wt, wtScales, wtZPs, 0.25},
 	}
+	fromExact := 0
 	for _, c := range cases {
 		got := data[uint8](t, c.name+" output", c.y)
 		out := affineOf(t, c.name+" output", c.y)
-		var want []uint8
-		if l.conv() {
-			cv := g.conv
-			cv.Weight, cv.WeightScales, cv.WeightZeroPoints, cv.Bias, cv.ReLU = c.w, c.scales, c.zps, bias, l.relu()
-			var shape [4]int
-			want, shape, err = kernels.QuantizedConv2dRef(xq, [4]int{int(g.shape[0]), int(g.shape[1]), int(g.shape[2]), int(g.shape[3])}, in, &cv, out)
-			if err == nil && fmt.Sprint(shape[:]) != fmt.Sprint(c.y.Shape()) {
-				t.Fatalf("%s: reference shape %v, libtorch %v", c.name, shape, c.y.Shape())
-			}
-		} else {
-			lin := kernels.QuantizedLinear{In: g.linIn, Out: g.linOut, Weight: c.w, WeightScales: c.scales,
-				WeightZeroPoints: c.zps, Bias: bias, ReLU: l.relu()}
-			want, err = kernels.QuantizedLinearRef(xq, g.linRows, in, &lin, out)
-		}
+		want, err := reference(r.model, c.w, c.scales, c.zps, out, c.y)
 		if err != nil {
 			t.Fatalf("%s: reference: %v", c.name, err)
 		}
@@ -426,11 +481,20 @@ func checkLayer(t *testing.T, m *torch.Module, method string, l qlayer, rng *ran
 			t.Fatalf("%s: reference has %d values, libtorch %d", c.name, len(want), len(got))
 		}
 		off, worst := compare(got, want)
+		fromExact = max(fromExact, worst)
+		if r.model != exactSums {
+			ex, err := reference(exactSums, c.w, c.scales, c.zps, out, c.y)
+			if err != nil {
+				t.Fatalf("%s: exact reference: %v", c.name, err)
+			}
+			_, d := compare(got, ex)
+			fromExact = max(fromExact, d)
+		}
 		share := interior(got)
-		t.Logf("%s: %d values, %d weight scale(s), out scale %.4g zp %d, %.0f%% inside (0,255), %d off by one step, max diff %d",
-			c.name, len(got), len(c.scales), out.Scale, out.ZeroPoint, 100*share, off, worst)
+		t.Logf("%s (%s): %d values, %d weight scale(s), out scale %.4g zp %d, %.0f%% inside (0,255), %d off by one step, max diff %d",
+			c.name, r.model, len(got), len(c.scales), out.Scale, out.ZeroPoint, 100*share, off, worst)
 		if worst > 1 {
-			t.Errorf("%s: libtorch and the kernel reference differ by up to %d quantization steps", c.name, worst)
+			t.Errorf("%s: libtorch and the kernel reference (%s) differ by up to %d quantization steps", c.name, r.model, worst)
 		}
 		// One step apart only on rounding ties (a float32 result within rounding error of .5):
 		// rare, so a large share means the arithmetic differs, not just the rounding.
@@ -451,17 +515,7 @@ func checkLayer(t *testing.T, m *torch.Module, method string, l qlayer, rng *ran
 		if hi > 1.5*lo {
 			out := affineOf(t, "fitted output", outs[2].Tensor)
 			got := data[uint8](t, "fitted output", outs[2].Tensor)
-			one := []float64{wScales[0]}
-			zp := []int32{wZPs[0]}
-			var want []uint8
-			if l.conv() {
-				cv := g.conv
-				cv.Weight, cv.WeightScales, cv.WeightZeroPoints, cv.Bias, cv.ReLU = wq, one, zp, bias, l.relu()
-				want, _, err = kernels.QuantizedConv2dRef(xq, [4]int{int(g.shape[0]), int(g.shape[1]), int(g.shape[2]), int(g.shape[3])}, in, &cv, out)
-			} else {
-				lin := kernels.QuantizedLinear{In: g.linIn, Out: g.linOut, Weight: wq, WeightScales: one, WeightZeroPoints: zp, Bias: bias, ReLU: l.relu()}
-				want, err = kernels.QuantizedLinearRef(xq, g.linRows, in, &lin, out)
-			}
+			want, err := reference(r.model, wq, []float64{wScales[0]}, []int32{wZPs[0]}, out, outs[2].Tensor)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -472,6 +526,7 @@ func checkLayer(t *testing.T, m *torch.Module, method string, l qlayer, rng *ran
 			}
 		}
 	}
+	return fromExact
 }
 
 func TestQuantLayersParsesGraph(t *testing.T) {
