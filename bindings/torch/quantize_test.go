@@ -41,9 +41,11 @@ func calibrate(t testing.TB, f fixtures.Fixture, observed *torch.Module) {
 }
 
 func referenceConfig(f fixtures.Fixture) torch.QuantConfig {
-	// The qconfig quantize_reference.py uses: MinMax quint8 per-tensor affine activations,
-	// per-channel symmetric qint8 weights, reduce_range off.
-	cfg := torch.QuantConfig{}
+	// The qconfig quantize_reference.py uses: MinMax quint8 per-tensor affine activations
+	// (7-bit where it resolved reduce_range on, as torchspeed's auto does on x86 without VNNI),
+	// per-channel symmetric qint8 weights.
+	cfg := torch.QuantConfig{QConfig: torch.QConfig{
+		Activation: torch.ObserverConfig{Observer: torch.ObserverMinMax, ReduceRange: f.QuantRef.ReduceRange}}}
 	if len(f.QuantRef.Exclude) > 0 {
 		cfg.Modules = map[string]*torch.QConfig{}
 		for _, m := range f.QuantRef.Exclude {
@@ -62,6 +64,11 @@ func TestQuantizeMatchesPythonQuantizeJit(t *testing.T) {
 				t.Fatalf("fixture %s has no INT8 reference; rebuild with `make fixtures`", name)
 			}
 			m := loadFixture(t, f)
+			if want := quant.ResolveReduceRange("auto", f.QuantRef.Engine, quant.ExactU8S8()); f.QuantRef.ReduceRange != want {
+				// Not an error: the comparison below uses the fixture's setting either way.
+				t.Logf("the INT8 reference has reduce_range %v, torchspeed resolves %v on this CPU: fixtures made on another kind of CPU (or before reduce_range followed the CPU); `make fixtures` rebuilds them",
+					f.QuantRef.ReduceRange, want)
+			}
 			observed, err := m.QuantPrepare(referenceConfig(f))
 			if err != nil {
 				t.Fatal(err)
