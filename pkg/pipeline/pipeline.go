@@ -42,7 +42,7 @@ type Options struct {
 	// Progress, if set, hears about long stages (calibration): done of total samples.
 	Progress func(stage string, done, total int)
 	// MKLDNNBroken, when set, says why libtorch's oneDNN kernels cannot be used on this
-	// machine (pkg/mkldnncheck, run in a child process): the optimize_for_inference candidates,
+	// machine (internal/mkldnncheck, run in a child process): the optimize_for_inference candidates,
 	// which run on them, are skipped with this reason instead of crashing the process.
 	MKLDNNBroken string
 }

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
-	"github.com/torchspeed/torchspeed/pkg/fixtures"
+	"github.com/torchspeed/torchspeed/internal/fixtures"
 	"github.com/torchspeed/torchspeed/pkg/kernels"
 )
 
