@@ -14,8 +14,8 @@ import (
 	"testing"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
-	"github.com/torchspeed/torchspeed/pkg/fixtures"
-	"github.com/torchspeed/torchspeed/pkg/mkldnncheck"
+	"github.com/torchspeed/torchspeed/internal/fixtures"
+	"github.com/torchspeed/torchspeed/internal/mkldnncheck"
 	"github.com/torchspeed/torchspeed/pkg/npy"
 )
 

@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/torchspeed/torchspeed/pkg/mkldnncheck"
+	"github.com/torchspeed/torchspeed/internal/mkldnncheck"
 )
 
 func init() { extraCommands = append(extraCommands, newInternalCmd) }

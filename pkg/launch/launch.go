@@ -95,18 +95,8 @@ func Exec(spec Spec, command []string, warn io.Writer) error {
 	// Affinity and memory policy belong to the thread; the thread that calls execve
 	// becomes the new program's only thread and keeps both.
 	runtime.LockOSThread()
-	if len(spec.CPUs) > 0 {
-		if err := runenv.PinThread(0, spec.CPUs); err != nil {
-			return fmt.Errorf("launch: pin to CPUs %s: %w", spec.CPUs, err)
-		}
-	}
-	if spec.MemNode >= 0 {
-		if err := runenv.BindThreadMemory(spec.MemNode); err != nil {
-			if !errors.Is(err, runenv.ErrMemBindNotAllowed) {
-				return fmt.Errorf("launch: %w", err)
-			}
-			fmt.Fprintf(warn, "torchspeed launch: warning: %v; running without memory binding\n", err)
-		}
+	if err := placeThread(spec, warn); err != nil {
+		return fmt.Errorf("launch: %w", err)
 	}
 	if err := syscall.Exec(path, command, os.Environ()); err != nil {
 		return fmt.Errorf("launch: exec %s: %w", path, err)
@@ -302,18 +292,9 @@ func startPinned(c *exec.Cmd, spec Spec, warn io.Writer) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		if err := runenv.PinThread(0, spec.CPUs); err != nil {
-			errc <- fmt.Errorf("pin to CPUs %s: %w", spec.CPUs, err)
+		if err := placeThread(spec, warn); err != nil {
+			errc <- err
 			return
-		}
-		if spec.MemNode >= 0 {
-			if err := runenv.BindThreadMemory(spec.MemNode); err != nil {
-				if !errors.Is(err, runenv.ErrMemBindNotAllowed) {
-					errc <- err
-					return
-				}
-				fmt.Fprintf(warn, "torchspeed launch: warning: %v; running without memory binding\n", err)
-			}
 		}
 		errc <- c.Start()
 	}()

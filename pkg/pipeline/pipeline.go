@@ -14,7 +14,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"time"
 
@@ -42,7 +41,7 @@ type Options struct {
 	// Progress, if set, hears about long stages (calibration): done of total samples.
 	Progress func(stage string, done, total int)
 	// MKLDNNBroken, when set, says why libtorch's oneDNN kernels cannot be used on this
-	// machine (pkg/mkldnncheck, run in a child process): the optimize_for_inference candidates,
+	// machine (internal/mkldnncheck, run in a child process): the optimize_for_inference candidates,
 	// which run on them, are skipped with this reason instead of crashing the process.
 	MKLDNNBroken string
 }
@@ -344,8 +343,6 @@ func (r *run) best() *candidate {
 	}
 	return b
 }
-
-func numCPU() int { return runtime.NumCPU() }
 
 // stageOptions is the short measurement of all candidates: every candidate runs once per
 // round, in a shuffled order, since a fixed order measured a small model 12-20% slow when it

@@ -11,9 +11,9 @@ import (
 	"testing"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
+	"github.com/torchspeed/torchspeed/internal/fixtures"
+	"github.com/torchspeed/torchspeed/internal/mkldnncheck"
 	"github.com/torchspeed/torchspeed/pkg/config"
-	"github.com/torchspeed/torchspeed/pkg/fixtures"
-	"github.com/torchspeed/torchspeed/pkg/mkldnncheck"
 	"github.com/torchspeed/torchspeed/pkg/npy"
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
 )

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/torchspeed/torchspeed/pkg/fixtures"
+	"github.com/torchspeed/torchspeed/internal/fixtures"
 )
 
 // The report holds the final model's roofline: FLOPs counted on the FP32 original, held against

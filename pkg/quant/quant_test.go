@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
-	"github.com/torchspeed/torchspeed/pkg/fixtures"
+	"github.com/torchspeed/torchspeed/internal/fixtures"
 	"github.com/torchspeed/torchspeed/pkg/npy"
 	"github.com/torchspeed/torchspeed/pkg/quant"
 	"github.com/torchspeed/torchspeed/pkg/validate"
@@ -242,7 +242,7 @@ func TestOutlierFallback(t *testing.T) {
 	// {fc1, fc2} beats {fc1}, which pays a quantize/dequantize around the tiny INT8 fc2).
 	// libtorch 2.x's graph-mode pass gives a per-channel quantized op without a ReLU (fc2, the
 	// last layer) the input's zero point, so fc2 must stay FP32 as well there and the fastest
-	// passing set may add one more (see pkg/fixtures minRefCosine).
+	// passing set may add one more (see internal/fixtures minRefCosine).
 	most := 2
 	if !strings.HasPrefix(torch.Version(), "1.") {
 		most = 3

@@ -1,7 +1,8 @@
 // Package roofline places a model's measured latency against the machine's compute peak: it
-// counts the model's FLOPs at the benchmarked input shape through the bindings (convolutions
-// and matrix products, from the ops' shapes) and measures the peak with pkg/kernels' in-register
-// loops on the CPUs the model runs on. The optimize pipeline and `torchspeed bench` report it.
+// takes the model's FLOPs at the benchmarked input shape from a counter the caller gives (the
+// bindings' Module: convolutions and matrix products, from the ops' shapes) and measures the
+// peak with pkg/kernels' in-register loops on the CPUs the model runs on. The optimize
+// pipeline and `torchspeed bench` report it.
 package roofline
 
 import (
@@ -11,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/pkg/kernels"
 	"github.com/torchspeed/torchspeed/pkg/report"
 )
@@ -86,10 +86,16 @@ func Place(flops float64, byOp map[string]float64, countedOn string, p50 time.Du
 	}, nil
 }
 
+// FLOPCounter counts the FLOPs of one forward on inputs, in total and by op: *torch.Module with
+// T = *torch.Tensor. The interface keeps this package pure Go, so it builds without cgo.
+type FLOPCounter[T any] interface {
+	OpFLOPs(inputs ...T) (total float64, byOp map[string]float64, err error)
+}
+
 // Measure counts flopModel's FLOPs on inputs (one forward), measures the peak on threads CPUs
 // and places p50. For an INT8 model pass its FP32 original as flopModel and int8 true: the
 // INT8 model does the same multiply-adds, in ops the count does not read.
-func Measure(flopModel *torch.Module, countedOn string, inputs []*torch.Tensor, p50 time.Duration, int8 bool, threads int) (*report.Roofline, error) {
+func Measure[T any](flopModel FLOPCounter[T], countedOn string, inputs []T, p50 time.Duration, int8 bool, threads int) (*report.Roofline, error) {
 	flops, byOp, err := flopModel.OpFLOPs(inputs...)
 	if err != nil {
 		return nil, fmt.Errorf("roofline: %w", err)

@@ -16,7 +16,6 @@ type arrays struct {
 	names  []string
 	batch  int
 	n      int
-	label  func(i int) string
 }
 
 // FromArrays serves whole-set arrays, one per model input with the samples along dimension 0,

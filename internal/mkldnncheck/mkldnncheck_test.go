@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/torchspeed/torchspeed/pkg/mkldnncheck"
+	"github.com/torchspeed/torchspeed/internal/mkldnncheck"
 )
 
 // fakeEnv makes the re-exec'd test binary play a child that ends a given way.

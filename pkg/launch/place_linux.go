@@ -1,0 +1,30 @@
+package launch
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/torchspeed/torchspeed/pkg/runenv"
+)
+
+// placeThread pins the calling (locked) OS thread to spec's CPUs and binds its memory to
+// spec's node, the state a child started or exec'd from this thread inherits. A memory
+// binding the kernel refuses (a container's seccomp profile) is reported on warn and
+// skipped, not fatal.
+func placeThread(spec Spec, warn io.Writer) error {
+	if len(spec.CPUs) > 0 {
+		if err := runenv.PinThread(0, spec.CPUs); err != nil {
+			return fmt.Errorf("pin to CPUs %s: %w", spec.CPUs, err)
+		}
+	}
+	if spec.MemNode >= 0 {
+		if err := runenv.BindThreadMemory(spec.MemNode); err != nil {
+			if !errors.Is(err, runenv.ErrMemBindNotAllowed) {
+				return err
+			}
+			fmt.Fprintf(warn, "torchspeed launch: warning: %v; running without memory binding\n", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,17 @@
+//go:build !linux
+
+package launch
+
+import (
+	"errors"
+	"io"
+)
+
+// placeThread fails off Linux: thread affinity and memory policy inherited through fork
+// and exec are Linux features, and starting instances unpinned would be a silent lie.
+func placeThread(spec Spec, _ io.Writer) error {
+	if len(spec.CPUs) == 0 && spec.MemNode < 0 {
+		return nil
+	}
+	return errors.New("pinning instances to CPUs and memory nodes needs Linux; run torchspeed launch on Linux")
+}
