@@ -307,7 +307,8 @@ TS_EXPORT ts_status* ts_module_method_schema(const ts_module* m, const char* met
                                              char** out /* new reference */) TS_MUST_CHECK;
 /* The attributes a call of method may assign, as a sorted JSON array of dotted paths from m
  * (["_context", "_h", "encoder.cache"]): every prim::SetAttr in its graph and in the methods it
- * calls on itself and on submodules. Non-empty means the module is stateful: reset it before
+ * calls on itself and on submodules, and every attribute (or view of one) an in-place op writes
+ * (a buffer updated with mul_ or copy_). Non-empty means the module is stateful: reset it before
  * comparing runs and give each concurrent stream its own copy (ts_module_clone). */
 TS_EXPORT ts_status* ts_module_state(const ts_module* m, const char* method /* borrowed */,
                                      char** out /* new reference */) TS_MUST_CHECK;

@@ -223,8 +223,15 @@ std::string type_json(const c10::TypePtr& t) {
 // Walks a method's graph with the dotted path of each module-typed value, so SetAttr on a
 // submodule reached by GetAttr is named by its full path, and follows prim::CallMethod into
 // submodules and other methods (reset_states called from forward, an LSTM wrapper's forward).
+//
+// Branches a module in eval mode never takes are skipped: scripted BatchNorm bumps
+// num_batches_tracked in place under `if self.training`, which would make every scripted CNN
+// look stateful. A condition is known false when it is a bool constant, a module's `training`
+// read while that module is in eval mode, or the result of an If (a short-circuit `and`) whose
+// taken branch yields a known-false value.
 class StateFinder {
  public:
+  explicit StateFinder(const torch::jit::Module& root) : root_(root) {}
   std::set<std::string> found;
 
   void method(const c10::ClassTypePtr& cls, const std::string& name, const std::string& path) {
@@ -241,17 +248,65 @@ class StateFinder {
   }
 
  private:
+  const torch::jit::Module& root_;
   std::set<std::string> seen_;
+  std::set<const torch::jit::Value*> known_false_;
+
+  // Whether the module at a dotted path is in eval mode (false when the path is not a module).
+  bool in_eval(const std::string& path) const {
+    torch::jit::Module m = root_;
+    std::stringstream ss(path);
+    std::string part;
+    while (!path.empty() && std::getline(ss, part, '.')) {
+      if (!m.hasattr(part)) return false;
+      c10::IValue v = m.attr(part);
+      if (!v.isModule()) return false;
+      m = v.toModule();
+    }
+    return !m.is_training();
+  }
+
+  bool is_false_constant(const torch::jit::Node* node) const {
+    if (node->kind() != c10::prim::Constant || !node->hasAttribute(c10::attr::value)) return false;
+    if (node->output()->type()->kind() != c10::TypeKind::BoolType) return false;
+    return node->i(c10::attr::value) == 0;
+  }
 
   static std::string join(const std::string& a, const std::string& b) { return a.empty() ? b : a + "." + b; }
 
+  // paths maps module-typed values to their module's path, and attribute values (tensors read
+  // with GetAttr, and views of them) to the attribute's path: an in-place op on one (a buffer
+  // updated with mul_/copy_, no SetAttr at all) mutates that attribute.
   void block(torch::jit::Block* b, std::map<const torch::jit::Value*, std::string>& paths) {
     for (torch::jit::Node* node : b->nodes()) {
       auto it = node->inputs().empty() ? paths.end() : paths.find(node->inputs()[0]);
-      bool on_module = it != paths.end();
+      bool on_module = it != paths.end() && node->inputs()[0]->type()->cast<c10::ClassType>() != nullptr;
+      if (const c10::FunctionSchema* schema = node->maybeSchema()) {
+        const auto& sargs = schema->arguments();
+        for (size_t i = 0; i < node->inputs().size() && i < sargs.size(); i++) {
+          auto at = paths.find(node->inputs()[i]);
+          if (at == paths.end() || node->inputs()[i]->type()->cast<c10::ClassType>() || sargs[i].alias_info() == nullptr)
+            continue;
+          if (sargs[i].alias_info()->isWrite()) found.insert(at->second);
+          const auto& rets = schema->returns();
+          for (size_t j = 0; j < node->outputs().size() && j < rets.size(); j++)
+            if (rets[j].alias_info() != nullptr) paths[node->outputs()[j]] = at->second;
+        }
+      }
+      if (is_false_constant(node)) known_false_.insert(node->output());
+      if (node->kind() == c10::prim::GetAttr && on_module && node->s(c10::attr::name) == "training" &&
+          in_eval(it->second)) {
+        known_false_.insert(node->output());
+      }
+      if (node->kind() == c10::prim::If && known_false_.count(node->inputs()[0]) && node->blocks().size() == 2) {
+        torch::jit::Block* taken = node->blocks()[1];
+        block(taken, paths);
+        for (size_t j = 0; j < node->outputs().size() && j < taken->outputs().size(); j++)
+          if (known_false_.count(taken->outputs()[j])) known_false_.insert(node->outputs()[j]);
+        continue;
+      }
       if (node->kind() == c10::prim::GetAttr && on_module) {
-        if (node->output()->type()->cast<c10::ClassType>())
-          paths[node->output()] = join(it->second, node->s(c10::attr::name));
+        paths[node->output()] = join(it->second, node->s(c10::attr::name));
       } else if (node->kind() == c10::prim::SetAttr && on_module) {
         found.insert(join(it->second, node->s(c10::attr::name)));
       } else if (node->kind() == c10::prim::CallMethod && on_module) {
@@ -496,7 +551,7 @@ ts_status* ts_module_method_schema(const ts_module* m, const char* method, char*
 ts_status* ts_module_state(const ts_module* m, const char* method, char** out) {
   TS_API_BEGIN
   torch::jit::Method meth = find_method(m->m, method);
-  StateFinder f;
+  StateFinder f(m->m);
   f.method(m->m.type(), meth.name(), "");
   std::string s = "[";
   size_t i = 0;

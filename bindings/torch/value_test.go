@@ -379,3 +379,20 @@ func TestStreamingResetSchema(t *testing.T) {
 		t.Errorf("reset_states returns %+v", sc.Returns)
 	}
 }
+
+// No plain fixture keeps state: traced and scripted models in eval mode (scripted BatchNorm's
+// training-only buffer update included, see two_methods) are not reported stateful.
+func TestPlainFixturesStateless(t *testing.T) {
+	for _, f := range fixtures.Load(t).Fixtures {
+		t.Run(f.Name, func(t *testing.T) {
+			m := loadFixture(t, f)
+			st, err := m.State("forward")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(st) != 0 {
+				t.Errorf("state %v for a stateless model", st)
+			}
+		})
+	}
+}
