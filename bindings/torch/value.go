@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"unsafe"
 )
 
@@ -673,4 +674,41 @@ func (m *Module) State(method string) ([]string, error) {
 		return nil, fmt.Errorf("state of %s in %q: %w", method, m.name, err)
 	}
 	return paths, nil
+}
+
+// Thread is one OS thread of its own for inference calls (a stream that must not queue behind
+// the shared workers of SetWorkers). libtorch gives each calling thread its own OpenMP pool, so
+// n Threads with t intra-op threads each use n*t cores: size them together.
+type Thread struct {
+	mu     sync.RWMutex
+	e      *executor
+	closed bool
+}
+
+// NewThread starts a locked OS thread for Do.
+func NewThread() *Thread { return &Thread{e: newExecutor(1)} }
+
+// Do runs f on the thread and waits for it; after Close it returns ErrClosed without running f.
+func (t *Thread) Do(f func()) error {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if t.closed {
+		return ErrClosed
+	}
+	t.e.do(f)
+	return nil
+}
+
+// Close ends the thread after calls in flight. Idempotent.
+func (t *Thread) Close() error {
+	if t == nil {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.closed {
+		t.closed = true
+		t.e.stop()
+	}
+	return nil
 }

@@ -396,3 +396,18 @@ func TestPlainFixturesStateless(t *testing.T) {
 		})
 	}
 }
+
+func TestThread(t *testing.T) {
+	th := torch.NewThread()
+	ran := false
+	if err := th.Do(func() { ran = true }); err != nil || !ran {
+		t.Fatalf("Do: ran %v, %v", ran, err)
+	}
+	th.Close()
+	th.Close()
+	if err := th.Do(func() { t.Error("ran after Close") }); !errors.Is(err, torch.ErrClosed) {
+		t.Errorf("Do after Close: %v", err)
+	}
+	var none *torch.Thread
+	none.Close()
+}

@@ -131,25 +131,25 @@ func (m *Model) Module() *torch.Module { return m.m }
 // wants it; callers pass ordinary contiguous tensors. Safe from many goroutines.
 func (m *Model) Predict(inputs ...*torch.Tensor) ([]torch.Output, error) {
 	defer m.lockIfStateful()()
-	return m.predictOn(m.m, inputs)
+	return m.predictOn(m.m, nil, inputs)
 }
 
-func (m *Model) predictOn(mod *torch.Module, inputs []*torch.Tensor) ([]torch.Output, error) {
-	if outs, ok, err := m.typedPredict(mod, inputs); ok {
+func (m *Model) predictOn(mod *torch.Module, th *torch.Thread, inputs []*torch.Tensor) ([]torch.Output, error) {
+	if outs, ok, err := m.typedPredict(mod, th, inputs); ok {
 		return outs, err
 	}
 	if m.Manifest != nil && len(m.Manifest.Inputs) > 0 && len(inputs) != len(m.Manifest.Inputs) {
 		return nil, fmt.Errorf("predict: the artifact takes %d input(s) (%s), got %d", len(m.Manifest.Inputs), describeSpecs(m.Manifest.Inputs), len(inputs))
 	}
 	if m.Manifest == nil || !m.Manifest.ChannelsLast {
-		return mod.RunMethod(m.state.method, inputs...)
+		return tensorCall(mod, th, m.state.method, inputs)
 	}
 	conv, release, err := ChannelsLastInputs(inputs)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	return mod.RunMethod(m.state.method, conv...)
+	return tensorCall(mod, th, m.state.method, conv)
 }
 
 // ChannelsLastInputs returns inputs with every 4-D float32 tensor copied to channels-last, as a

@@ -106,7 +106,7 @@ func (m *Model) Run(args ...*torch.Value) (*torch.Value, error) {
 // RunMethod calls any method of the model (e.g. an exported embed) with TorchScript values.
 func (m *Model) RunMethod(method string, args ...*torch.Value) (*torch.Value, error) {
 	defer m.lockIfStateful()()
-	return runOn(m, m.m, method, args)
+	return runOn(m, m.m, nil, method, args)
 }
 
 // Reset calls the reset method on the model's shared module (tests, and callers that run one
@@ -119,18 +119,57 @@ func (m *Model) Reset() error {
 	if m.state.reset == "" {
 		return fmt.Errorf("reset model %q: it keeps state (%s) but has no reset method: use NewSession for a fresh stream, or name one with reset_method", m.m.Name(), strings.Join(m.state.attrs, ", "))
 	}
-	out, err := m.m.Call(m.state.reset)
+	out, err := runOn(m, m.m, nil, m.state.reset, nil)
 	if err != nil {
 		return fmt.Errorf("reset model %q: %w", m.m.Name(), err)
 	}
 	return out.Close()
 }
 
-// runOn calls method on mod, converting top-level 4-D float tensors to channels-last when the
-// artifact wants them, as Predict does.
-func runOn(m *Model, mod *torch.Module, method string, args []*torch.Value) (*torch.Value, error) {
+// do runs f on th, or on the shared inference workers when th is nil.
+func do(th *torch.Thread, f func()) error {
+	if th == nil {
+		torch.Do(f)
+		return nil
+	}
+	return th.Do(f)
+}
+
+// call runs method on mod on th (nil: the shared inference workers).
+func call(mod *torch.Module, th *torch.Thread, method string, args []*torch.Value) (out *torch.Value, err error) {
+	if derr := do(th, func() { out, err = mod.CallOnThisThread(method, args...) }); derr != nil {
+		return nil, derr
+	}
+	return out, err
+}
+
+// tensorCall runs method with tensors on th: forward through the fast tensor path, any other
+// method through Call.
+func tensorCall(mod *torch.Module, th *torch.Thread, method string, inputs []*torch.Tensor) (outs []torch.Output, err error) {
+	if method == "forward" {
+		if derr := do(th, func() { outs, err = mod.ForwardOnThisThread(inputs...) }); derr != nil {
+			return nil, derr
+		}
+		return outs, err
+	}
+	args := make([]*torch.Value, len(inputs))
+	for i, t := range inputs {
+		args[i] = torch.TensorValue(t)
+	}
+	defer torch.CloseValues(args...)
+	res, err := call(mod, th, method, args)
+	if err != nil {
+		return nil, err
+	}
+	defer res.Close()
+	return res.Outputs()
+}
+
+// runOn calls method on mod (on th, or the shared workers when nil), converting top-level 4-D
+// float tensors to channels-last when the artifact wants them, as Predict does.
+func runOn(m *Model, mod *torch.Module, th *torch.Thread, method string, args []*torch.Value) (*torch.Value, error) {
 	if m.Manifest == nil || !m.Manifest.ChannelsLast {
-		return mod.Call(method, args...)
+		return call(mod, th, method, args)
 	}
 	conv := make([]*torch.Value, len(args))
 	var made []*torch.Value
@@ -153,13 +192,13 @@ func runOn(m *Model, mod *torch.Module, method string, args []*torch.Value) (*to
 		rel()
 		made = append(made, conv[i])
 	}
-	return mod.Call(method, conv...)
+	return call(mod, th, method, conv)
 }
 
 // typedPredict runs Predict's tensors through the typed path when the manifest declares
 // arguments that are not tensors: tensors fill the tensor arguments in order, constants come
 // from the manifest's values. ok is false when every argument is a plain tensor.
-func (m *Model) typedPredict(mod *torch.Module, inputs []*torch.Tensor) (outs []torch.Output, ok bool, err error) {
+func (m *Model) typedPredict(mod *torch.Module, th *torch.Thread, inputs []*torch.Tensor) (outs []torch.Output, ok bool, err error) {
 	if m.Manifest == nil || !hasTypedInputs(m.Manifest.Inputs) {
 		return nil, false, nil
 	}
@@ -184,7 +223,7 @@ func (m *Model) typedPredict(mod *torch.Module, inputs []*torch.Tensor) (outs []
 	if next != len(inputs) {
 		return nil, true, fmt.Errorf("predict: the artifact takes tensors for %s, got %d tensor(s)", describeTensorSpecs(m.Manifest.Inputs), len(inputs))
 	}
-	res, err := runOn(m, mod, m.state.method, args)
+	res, err := runOn(m, mod, th, m.state.method, args)
 	if err != nil {
 		return nil, true, err
 	}
@@ -281,18 +320,30 @@ func constant(typ string, raw json.RawMessage) (*torch.Value, error) {
 // Session is one stream of calls on a model: for a stateful model it owns a deep copy of the
 // module (its own state), so sessions run concurrently without sharing state; for a stateless
 // model it shares the model's module (no copy). Calls on one session are serialized. Sessions
-// run on the inference worker threads (torch.SetWorkers: one per concurrent stream).
+// run on the shared inference worker threads (torch.SetWorkers: one per concurrent stream), or
+// on a thread of their own (SessionOptions.OwnThread).
 type Session struct {
 	model  *Model
 	mu     sync.Mutex
 	mod    *torch.Module
 	own    bool
+	thread *torch.Thread
 	closed bool
 }
 
+// SessionOptions adjust NewSession.
+type SessionOptions struct {
+	// OwnThread runs the session's calls on a locked OS thread of its own (with its own OpenMP
+	// pool) rather than queueing on the shared inference workers.
+	OwnThread bool
+}
+
 // NewSession starts a stream from a reset state.
-func (m *Model) NewSession() (*Session, error) {
+func (m *Model) NewSession(opts ...SessionOptions) (*Session, error) {
 	s := &Session{model: m, mod: m.m}
+	if len(opts) > 0 && opts[0].OwnThread {
+		s.thread = torch.NewThread()
+	}
 	if !m.Stateful() {
 		return s, nil
 	}
@@ -305,11 +356,13 @@ func (m *Model) NewSession() (*Session, error) {
 	mod, err := src.Clone()
 	unlock()
 	if err != nil {
+		s.thread.Close()
 		return nil, fmt.Errorf("new session of %q: %w", m.m.Name(), err)
 	}
 	s.mod, s.own = mod, true
 	if err := s.resetLocked(); err != nil {
 		mod.Close()
+		s.thread.Close()
 		return nil, err
 	}
 	return s, nil
@@ -334,7 +387,7 @@ func (s *Session) resetLocked() error {
 	case !s.own:
 		return nil
 	case st.reset != "":
-		out, err := s.mod.Call(st.reset)
+		out, err := runOn(s.model, s.mod, s.thread, st.reset, nil)
 		if err != nil {
 			return fmt.Errorf("reset session of %q: %w", s.mod.Name(), err)
 		}
@@ -362,7 +415,7 @@ func (s *Session) RunMethod(method string, args ...*torch.Value) (*torch.Value, 
 	if s.closed {
 		return nil, errSessionClosed
 	}
-	return runOn(s.model, s.mod, method, args)
+	return runOn(s.model, s.mod, s.thread, method, args)
 }
 
 // Predict is Model.Predict on this session's stream.
@@ -372,7 +425,7 @@ func (s *Session) Predict(inputs ...*torch.Tensor) ([]torch.Output, error) {
 	if s.closed {
 		return nil, errSessionClosed
 	}
-	return s.model.predictOn(s.mod, inputs)
+	return s.model.predictOn(s.mod, s.thread, inputs)
 }
 
 // Close frees the session's copy of the module. Idempotent.
@@ -383,6 +436,9 @@ func (s *Session) Close() error {
 		return nil
 	}
 	s.closed = true
+	if s.thread != nil {
+		s.thread.Close()
+	}
 	if s.own {
 		return s.mod.Close()
 	}

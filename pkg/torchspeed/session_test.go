@@ -77,7 +77,8 @@ func streamRepeats(t *testing.T) int {
 }
 
 // 16 goroutines, each with its own Session on the stateful fixture, each stream equal to
-// PyTorch's serial reference; repeated. Four worker threads so sessions really run at once.
+// PyTorch's serial reference; repeated. Four shared worker threads so sessions really run at
+// once; every fourth session runs on a thread of its own instead.
 func TestConcurrentSessionsStreaming(t *testing.T) {
 	m, f := loadPlain(t, "streaming")
 	r := streamref.Load(t, f, "forward")
@@ -93,7 +94,7 @@ func TestConcurrentSessionsStreaming(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				s, err := m.NewSession()
+				s, err := m.NewSession(SessionOptions{OwnThread: g%4 == 3})
 				if err != nil {
 					errs[g] = err
 					return
