@@ -181,6 +181,20 @@ func TestFrozenStreamingKeepsResetStates(t *testing.T) {
 	defer clone.Close()
 	replay(t, clone, r, streamTol)
 
+	// optimize_for_inference freezes an unfrozen module without preserving anything, but keeps
+	// the methods of one already frozen with them: the order optimize and Load must use.
+	if mkldnnBroken == "" {
+		opt, err := frozen.OptimizeForInference()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer opt.Close()
+		if methods, _ := opt.Methods(); !slices.Contains(methods, "reset_states") {
+			t.Fatalf("optimize_for_inference of the frozen module lost reset_states: %v", methods)
+		}
+		replay(t, opt, r, streamTol)
+	}
+
 	plain, err := m.Freeze()
 	if err != nil {
 		t.Fatal(err)
