@@ -30,7 +30,7 @@ extern "C" {
 #define TS_MUST_CHECK __attribute__((warn_unused_result))
 
 /* Bumped whenever a function is added. The Go side refuses a shim older than it expects. */
-#define TS_API_VERSION 6
+#define TS_API_VERSION 7
 
 typedef struct ts_status ts_status;
 typedef struct ts_module ts_module;
@@ -217,6 +217,102 @@ TS_EXPORT ts_status* ts_module_op_flops(const ts_module* m /* borrowed */, ts_te
  * is aten as in ts_module_define. Dtypes are written as integer codes (torch.quint8 is 13). */
 TS_EXPORT ts_status* ts_module_define_ops(ts_module* m, const char* source /* borrowed */) TS_MUST_CHECK;
 /* ---- end of profiling and inspection ---- */
+
+/* ---- TorchScript values, method calls, schemas and state (csrc/value.cpp; API version 7) ----
+ * A ts_value holds one TorchScript IValue: None, bool, int, float (double), str, Tensor, List,
+ * Tuple or Dict. Models as their authors ship them take such arguments (forward(x, sr: int),
+ * Optional[Tensor], List[Tensor], ...), return them, keep state in attributes and export extra
+ * methods. Values are immutable once built; every ts_value is freed with ts_value_free. */
+typedef struct ts_value ts_value;
+
+/* Kinds, as ts_value_kind reports them. Codes are stable across versions. */
+enum {
+  TS_VALUE_NONE = 0,
+  TS_VALUE_BOOL = 1,
+  TS_VALUE_INT = 2,
+  TS_VALUE_DOUBLE = 3,
+  TS_VALUE_STRING = 4,
+  TS_VALUE_TENSOR = 5,
+  TS_VALUE_LIST = 6,
+  TS_VALUE_TUPLE = 7,
+  TS_VALUE_DICT = 8,
+  TS_VALUE_OTHER = 9 /* devices, objects, futures...: no accessor; ts_value_type names it */
+};
+
+TS_EXPORT ts_status* ts_value_new_none(ts_value** out /* new reference */) TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_value_new_bool(int32_t v, ts_value** out /* new reference */) TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_value_new_int(int64_t v, ts_value** out /* new reference */) TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_value_new_double(double v, ts_value** out /* new reference */) TS_MUST_CHECK;
+/* s (borrowed) is len bytes, copied; it need not be NUL-terminated. */
+TS_EXPORT ts_status* ts_value_new_string(const char* s, size_t len, ts_value** out /* new reference */) TS_MUST_CHECK;
+/* Takes another reference to t's storage (borrowed handle; no data is copied): the value and the
+ * tensor share data, and either may be freed first. */
+TS_EXPORT ts_status* ts_value_new_tensor(const ts_tensor* t, ts_value** out /* new reference */) TS_MUST_CHECK;
+/* items (borrowed) are copied into the list. The element type is the items' common type
+ * (List[Tensor], List[int], List[float], List[str], List[bool], List[Optional[Tensor]], ...),
+ * List[Any] when they have none. An empty list is retyped to the declared List[T] when passed
+ * to ts_module_call. */
+TS_EXPORT ts_status* ts_value_new_list(ts_value* const* items, size_t n, ts_value** out /* new reference */) TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_value_new_tuple(ts_value* const* items, size_t n, ts_value** out /* new reference */) TS_MUST_CHECK;
+/* A Dict[str, V] in the given key order; keys and values (borrowed) are copied. A repeated key
+ * is an error. */
+TS_EXPORT ts_status* ts_value_new_dict(const char* const* keys, ts_value* const* values, size_t n,
+                                       ts_value** out /* new reference */) TS_MUST_CHECK;
+TS_EXPORT void ts_value_free(ts_value* v);
+
+/* TS_VALUE_* of v (TS_VALUE_NONE for NULL). */
+TS_EXPORT int32_t ts_value_kind(const ts_value* v);
+/* TorchScript's spelling of v's type, e.g. "Dict[str, Tensor]", "List[int]", "Tensor". */
+TS_EXPORT ts_status* ts_value_type(const ts_value* v, char** out /* new reference */) TS_MUST_CHECK;
+/* Accessors fail (naming both types) when v is of another kind; no conversion is made. */
+TS_EXPORT ts_status* ts_value_to_bool(const ts_value* v, int32_t* out) TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_value_to_int(const ts_value* v, int64_t* out) TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_value_to_double(const ts_value* v, double* out) TS_MUST_CHECK;
+/* *out is *len bytes plus a NUL (the string may hold NULs), released with ts_free. */
+TS_EXPORT ts_status* ts_value_to_string(const ts_value* v, char** out /* new reference */, size_t* len) TS_MUST_CHECK;
+/* Shares the tensor's storage with v. */
+TS_EXPORT ts_status* ts_value_to_tensor(const ts_value* v, ts_tensor** out /* new reference */) TS_MUST_CHECK;
+/* Number of elements of a list or tuple, or of entries of a dict. */
+TS_EXPORT ts_status* ts_value_len(const ts_value* v, size_t* out) TS_MUST_CHECK;
+/* Element i of a list or tuple, or the value of entry i (insertion order) of a dict. */
+TS_EXPORT ts_status* ts_value_item(const ts_value* v, size_t i, ts_value** out /* new reference */) TS_MUST_CHECK;
+/* The key of dict entry i as text (str keys as they are; int, float and bool keys printed). */
+TS_EXPORT ts_status* ts_value_key(const ts_value* v, size_t i, char** out /* new reference */) TS_MUST_CHECK;
+
+/* Runs any method of m (e.g. "forward", "reset_states") with n positional arguments (borrowed)
+ * and returns its result as one value (None for methods returning nothing). Lists, tuples and
+ * dicts are retyped to the declared argument types where their items fit; anything else that
+ * does not match fails with TorchScript's message naming the argument and both types. Missing
+ * trailing arguments take the schema's defaults. Runs under c10::InferenceMode on the calling
+ * thread. A module whose methods mutate attributes (ts_module_state) must not be called from
+ * two threads at once. */
+TS_EXPORT ts_status* ts_module_call(const ts_module* m, const char* method /* borrowed */, ts_value* const* args,
+                                    size_t n, ts_value** out /* new reference */) TS_MUST_CHECK;
+/* ts_module_call plus nkw keyword arguments: kw_names[i] = kw_values[i] (all borrowed). */
+TS_EXPORT ts_status* ts_module_call_kw(const ts_module* m, const char* method /* borrowed */, ts_value* const* args,
+                                       size_t n, const char* const* kw_names, ts_value* const* kw_values, size_t nkw,
+                                       ts_value** out /* new reference */) TS_MUST_CHECK;
+/* Newline-separated names of the module's own methods (forward and every exported method). */
+TS_EXPORT ts_status* ts_module_methods(const ts_module* m, char** out /* new reference */) TS_MUST_CHECK;
+/* One method's schema as JSON:
+ *   {"name": "forward", "schema": "forward(__torch__.M self, Tensor x, int sr) -> Tensor",
+ *    "arguments": [{"name": "x", "type": "Tensor", "kind": "tensor"},
+ *                  {"name": "sr", "type": "int", "kind": "int", "has_default": true, "default": 16000,
+ *                   "kwarg_only": true}, ...],
+ *    "returns": [{"type": "Dict[str, Tensor]", "kind": "dict", "elements": [...]}]}
+ * self is left out. kind is one of tensor, int, float, bool, str, none, optional, list, tuple,
+ * dict, number, other; optional, list, tuple and dict carry "elements" (their contained types,
+ * dict: key then value). A default that has no JSON form (a tensor) is given as text. */
+TS_EXPORT ts_status* ts_module_method_schema(const ts_module* m, const char* method /* borrowed */,
+                                             char** out /* new reference */) TS_MUST_CHECK;
+/* The attributes a call of method may assign, as a sorted JSON array of dotted paths from m
+ * (["_context", "_h", "encoder.cache"]): every prim::SetAttr in its graph and in the methods it
+ * calls on itself and on submodules, and every attribute (or view of one) an in-place op writes
+ * (a buffer updated with mul_ or copy_). Non-empty means the module is stateful: reset it before
+ * comparing runs and give each concurrent stream its own copy (ts_module_clone). */
+TS_EXPORT ts_status* ts_module_state(const ts_module* m, const char* method /* borrowed */,
+                                     char** out /* new reference */) TS_MUST_CHECK;
+/* ---- end of values ---- */
 
 #ifdef __cplusplus
 }

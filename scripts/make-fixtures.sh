@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the test fixtures (TorchScript models, saved inputs/outputs, the
+# Builds the test fixtures (TorchScript models, saved inputs/outputs, the typed
+# fixtures with their 100-call reference streams (values.py), the
 # digits data and the INT8 references) into OUT_DIR (default build/fixtures).
 # Reruns skip fixtures whose generator is unchanged (stamps in OUT_DIR/.stamps).
 #
@@ -28,4 +29,5 @@ export PYTHONWARNINGS="${PYTHONWARNINGS:-ignore}"
 export PYTHONHASHSEED=0
 "$py" "$here/fixtures/generate.py" "$out"
 "$py" "$here/fixtures/quantize_reference.py" "$out"
+"$py" "$here/fixtures/values.py" "$out"
 echo "make-fixtures: $out ready in $(( $(date +%s) - start ))s" >&2

@@ -14,6 +14,7 @@ type Model struct {
 	// artifact was measured with.
 	Warnings []string
 	m        *torch.Module
+	state    stateInfo // see session.go
 }
 
 // LoadOptions adjust Load.
@@ -49,6 +50,10 @@ func Load(path string, opts ...LoadOptions) (*Model, error) {
 			mod.Close()
 			return nil, err
 		}
+		if err := model.initState(); err != nil {
+			mod.Close()
+			return nil, fmt.Errorf("load model %q: %w", path, err)
+		}
 		return model, nil
 	}
 	man, err := ParseManifest(raw)
@@ -83,7 +88,7 @@ func Load(path string, opts ...LoadOptions) (*Model, error) {
 	for _, pass := range man.LoadPasses {
 		switch pass {
 		case PassFreeze:
-			fr, err := mod.Freeze()
+			fr, err := mod.Freeze(man.preserved()...)
 			if err != nil {
 				mod.Close()
 				return nil, fmt.Errorf("load artifact %q: re-applying %s: %w", path, pass, err)
@@ -104,6 +109,10 @@ func Load(path string, opts ...LoadOptions) (*Model, error) {
 		}
 	}
 	model.m = mod
+	if err := model.initState(); err != nil {
+		mod.Close()
+		return nil, fmt.Errorf("load artifact %q: %w", path, err)
+	}
 	return model, nil
 }
 
@@ -121,18 +130,26 @@ func (m *Model) Module() *torch.Module { return m.m }
 // Predict runs the model. 4-D float inputs are converted to channels-last when the artifact
 // wants it; callers pass ordinary contiguous tensors. Safe from many goroutines.
 func (m *Model) Predict(inputs ...*torch.Tensor) ([]torch.Output, error) {
+	defer m.lockIfStateful()()
+	return m.predictOn(m.m, nil, inputs)
+}
+
+func (m *Model) predictOn(mod *torch.Module, th *torch.Thread, inputs []*torch.Tensor) ([]torch.Output, error) {
+	if outs, ok, err := m.typedPredict(mod, th, inputs); ok {
+		return outs, err
+	}
 	if m.Manifest != nil && len(m.Manifest.Inputs) > 0 && len(inputs) != len(m.Manifest.Inputs) {
 		return nil, fmt.Errorf("predict: the artifact takes %d input(s) (%s), got %d", len(m.Manifest.Inputs), describeSpecs(m.Manifest.Inputs), len(inputs))
 	}
 	if m.Manifest == nil || !m.Manifest.ChannelsLast {
-		return m.m.Forward(inputs...)
+		return tensorCall(mod, th, m.state.method, inputs)
 	}
 	conv, release, err := ChannelsLastInputs(inputs)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	return m.m.Forward(conv...)
+	return tensorCall(mod, th, m.state.method, conv)
 }
 
 // ChannelsLastInputs returns inputs with every 4-D float32 tensor copied to channels-last, as a
@@ -169,5 +186,8 @@ func describeSpecs(s []InputSpec) string {
 	return strings.Join(parts, ", ")
 }
 
-// Close frees the model; it waits for Predict calls in flight.
-func (m *Model) Close() error { return m.m.Close() }
+// Close frees the model; it waits for Predict calls in flight. Sessions keep their own copies.
+func (m *Model) Close() error {
+	m.state.pristine.Close()
+	return m.m.Close()
+}

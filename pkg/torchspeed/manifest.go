@@ -6,6 +6,7 @@ package torchspeed
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/torchspeed/torchspeed/pkg/version"
@@ -50,13 +51,41 @@ type Manifest struct {
 	Validation map[string]float64 `json:"validation,omitempty"`
 	// Steps lists the optimization steps kept, in order.
 	Steps []string `json:"steps"`
+
+	// Method is the method Predict and Run call ("" means forward).
+	Method string `json:"method,omitempty"`
+	// Stateful: the method assigns attributes (StateAttributes, dotted paths), so the model
+	// keeps state between calls; it was saved from a reset state (ResetMethod, "" if none).
+	Stateful        bool     `json:"stateful,omitempty"`
+	StateAttributes []string `json:"state_attributes,omitempty"`
+	ResetMethod     string   `json:"reset_method,omitempty"`
+	// PreserveMethods are kept through freezing (the reset method always is).
+	PreserveMethods []string `json:"preserve_methods,omitempty"`
 }
 
-// InputSpec is one forward argument.
+// preserved are the methods a load-time freeze must keep.
+func (m *Manifest) preserved() []string {
+	keep := append([]string(nil), m.PreserveMethods...)
+	if m.ResetMethod != "" && !slices.Contains(keep, m.ResetMethod) {
+		keep = append(keep, m.ResetMethod)
+	}
+	return keep
+}
+
+// InputSpec is one argument of the method Predict and Run call. Older manifests list tensors
+// only (Name, Shape, DType).
 type InputSpec struct {
 	Name  string  `json:"name"`
 	Shape []int64 `json:"shape"`
 	DType string  `json:"dtype"`
+	// Type is the TorchScript type ("Tensor", "int", "Optional[Tensor]", "List[Tensor]", ...);
+	// "" means Tensor.
+	Type string `json:"type,omitempty"`
+	// Value is a constant's value as JSON (e.g. 16000 for sr: int): Predict passes it itself.
+	Value json.RawMessage `json:"value,omitempty"`
+	// BatchDim is the tensor's batch dimension (nil: 0); negative when it has none (recurrent
+	// state, constants): batch sweeps leave such inputs alone.
+	BatchDim *int `json:"batch_dim,omitempty"`
 }
 
 // Runtime is the setting the artifact was measured fastest with.
