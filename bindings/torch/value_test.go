@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
-	"github.com/torchspeed/torchspeed/pkg/fixtures"
-	"github.com/torchspeed/torchspeed/pkg/fixtures/streamref"
+	"github.com/torchspeed/torchspeed/internal/fixtures"
+	"github.com/torchspeed/torchspeed/internal/fixtures/streamref"
 )
 
 const streamTol = 1e-5
