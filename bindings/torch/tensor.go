@@ -18,6 +18,21 @@ type Tensor struct {
 	c *C.ts_tensor
 }
 
+// acquire takes the read side of t's guard; it refuses nil and zero-value tensors.
+func (t *Tensor) acquire() error {
+	if t == nil {
+		return ErrNilHandle
+	}
+	if err := t.g.acquire(); err != nil {
+		return err
+	}
+	if t.c == nil {
+		t.g.release()
+		return ErrNilHandle
+	}
+	return nil
+}
+
 func wrapTensor(c *C.ts_tensor) *Tensor {
 	t := &Tensor{c: c}
 	runtime.SetFinalizer(t, (*Tensor).Close)
@@ -115,7 +130,7 @@ func (t *Tensor) Close() error {
 
 // Shape returns the tensor's sizes (nil after Close).
 func (t *Tensor) Shape() []int64 {
-	if t.g.acquire() != nil {
+	if t.acquire() != nil {
 		return nil
 	}
 	defer t.g.release()
@@ -133,16 +148,18 @@ func (t *Tensor) shapeLocked() []int64 {
 
 // DType returns the element type (-1 after Close).
 func (t *Tensor) DType() DType {
-	if t.g.acquire() != nil {
+	if t.acquire() != nil {
 		return -1
 	}
 	defer t.g.release()
-	return DType(C.ts_tensor_dtype(t.c))
+	return t.dtypeLocked()
 }
+
+func (t *Tensor) dtypeLocked() DType { return DType(C.ts_tensor_dtype(t.c)) }
 
 // Numel is the number of elements.
 func (t *Tensor) Numel() int64 {
-	if t.g.acquire() != nil {
+	if t.acquire() != nil {
 		return 0
 	}
 	defer t.g.release()
@@ -152,7 +169,7 @@ func (t *Tensor) Numel() int64 {
 // Data copies the elements into a new Go slice of the matching type, in row-major order.
 // Quantized tensors give their integer representation ([]uint8, []int8, []int32).
 func (t *Tensor) Data() (any, error) {
-	if err := t.g.acquire(); err != nil {
+	if err := t.acquire(); err != nil {
 		return nil, err
 	}
 	defer t.g.release()
@@ -226,7 +243,7 @@ func (t *Tensor) Float32s() ([]float32, error) {
 
 // Float returns a float32 copy; quantized tensors are dequantized.
 func (t *Tensor) Float() (*Tensor, error) {
-	if err := t.g.acquire(); err != nil {
+	if err := t.acquire(); err != nil {
 		return nil, err
 	}
 	defer t.g.release()
@@ -239,7 +256,7 @@ func (t *Tensor) Float() (*Tensor, error) {
 
 // ChannelsLast returns a copy in channels-last memory format (4-D or 5-D tensors).
 func (t *Tensor) ChannelsLast() (*Tensor, error) {
-	if err := t.g.acquire(); err != nil {
+	if err := t.acquire(); err != nil {
 		return nil, err
 	}
 	defer t.g.release()
@@ -259,7 +276,7 @@ type QParams struct {
 
 // QParams returns the quantization parameters of a quantized tensor.
 func (t *Tensor) QParams() (QParams, error) {
-	if err := t.g.acquire(); err != nil {
+	if err := t.acquire(); err != nil {
 		return QParams{}, err
 	}
 	defer t.g.release()
@@ -280,6 +297,13 @@ func (t *Tensor) QParams() (QParams, error) {
 	return q, nil
 }
 
+// String is the dtype and shape, e.g. "float32[1 3 224 224]"; "closed" after Close.
 func (t *Tensor) String() string {
-	return fmt.Sprintf("%s%v", t.DType(), t.Shape())
+	if t.acquire() != nil {
+		return "closed"
+	}
+	defer t.g.release()
+	return t.stringLocked()
 }
+
+func (t *Tensor) stringLocked() string { return fmt.Sprintf("%s%v", t.dtypeLocked(), t.shapeLocked()) }
