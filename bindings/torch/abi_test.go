@@ -4,6 +4,7 @@ import (
 	"archive/zip"
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"strconv"
@@ -232,7 +233,8 @@ func TestNoPanicOnBadArguments(t *testing.T) {
 				t.Errorf("a %s tensor: shape %v dtype %d numel %d string %q", name, x.Shape(), x.DType(), x.Numel(), x.String())
 			}
 			errs := map[string]error{}
-			_, errs["Data"] = x.Data()
+			_, errs["Data"] = torch.Data[float32](x)
+			_, errs["DataAny"] = torch.DataAny(x)
 			_, errs["Float32s"] = x.Float32s()
 			_, errs["Float"] = x.Float()
 			_, errs["ChannelsLast"] = x.ChannelsLast()
@@ -260,8 +262,8 @@ func TestNoPanicOnBadArguments(t *testing.T) {
 		_, errs["NewTensor shape mismatch"] = torch.NewTensor([]float32{1, 2}, []int64{3})
 		_, errs["NewTensor nil data with shape"] = torch.NewTensor([]float32(nil), []int64{2})
 		_, errs["NewTensor negative shape"] = torch.NewTensor([]float32{}, []int64{-1})
-		_, errs["NewTensor unsupported type"] = torch.NewTensor([]string{"a"}, []int64{1})
-		_, errs["NewTensor nil"] = torch.NewTensor(nil, nil)
+		_, errs["NewTensor unsupported type"] = torch.NewTensorAny([]string{"a"}, []int64{1})
+		_, errs["NewTensor nil"] = torch.NewTensorAny(nil, nil)
 		errs["SetQEngine empty"] = torch.SetQEngine("")
 		errs["Thread.Do nil thread"] = nilTh.Do(func() {})
 		th := torch.NewThread()
@@ -391,5 +393,54 @@ func TestClip(t *testing.T) {
 	}
 	if torch.Clip("short") != "short" {
 		t.Fatal("Clip changed a short string")
+	}
+}
+
+// Typed tensors: NewTensor[T] and Data[T] round-trip every element type; a mismatched T is an
+// error naming both types; a quantized tensor reads as its integer representation.
+func TestTypedTensors(t *testing.T) {
+	roundTrip(t, []float32{1.5, -2}, torch.Float32)
+	roundTrip(t, []float64{1.5, -2}, torch.Float64)
+	roundTrip(t, []int64{1 << 40, -2}, torch.Int64)
+	roundTrip(t, []int32{7, -2}, torch.Int32)
+	roundTrip(t, []int16{7, -2}, torch.Int16)
+	roundTrip(t, []uint8{7, 255}, torch.Uint8)
+	roundTrip(t, []int8{7, -128}, torch.Int8)
+	roundTrip(t, []bool{true, false}, torch.Bool)
+
+	x, err := torch.NewTensor([]float32{1, 2}, []int64{2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	if _, err := torch.Data[int64](x); !errors.Is(err, torch.InvalidArgument) || !strings.Contains(err.Error(), "float32 tensor read as int64") {
+		t.Errorf("Data[int64] of a float32 tensor: %v", err)
+	}
+	// A shape whose element count overflows int64 is refused before any allocation.
+	if _, err := torch.NewTensor([]float32{1}, []int64{1 << 62, 1 << 62}); !errors.Is(err, torch.InvalidArgument) {
+		t.Errorf("overflowing shape: %v", err)
+	}
+}
+
+func roundTrip[T torch.Element](t *testing.T, d []T, want torch.DType) {
+	t.Helper()
+	x, err := torch.NewTensor(d, []int64{int64(len(d))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	if x.DType() != want {
+		t.Errorf("%T gave a %s tensor, want %s", d, x.DType(), want)
+	}
+	back, err := torch.Data[T](x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	anyBack, err := torch.DataAny(x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(back) != fmt.Sprint(d) || fmt.Sprint(anyBack) != fmt.Sprint(d) {
+		t.Errorf("round trip %v -> %v, %v", d, back, anyBack)
 	}
 }

@@ -321,7 +321,7 @@ print(json.dumps(out))
 			}
 			defer torch.CloseOutputs(qp)
 			sAny, _ := qp[0].Tensor.Float32s()
-			zAny, err := qp[1].Tensor.Data()
+			zAny, err := torch.DataAny(qp[1].Tensor)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -25,7 +25,7 @@ func Version() string { return C.GoString(C.ts_libtorch_version()) }
 func ShimAPIVersion() int { return int(C.ts_api_version()) }
 
 // ShowConfig is at::show_config(): how libtorch was built (compiler, BLAS, oneDNN, OpenMP...).
-func showConfig() (string, error) {
+func ShowConfig() (string, error) {
 	var p *C.char
 	if err := statusErr(C.ts_show_config(&p)); err != nil {
 		return "", err
@@ -34,7 +34,7 @@ func showConfig() (string, error) {
 }
 
 // ParallelInfo is at::get_parallel_info(): thread counts and the parallel backend.
-func parallelInfo() (string, error) {
+func ParallelInfo() (string, error) {
 	var p *C.char
 	if err := statusErr(C.ts_parallel_info(&p)); err != nil {
 		return "", err
@@ -165,7 +165,7 @@ func NumInteropThreads() int { return int(C.ts_get_num_interop_threads()) }
 
 // SupportedQEngines lists the quantized engines of this build, e.g. [onednn qnnpack]; "none"
 // is left out.
-func supportedQEngines() ([]string, error) {
+func SupportedQEngines() ([]string, error) {
 	var p *C.char
 	if err := statusErr(C.ts_supported_qengines(&p)); err != nil {
 		return nil, err
@@ -180,7 +180,7 @@ func supportedQEngines() ([]string, error) {
 }
 
 // QEngine is the current quantized engine.
-func qEngine() (string, error) {
+func QEngine() (string, error) {
 	var p *C.char
 	if err := statusErr(C.ts_get_qengine(&p)); err != nil {
 		return "", err
@@ -206,17 +206,3 @@ func setQEngineLocked(name string) error {
 	defer C.free(unsafe.Pointer(cs))
 	return statusErr(C.ts_set_qengine(cs))
 }
-
-// Until the callers are updated (next commit): the old signatures, over the error-returning ones.
-
-// ShowConfig is at::show_config(): how libtorch was built (compiler, BLAS, oneDNN, OpenMP...).
-func ShowConfig() string { s, _ := showConfig(); return s }
-
-// ParallelInfo is at::get_parallel_info(): thread counts and the parallel backend.
-func ParallelInfo() string { s, _ := parallelInfo(); return s }
-
-// SupportedQEngines lists the quantized engines of this build, e.g. [onednn qnnpack].
-func SupportedQEngines() []string { s, _ := supportedQEngines(); return s }
-
-// QEngine is the current quantized engine.
-func QEngine() string { s, _ := qEngine(); return s }

@@ -278,7 +278,7 @@ func checkEngineBeforeLoad(t *testing.T, name string) {
 	}
 	var inputs []*torch.Tensor
 	for _, in := range f.InputArrays(t) {
-		x, err := torch.NewTensor(in.Data, in.Shape)
+		x, err := torch.NewTensorAny(in.Data, in.Shape)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -314,9 +314,7 @@ func checkEngineBeforeLoad(t *testing.T, name string) {
 	}
 }
 
-func supportedEngines() ([]string, error) {
-	return torch.SupportedQEngines(), nil
-}
+func supportedEngines() ([]string, error) { return torch.SupportedQEngines() }
 
 // Nil inputs are an error everywhere, channels-last artifacts included (it used to panic).
 func TestPredictNilInputs(t *testing.T) {
