@@ -1,20 +1,27 @@
-// Shared internals of the shim's translation units. Not part of the C ABI.
+// What the shim's torch-facing translation units share: the handle structs, inline conversions
+// between the ABI's codes and ATen's types, and the exception barrier. Not part of the C ABI.
+// Header-only over common.h, so shim.cpp, quantize.cpp, profile.cpp and value.cpp depend on
+// these two headers and never on each other.
 #pragma once
 
+#include <c10/core/QEngine.h>
+#include <c10/util/Exception.h>
 #include <torch/script.h>
 #include <torch/version.h>
 
 #include <cstring>
 #include <map>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
+#include "common.h"
 #include "torchspeed.h"
 
-struct ts_status {
-  std::string msg;
-};
+#if TORCH_VERSION_MAJOR < 1 || (TORCH_VERSION_MAJOR == 1 && TORCH_VERSION_MINOR < 13)
+#error "torchspeed needs libtorch 1.13 or newer"
+#endif
 
 struct ts_tensor {
   at::Tensor t;
@@ -33,45 +40,120 @@ struct ts_outputs {
 
 namespace tsimpl {
 
-ts_status* make_status(std::string msg);
+inline at::ScalarType to_scalar_type(int32_t code) {
+  switch (code) {
+    case TS_FLOAT32: return at::kFloat;
+    case TS_FLOAT64: return at::kDouble;
+    case TS_INT64: return at::kLong;
+    case TS_INT32: return at::kInt;
+    case TS_UINT8: return at::kByte;
+    case TS_BOOL: return at::kBool;
+    case TS_INT8: return at::kChar;
+    case TS_INT16: return at::kShort;
+    case TS_FLOAT16: return at::kHalf;
+    case TS_BFLOAT16: return at::kBFloat16;
+    default: fail(TS_CODE_INVALID_ARGUMENT, "unknown dtype code " + std::to_string(code));
+  }
+}
 
-// Copies a std::string into malloc'ed, NUL-terminated memory released by ts_free.
-char* dup_string(const std::string& s);
+inline int32_t from_scalar_type(at::ScalarType st) {
+  switch (st) {
+    case at::kFloat: return TS_FLOAT32;
+    case at::kDouble: return TS_FLOAT64;
+    case at::kLong: return TS_INT64;
+    case at::kInt: return TS_INT32;
+    case at::kByte: return TS_UINT8;
+    case at::kBool: return TS_BOOL;
+    case at::kChar: return TS_INT8;
+    case at::kShort: return TS_INT16;
+    case at::kHalf: return TS_FLOAT16;
+    case at::kBFloat16: return TS_BFLOAT16;
+    case at::kQUInt8: return TS_QUINT8;
+    case at::kQInt8: return TS_QINT8;
+    case at::kQInt32: return TS_QINT32;
+    default: return -1;
+  }
+}
 
-at::ScalarType to_scalar_type(int32_t code);
-int32_t from_scalar_type(at::ScalarType st);
+inline std::vector<c10::IValue> make_inputs(ts_tensor* const* inputs, size_t n) {
+  if (n > 0 && inputs == nullptr) fail(TS_CODE_INVALID_ARGUMENT, "inputs is NULL with n = " + std::to_string(n));
+  std::vector<c10::IValue> v;
+  v.reserve(n);
+  for (size_t i = 0; i < n; i++) {
+    if (inputs[i] == nullptr) fail(TS_CODE_INVALID_ARGUMENT, "input " + std::to_string(i) + " is NULL");
+    v.emplace_back(inputs[i]->t);
+  }
+  return v;
+}
 
-std::vector<c10::IValue> make_inputs(ts_tensor* const* inputs, size_t n);
+static_assert(static_cast<int>(at::QEngine::NoQEngine) == 0 && static_cast<int>(at::QEngine::FBGEMM) == 1 &&
+                  static_cast<int>(at::QEngine::QNNPACK) == 2,
+              "engine_name_of's numbering");
+#if TORCH_VERSION_MAJOR > 1 || TORCH_VERSION_MINOR >= 13
+static_assert(static_cast<int>(at::QEngine::ONEDNN) == 3 && static_cast<int>(at::QEngine::X86) == 4,
+              "engine_name_of's numbering");
+#endif
 
 // The quantized engine's name as PyTorch spells it in Python: "onednn", "x86", ...
-std::string engine_name(at::QEngine e);
+inline std::string engine_name(at::QEngine e) { return engine_name_of(static_cast<int>(e)); }
 
-// Sets the quantized engine by name; throws std::invalid_argument naming the supported ones.
-void select_engine(const std::string& name);
+// Sets the quantized engine by name; fails (TS_CODE_NOT_FOUND) naming the supported ones.
+inline void select_engine(const std::string& want) {
+  std::string have;
+  for (auto e : at::globalContext().supportedQEngines()) {
+    if (engine_name(e) == want) {
+      at::globalContext().setQEngine(e);
+      return;
+    }
+    have += (have.empty() ? "" : ", ") + engine_name(e);
+  }
+  fail(TS_CODE_NOT_FOUND,
+       "engine \"" + clip(want, 40) + "\" is not supported by this libtorch build (supported: " + have + ")");
+}
 
-// Escapes s for use inside a JSON string (quotes not included).
-std::string json_escape(const std::string& s);
+// The ts_code of a libtorch error: NotImplementedError is a missing kernel or feature; the rest
+// are checks failing on the model or its inputs.
+inline int32_t code_of(const c10::Error& e) noexcept {
+  if (dynamic_cast<const c10::NotImplementedError*>(&e) != nullptr) return TS_CODE_UNSUPPORTED;
+  return TS_CODE_MODEL_ERROR;
+}
 
 }  // namespace tsimpl
 
-// Every exported body runs inside this pair. c10::Error first (its message without the C++
-// backtrace), then any std::exception (torch::jit::ErrorReport is one, and not a c10::Error),
-// then anything else. Nothing escapes into C or Go.
+// Every exported body runs inside this pair. The catch clauses allocate nothing that can throw
+// (make_status never throws and falls back to the preallocated out-of-memory status):
+// CodedError carries its code; bad_alloc is out of memory; c10::Error keeps its message without
+// the C++ backtrace; any std::exception (torch::jit::ErrorReport is one, and not a c10::Error)
+// is a model error, std::invalid_argument an invalid argument; anything else is internal.
+// Nothing escapes into C or Go.
 #define TS_API_BEGIN try {
-#define TS_API_END(op)                                                                   \
-  }                                                                                      \
-  catch (const c10::Error& e) {                                                          \
-    return tsimpl::make_status(std::string(op) + ": " + e.what_without_backtrace());     \
-  }                                                                                      \
-  catch (const std::exception& e) {                                                      \
-    return tsimpl::make_status(std::string(op) + ": " + e.what());                       \
-  }                                                                                      \
-  catch (...) {                                                                          \
-    return tsimpl::make_status(std::string(op) + ": unknown C++ exception");             \
-  }                                                                                      \
+#define TS_API_END(op)                                                                       \
+  }                                                                                          \
+  catch (const tsimpl::CodedError& e) {                                                      \
+    return tsimpl::make_status(e.code(), op, e.what());                                      \
+  }                                                                                          \
+  catch (const std::bad_alloc&) {                                                            \
+    return tsimpl::oom_status();                                                             \
+  }                                                                                          \
+  catch (const c10::Error& e) {                                                              \
+    return tsimpl::make_status(tsimpl::code_of(e), op, e.what_without_backtrace());          \
+  }                                                                                          \
+  catch (const std::invalid_argument& e) {                                                   \
+    return tsimpl::make_status(TS_CODE_INVALID_ARGUMENT, op, e.what());                      \
+  }                                                                                          \
+  catch (const std::exception& e) {                                                          \
+    return tsimpl::make_status(TS_CODE_MODEL_ERROR, op, e.what());                           \
+  }                                                                                          \
+  catch (...) {                                                                              \
+    return tsimpl::make_status(TS_CODE_INTERNAL, op, "unknown C++ exception");               \
+  }                                                                                          \
   return nullptr;
 
-#define TS_CHECK_ARG(cond, op, msg) \
-  do {                              \
-    if (!(cond)) return tsimpl::make_status(std::string(op) + ": " + (msg)); \
+// Refuses a call whose condition fails with an invalid-argument status.
+#define TS_CHECK_ARG(cond, op, msg)                                                       \
+  do {                                                                                    \
+    if (!(cond)) return tsimpl::make_status(TS_CODE_INVALID_ARGUMENT, op, std::string(msg)); \
   } while (0)
+
+// The one NULL check every function uses: "op: NAME is NULL".
+#define TS_CHECK_NOT_NULL(ptr, op) TS_CHECK_ARG((ptr) != nullptr, op, #ptr " is NULL")

@@ -145,11 +145,6 @@ struct CallbackScope {
   CallbackScope& operator=(const CallbackScope&) = delete;
 };
 
-std::string number(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
-}
 
 // `ops.<namespace>.<op>`, as saved TorchScript code spells operators outside aten (the source
 // importer's OpsValue); Module::define's default native resolver knows only `torch`.
@@ -175,16 +170,18 @@ struct OpsResolver : torch::jit::Resolver {
 
 extern "C" {
 
-ts_status* ts_module_define_ops(ts_module* m, const char* source) {
+ts_status* ts_module_define_ops(ts_module* m, const char* source) noexcept {
   TS_API_BEGIN
-  TS_CHECK_ARG(source != nullptr, "define_ops", "source is NULL");
+  TS_CHECK_NOT_NULL(m, "define_ops");
+  TS_CHECK_NOT_NULL(source, "define_ops");
   m->m.define(source, std::make_shared<OpsResolver>());
   TS_API_END("define_ops")
 }
 
-ts_status* ts_module_op_flops(const ts_module* m, ts_tensor* const* inputs, size_t n, char** json) {
+ts_status* ts_module_op_flops(const ts_module* m, ts_tensor* const* inputs, size_t n, char** json) noexcept {
   TS_API_BEGIN
-  TS_CHECK_ARG(json != nullptr, "op_flops", "json out-parameter is NULL");
+  TS_CHECK_NOT_NULL(m, "op_flops");
+  TS_CHECK_NOT_NULL(json, "op_flops");
   auto args = tsimpl::make_inputs(inputs, n);
   auto method = m->m.get_method("forward");
   FlopCounter counter;
@@ -193,14 +190,12 @@ ts_status* ts_module_op_flops(const ts_module* m, ts_tensor* const* inputs, size
     CallbackScope scope(&counter);
     method(args);
   }
-  std::string s = "{";
-  for (const auto& kv : counter.flops) {
-    if (s.size() > 1) s += ",";
-    // Op names are "namespace::name": no characters that need JSON escapes.
-    s += "\"" + kv.first + "\":{\"flops\":" + number(kv.second) + ",\"calls\":" + std::to_string(counter.calls[kv.first]) + "}";
-  }
-  s += "}";
-  *json = tsimpl::dup_string(s);
+  tsimpl::JsonWriter w;
+  w.begin_object();
+  for (const auto& kv : counter.flops)
+    w.key(kv.first).begin_object().key("flops").value(kv.second).key("calls").value(counter.calls[kv.first]).end_object();
+  w.end_object();
+  *json = tsimpl::dup_string(w.str());
   TS_API_END("op_flops")
 }
 

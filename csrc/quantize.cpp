@@ -35,153 +35,7 @@ namespace {
 
 using tsimpl::dup_string;
 
-// ---- a small JSON reader: the configuration arrives as JSON from Go ----
-
-struct JValue {
-  enum Kind { Null, Bool, Number, String, Array, Object } kind = Null;
-  bool b = false;
-  double num = 0;
-  std::string str;
-  std::vector<JValue> arr;
-  std::vector<std::pair<std::string, JValue>> obj;  // in document order
-
-  const JValue* get(const std::string& key) const {
-    for (const auto& kv : obj)
-      if (kv.first == key) return &kv.second;
-    return nullptr;
-  }
-};
-
-class JParser {
- public:
-  explicit JParser(const std::string& s) : s_(s) {}
-
-  JValue parse() {
-    JValue v = value();
-    space();
-    if (i_ != s_.size()) fail("unexpected text after the value");
-    return v;
-  }
-
- private:
-  [[noreturn]] void fail(const std::string& why) {
-    throw std::invalid_argument("config JSON: " + why + " at offset " + std::to_string(i_));
-  }
-  void space() {
-    while (i_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[i_]))) i_++;
-  }
-  bool eat(char c) {
-    space();
-    if (i_ < s_.size() && s_[i_] == c) {
-      i_++;
-      return true;
-    }
-    return false;
-  }
-  void expect(char c) {
-    if (!eat(c)) fail(std::string("expected '") + c + "'");
-  }
-  bool word(const char* w) {
-    size_t n = std::strlen(w);
-    if (s_.compare(i_, n, w) == 0) {
-      i_ += n;
-      return true;
-    }
-    return false;
-  }
-  std::string string() {
-    expect('"');
-    std::string out;
-    while (i_ < s_.size() && s_[i_] != '"') {
-      char c = s_[i_++];
-      if (c != '\\') {
-        out += c;
-        continue;
-      }
-      if (i_ >= s_.size()) fail("unterminated escape");
-      char e = s_[i_++];
-      switch (e) {
-        case 'n': out += '\n'; break;
-        case 't': out += '\t'; break;
-        case 'r': out += '\r'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'u': {
-          if (i_ + 4 > s_.size()) fail("short \\u escape");
-          unsigned cp = std::stoul(s_.substr(i_, 4), nullptr, 16);
-          i_ += 4;
-          // Module paths and names are ASCII; other code points are kept as UTF-8.
-          if (cp < 0x80) {
-            out += static_cast<char>(cp);
-          } else if (cp < 0x800) {
-            out += static_cast<char>(0xC0 | (cp >> 6));
-            out += static_cast<char>(0x80 | (cp & 0x3F));
-          } else {
-            out += static_cast<char>(0xE0 | (cp >> 12));
-            out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-            out += static_cast<char>(0x80 | (cp & 0x3F));
-          }
-          break;
-        }
-        default: out += e;
-      }
-    }
-    if (i_ >= s_.size()) fail("unterminated string");
-    i_++;
-    return out;
-  }
-  JValue value() {
-    space();
-    if (i_ >= s_.size()) fail("unexpected end");
-    JValue v;
-    char c = s_[i_];
-    if (c == '{') {
-      i_++;
-      v.kind = JValue::Object;
-      if (eat('}')) return v;
-      do {
-        space();
-        std::string k = string();
-        expect(':');
-        v.obj.emplace_back(k, value());
-      } while (eat(','));
-      expect('}');
-    } else if (c == '[') {
-      i_++;
-      v.kind = JValue::Array;
-      if (eat(']')) return v;
-      do {
-        v.arr.push_back(value());
-      } while (eat(','));
-      expect(']');
-    } else if (c == '"') {
-      v.kind = JValue::String;
-      v.str = string();
-    } else if (word("true")) {
-      v.kind = JValue::Bool;
-      v.b = true;
-    } else if (word("false")) {
-      v.kind = JValue::Bool;
-    } else if (word("null")) {
-      v.kind = JValue::Null;
-    } else {
-      size_t used = 0;
-      try {
-        v.num = std::stod(s_.substr(i_), &used);
-      } catch (const std::exception&) {
-        fail("expected a value");
-      }
-      v.kind = JValue::Number;
-      i_ += used;
-    }
-    return v;
-  }
-
-  const std::string& s_;
-  size_t i_ = 0;
-};
-
-std::string json_quote(const std::string& s) { return "\"" + tsimpl::json_escape(s) + "\""; }
+using tsimpl::JValue;
 
 // ---- observers ----
 
@@ -194,282 +48,7 @@ static_assert(static_cast<int>(at::kPerTensorAffine) == 0 && static_cast<int>(at
                   static_cast<int>(at::kPerTensorSymmetric) == 2 && static_cast<int>(at::kPerChannelSymmetric) == 3,
               "QScheme codes used in the TorchScript below");
 
-// UniformQuantizationObserverBase._calculate_qparams with utils.check_min_max_valid inlined.
-// An assert replaces check_min_max_valid's (min <= max) assertion: it also catches NaN.
-const char* kCalcQParams = R"TS(
-def _calculate_qparams(self, min_val: Tensor, max_val: Tensor) -> Tuple[Tensor, Tensor]:
-    if min_val.numel() == 0 or max_val.numel() == 0:
-        return torch.tensor([1.0]), torch.tensor([0])
-    if min_val.dim() == 0 or max_val.dim() == 0:
-        if bool(min_val == float("inf")) and bool(max_val == float("-inf")):
-            return torch.tensor([1.0]), torch.tensor([0])
-    assert bool(torch.all(min_val <= max_val)), "torchspeed observer: the observed values hold NaN: check the calibration data and the model for NaN/Inf"
-    quant_min, quant_max = self.quant_min, self.quant_max
-    min_val_neg = torch.min(min_val, torch.zeros_like(min_val))
-    max_val_pos = torch.max(max_val, torch.zeros_like(max_val))
-    scale = torch.ones(min_val_neg.size(), dtype=6)
-    zero_point = torch.zeros(min_val_neg.size(), dtype=4)
-    if self.qscheme == 2 or self.qscheme == 3:
-        max_val_pos = torch.max(-min_val_neg, max_val_pos)
-        scale = max_val_pos / (float(quant_max - quant_min) / 2)
-        scale = torch.max(scale, self.eps)
-        if self.dtype == 13:
-            if self.has_customized_qrange:
-                zero_point = zero_point.new_full(zero_point.size(), (quant_min + quant_max) // 2)
-            else:
-                zero_point = zero_point.new_full(zero_point.size(), 128)
-    else:
-        scale = (max_val_pos - min_val_neg) / float(quant_max - quant_min)
-        scale = torch.max(scale, self.eps)
-        zero_point = quant_min - torch.round(min_val_neg / scale).to(3)
-        zero_point = torch.clamp(zero_point, quant_min, quant_max)
-    if len(scale.shape) == 0:
-        scale = torch.tensor([float(scale)], dtype=scale.dtype)
-    if len(zero_point.shape) == 0:
-        zero_point = torch.tensor([int(zero_point)], dtype=zero_point.dtype)
-    return scale, zero_point
-
-def observed_range(self) -> Tuple[Tensor, Tensor]:
-    return self.min_val, self.max_val
-)TS";
-
-// MinMaxObserver.forward / calculate_qparams.
-const char* kMinMax = R"TS(
-def forward(self, x_orig: Tensor) -> Tensor:
-    if x_orig.numel() == 0:
-        return x_orig
-    x = x_orig.detach()
-    x = x.to(self.min_val.dtype)
-    min_val_cur, max_val_cur = torch.aminmax(x)
-    min_val = torch.min(min_val_cur, self.min_val)
-    max_val = torch.max(max_val_cur, self.max_val)
-    self.min_val.copy_(min_val)
-    self.max_val.copy_(max_val)
-    return x_orig
-
-def calculate_qparams(self) -> Tuple[Tensor, Tensor]:
-    return self._calculate_qparams(self.min_val, self.max_val)
-)TS";
-
-// MovingAverageMinMaxObserver.forward.
-const char* kMovingAverage = R"TS(
-def forward(self, x_orig: Tensor) -> Tensor:
-    if x_orig.numel() == 0:
-        return x_orig
-    x = x_orig.detach()
-    x = x.to(self.min_val.dtype)
-    min_val = self.min_val
-    max_val = self.max_val
-    if bool(min_val == float("inf")) and bool(max_val == float("-inf")):
-        min_val, max_val = torch.aminmax(x)
-    else:
-        min_val_cur, max_val_cur = torch.aminmax(x)
-        min_val = min_val + self.averaging_constant * (min_val_cur - min_val)
-        max_val = max_val + self.averaging_constant * (max_val_cur - max_val)
-    self.min_val.copy_(min_val)
-    self.max_val.copy_(max_val)
-    return x_orig
-
-def calculate_qparams(self) -> Tuple[Tensor, Tensor]:
-    return self._calculate_qparams(self.min_val, self.max_val)
-)TS";
-
-// PerChannelMinMaxObserver._forward / calculate_qparams.
-const char* kPerChannel = R"TS(
-def forward(self, x_orig: Tensor) -> Tensor:
-    if x_orig.numel() == 0:
-        return x_orig
-    x = x_orig.detach()
-    min_val = self.min_val
-    max_val = self.max_val
-    x_dim = x.size()
-    new_axis_list = [i for i in range(len(x_dim))]
-    new_axis_list[self.ch_axis] = 0
-    new_axis_list[0] = self.ch_axis
-    y = x.permute(new_axis_list)
-    y = y.to(self.min_val.dtype)
-    y = torch.flatten(y, start_dim=1)
-    if min_val.numel() == 0 or max_val.numel() == 0:
-        min_val, max_val = torch.aminmax(y, dim=1)
-    else:
-        min_val_cur, max_val_cur = torch.aminmax(y, dim=1)
-        min_val = torch.min(min_val_cur, min_val)
-        max_val = torch.max(max_val_cur, max_val)
-    self.min_val.resize_(min_val.shape)
-    self.max_val.resize_(max_val.shape)
-    self.min_val.copy_(min_val)
-    self.max_val.copy_(max_val)
-    return x_orig
-
-def calculate_qparams(self) -> Tuple[Tensor, Tensor]:
-    return self._calculate_qparams(self.min_val, self.max_val)
-)TS";
-
-// HistogramObserver.forward with _adjust_min_max and _combine_histograms. One deliberate
-// difference: libtorch 1.13's Python observer passes int(min)/int(max) to torch.histc, which
-// truncates the range and drops values outside it (fixed in later PyTorch); this one passes the
-// float range. On data whose range has integer ends both give the same histogram.
-const char* kHistogramForward = R"TS(
-def _adjust_min_max(self, combined_min: Tensor, combined_max: Tensor, upsample_rate: int) -> Tuple[Tensor, Tensor, int, int]:
-    hist_bin_width = (self.max_val - self.min_val) / (self.bins * upsample_rate)
-    downsample_rate = int(torch.ceil((combined_max - combined_min) / (self.bins * hist_bin_width)))
-    e = downsample_rate * (self.bins * hist_bin_width) - (combined_max - combined_min)
-    combined_max = combined_max + e
-    start_idx = int(torch.round((self.min_val - combined_min) / hist_bin_width))
-    return combined_min, combined_max, downsample_rate, start_idx
-
-def _combine_histograms(self, orig_hist: Tensor, new_hist: Tensor, upsample_rate: int, downsample_rate: int, start_idx: int, Nbins: int) -> Tensor:
-    upsampled_histogram = new_hist.repeat_interleave(upsample_rate)
-    histogram_with_output_range = torch.zeros((Nbins * downsample_rate))
-    histogram_with_output_range[start_idx : Nbins * upsample_rate + start_idx] = upsampled_histogram
-    integral_histogram = torch.cumsum(histogram_with_output_range, 0, dtype=7)[downsample_rate - 1 :: downsample_rate]
-    shifted_integral_histogram = torch.zeros((Nbins))
-    shifted_integral_histogram[1:Nbins] = integral_histogram[0:-1]
-    interpolated_histogram = (integral_histogram - shifted_integral_histogram) / upsample_rate
-    orig_hist = orig_hist + interpolated_histogram.to(6)
-    return orig_hist
-
-def forward(self, x_orig: Tensor) -> Tensor:
-    if x_orig.numel() == 0:
-        return x_orig
-    x = x_orig.detach().to(6)
-    min_val = self.min_val
-    max_val = self.max_val
-    same_values = float(min_val) == float(max_val)
-    is_uninitialized = bool(min_val == float("inf")) and bool(max_val == float("-inf"))
-    if is_uninitialized or same_values:
-        min_val, max_val = torch.aminmax(x)
-        self.min_val.resize_(min_val.shape)
-        self.min_val.copy_(min_val)
-        self.max_val.resize_(max_val.shape)
-        self.max_val.copy_(max_val)
-        self.histogram.copy_(torch.histc(x, self.bins, min=float(min_val), max=float(max_val)))
-    else:
-        new_min, new_max = torch.aminmax(x)
-        combined_min = torch.min(new_min, min_val)
-        combined_max = torch.max(new_max, max_val)
-        combined_min, combined_max, downsample_rate, start_idx = self._adjust_min_max(combined_min, combined_max, self.upsample_rate)
-        combined_histogram = torch.histc(x, self.bins, min=float(combined_min), max=float(combined_max))
-        if bool(combined_min == min_val) and bool(combined_max == max_val):
-            combined_histogram += self.histogram
-        else:
-            combined_histogram = self._combine_histograms(combined_histogram, self.histogram, self.upsample_rate, downsample_rate, start_idx, self.bins)
-        self.histogram.resize_(combined_histogram.shape)
-        self.histogram.copy_(combined_histogram)
-        self.min_val.resize_(combined_min.shape)
-        self.min_val.copy_(combined_min)
-        self.max_val.resize_(combined_max.shape)
-        self.max_val.copy_(combined_max)
-    return x_orig
-)TS";
-
-// HistogramObserver's L2-minimizing search (_get_norm, _compute_quantization_error,
-// _non_linear_param_search, calculate_qparams). The cumulative histogram is read once as a list
-// so the quantile scan compares numbers rather than indexing tensors (same decisions, far faster
-// in the interpreter).
-const char* kHistogramQParams = R"TS(
-def _get_norm(self, delta_begin: Tensor, delta_end: Tensor, density: Tensor) -> Tensor:
-    norm = (delta_end * delta_end * delta_end - delta_begin * delta_begin * delta_begin) / 3
-    return density * norm
-
-def _compute_quantization_error(self, next_start_bin: int, next_end_bin: int) -> float:
-    bin_width = (float(self.max_val) - float(self.min_val)) / self.bins
-    dst_bin_width = bin_width * (next_end_bin - next_start_bin + 1) / self.dst_nbins
-    if dst_bin_width == 0.0:
-        return 0.0
-    src_bin = torch.arange(self.bins)
-    src_bin_begin = (src_bin - next_start_bin) * bin_width
-    src_bin_end = src_bin_begin + bin_width
-    dst_bin_of_begin = torch.clamp(torch.div(src_bin_begin, dst_bin_width, rounding_mode="floor"), 0, self.dst_nbins - 1)
-    dst_bin_of_begin_center = (dst_bin_of_begin + 0.5) * dst_bin_width
-    dst_bin_of_end = torch.clamp(torch.div(src_bin_end, dst_bin_width, rounding_mode="floor"), 0, self.dst_nbins - 1)
-    density = self.histogram / bin_width
-    norm = torch.zeros(self.bins)
-    delta_begin = src_bin_begin - dst_bin_of_begin_center
-    delta_end = dst_bin_width / 2
-    norm += self._get_norm(delta_begin, torch.ones(self.bins) * delta_end, density)
-    norm += (dst_bin_of_end - dst_bin_of_begin - 1) * self._get_norm(torch.tensor(-dst_bin_width / 2), torch.tensor(dst_bin_width / 2), density)
-    dst_bin_of_end_center = dst_bin_of_end * dst_bin_width + dst_bin_width / 2
-    delta_begin2 = -dst_bin_width / 2
-    delta_end2 = src_bin_end - dst_bin_of_end_center
-    norm += self._get_norm(torch.tensor(delta_begin2), delta_end2, density)
-    return float(norm.sum())
-
-def _non_linear_param_search(self) -> Tuple[Tensor, Tensor]:
-    bin_width = (self.max_val - self.min_val) / self.bins
-    total = float(torch.sum(self.histogram))
-    csum: List[float] = torch.cumsum(self.histogram, dim=0).tolist()
-    stepsize = 1e-5
-    alpha = 0.0
-    beta = 1.0
-    start_bin = 0
-    end_bin = self.bins - 1
-    norm_min = float("inf")
-    while alpha < beta:
-        next_alpha = alpha + stepsize
-        next_beta = beta - stepsize
-        l = start_bin
-        r = end_bin
-        while l < end_bin and csum[l] < next_alpha * total:
-            l = l + 1
-        while r > start_bin and csum[r] > next_beta * total:
-            r = r - 1
-        next_start_bin = start_bin
-        next_end_bin = end_bin
-        if (l - start_bin) > (end_bin - r):
-            next_start_bin = l
-            alpha = next_alpha
-        else:
-            next_end_bin = r
-            beta = next_beta
-        if next_start_bin == start_bin and next_end_bin == end_bin:
-            continue
-        norm = self._compute_quantization_error(next_start_bin, next_end_bin)
-        if norm > norm_min:
-            break
-        norm_min = norm
-        start_bin = next_start_bin
-        end_bin = next_end_bin
-    new_min = self.min_val + bin_width * start_bin
-    new_max = self.min_val + bin_width * (end_bin + 1)
-    return new_min, new_max
-
-def calculate_qparams(self) -> Tuple[Tensor, Tensor]:
-    if bool(self.min_val == float("inf")) and bool(self.max_val == float("-inf")):
-        return torch.tensor([1.0]), torch.tensor([0])
-    new_min, new_max = self._non_linear_param_search()
-    return self._calculate_qparams(new_min, new_max)
-)TS";
-
-// Percentile clipping on the same running histogram: the range is cut at the (100-p)th and
-// pth percentiles of the observed values (bin edges), then quantized like min/max.
-const char* kPercentileQParams = R"TS(
-def calculate_qparams(self) -> Tuple[Tensor, Tensor]:
-    if bool(self.min_val == float("inf")) and bool(self.max_val == float("-inf")):
-        return torch.tensor([1.0]), torch.tensor([0])
-    bin_width = (self.max_val - self.min_val) / self.bins
-    total = float(torch.sum(self.histogram))
-    csum = torch.cumsum(self.histogram, dim=0)
-    q = self.percentile / 100.0
-    lo = int(torch.searchsorted(csum, torch.tensor([(1.0 - q) * total]), right=True)[0])
-    hi = int(torch.searchsorted(csum, torch.tensor([q * total]))[0])
-    lo = min(max(lo, 0), self.bins - 1)
-    hi = min(max(hi, lo), self.bins - 1)
-    new_min = self.min_val + bin_width * lo
-    new_max = self.min_val + bin_width * (hi + 1)
-    return self._calculate_qparams(new_min, new_max)
-)TS";
-
-// PlaceholderObserver: dynamic quantization's activation "observer" (qparams are chosen at run
-// time by the inserted choose_qparams).
-const char* kPlaceholder = R"TS(
-def forward(self, x: Tensor) -> Tensor:
-    return x
-
-def calculate_qparams(self) -> Tuple[Tensor, Tensor]:
-    assert False, "calculate_qparams should not be called for a placeholder observer"
-    return torch.tensor([1.0]), torch.tensor([0])
-)TS";
+#include "observers.inc"
 
 struct ObserverSpec {
   std::string kind = "minmax";  // minmax, moving_average, histogram, percentile, per_channel_minmax, placeholder
@@ -629,6 +208,27 @@ ObserverSpec parse_observer(const JValue* o, const std::string& where, bool weig
   return s;
 }
 
+// An observer's statistics before it has seen data, by buffer name.
+std::vector<std::pair<std::string, at::Tensor>> initial_state(const ObserverSpec& s) {
+  std::vector<std::pair<std::string, at::Tensor>> st;
+  if (s.kind == "placeholder") return st;
+  if (s.kind == "per_channel_minmax") {
+    st.emplace_back("min_val", at::empty({0}, at::kFloat));
+    st.emplace_back("max_val", at::empty({0}, at::kFloat));
+  } else {
+    st.emplace_back("min_val", at::scalar_tensor(std::numeric_limits<float>::infinity(), at::kFloat));
+    st.emplace_back("max_val", at::scalar_tensor(-std::numeric_limits<float>::infinity(), at::kFloat));
+  }
+  if (s.kind == "histogram" || s.kind == "percentile") st.emplace_back("histogram", at::zeros({s.bins}, at::kFloat));
+  return st;
+}
+
+// Puts a compiled observer back to its state before any data, so that one compiled observer
+// serves many weights.
+void reset_observer(torch::jit::Module& m, const ObserverSpec& s) {
+  for (auto& kv : initial_state(s)) m.setattr(kv.first, kv.second);
+}
+
 torch::jit::Module make_observer(const ObserverSpec& s, const std::shared_ptr<torch::jit::CompilationUnit>& cu) {
   using namespace c10;
   std::string cls = s.kind == "minmax"             ? "MinMaxObserver"
@@ -661,13 +261,10 @@ torch::jit::Module make_observer(const ObserverSpec& s, const std::shared_ptr<to
   m.register_attribute("ch_axis", IntType::get(), s.ch_axis);
   m.register_buffer("eps", at::tensor({std::numeric_limits<float>::epsilon()}, at::kFloat));
   std::string src = kCalcQParams;
+  for (auto& kv : initial_state(s)) m.register_buffer(kv.first, kv.second);
   if (s.kind == "per_channel_minmax") {
-    m.register_buffer("min_val", at::empty({0}, at::kFloat));
-    m.register_buffer("max_val", at::empty({0}, at::kFloat));
     src += kPerChannel;
   } else {
-    m.register_buffer("min_val", at::scalar_tensor(std::numeric_limits<float>::infinity(), at::kFloat));
-    m.register_buffer("max_val", at::scalar_tensor(-std::numeric_limits<float>::infinity(), at::kFloat));
     if (s.kind == "minmax") {
       src += kMinMax;
     } else if (s.kind == "moving_average") {
@@ -677,7 +274,6 @@ torch::jit::Module make_observer(const ObserverSpec& s, const std::shared_ptr<to
       m.register_attribute("bins", IntType::get(), s.bins);
       m.register_attribute("upsample_rate", IntType::get(), s.upsample_rate);
       m.register_attribute("dst_nbins", IntType::get(), int64_t(1) << (s.dtype == kQInt32 ? 32 : 8));
-      m.register_buffer("histogram", at::zeros({s.bins}, at::kFloat));
       src += kHistogramForward;
       if (s.kind == "histogram") {
         src += kHistogramQParams;
@@ -719,11 +315,22 @@ c10::optional<QConfig> parse_qconfig(const JValue* o, const std::string& where, 
   return QConfig(make_observer(a, cu), make_observer(ws, cu));
 }
 
-QConfigDict parse_config(const char* json, bool dynamic, const std::shared_ptr<torch::jit::CompilationUnit>& cu) {
-  std::string text = json == nullptr ? "{}" : json;
-  JValue root = JParser(text).parse();
-  if (root.kind != JValue::Object) bad("config", "must be a JSON object");
+// A parsed configuration: the passes' QConfigDict, and the top-level observer specs the dynamic
+// LSTM/GRU rewrite needs. Parsed, and its observers compiled, once per call.
+struct ParsedConfig {
   QConfigDict dict;
+  ObserverSpec weight;
+  ObserverSpec activation;
+};
+
+ParsedConfig parse_config(const char* json, bool dynamic, const std::shared_ptr<torch::jit::CompilationUnit>& cu) {
+  std::string text = json == nullptr ? "{}" : json;
+  JValue root = tsimpl::parse_json(text, "config");
+  if (root.kind != JValue::Object) bad("config", "must be a JSON object");
+  ParsedConfig pc;
+  pc.weight = parse_observer(root.get("weight"), "config.weight", /*weight=*/true);
+  pc.activation = parse_observer(root.get("activation"), "config.activation", /*weight=*/false);
+  QConfigDict& dict = pc.dict;
   dict[""] = parse_qconfig(&root, "config", dynamic, cu);
   if (const JValue* mods = root.get("modules")) {
     if (mods->kind != JValue::Object) bad("config.modules", "must be an object of module path -> qconfig or null");
@@ -733,7 +340,7 @@ QConfigDict parse_config(const char* json, bool dynamic, const std::shared_ptr<t
       dict[kv.first] = parse_qconfig(&kv.second, "config.modules." + kv.first, dynamic, cu);
     }
   }
-  return dict;
+  return pc;
 }
 
 // Module paths named in the config must exist, or a typo would silently quantize a layer the
@@ -762,7 +369,7 @@ void check_paths(const torch::jit::Module& m, const QConfigDict& dict) {
 
 // Selects the engine by name ("" keeps the current one). Prepacked weights are made for the
 // engine set when Finalize runs, and an INT8 model must run under the engine it was made for.
-void select_engine(const char* name) {
+void select_engine_if_named(const char* name) {
   if (name == nullptr || *name == '\0') return;
   tsimpl::select_engine(name);
 }
@@ -773,10 +380,8 @@ void cleanup_forward(torch::jit::Module& m) {
   torch::jit::EliminateDeadCode(graph);
 }
 
-torch::jit::Module prepare(const torch::jit::Module& src, const char* json, torch::jit::QuantType qt) {
-  TORCH_CHECK(src.find_method("forward").has_value(), "the model has no forward method");
-  auto cu = std::make_shared<torch::jit::CompilationUnit>();
-  QConfigDict dict = parse_config(json, qt == torch::jit::QuantType::DYNAMIC, cu);
+torch::jit::Module prepare(const torch::jit::Module& src, const QConfigDict& dict, torch::jit::QuantType qt) {
+  if (!src.find_method("forward").has_value()) tsimpl::fail(TS_CODE_NOT_FOUND, "the model has no forward method");
   check_paths(src, dict);
   torch::jit::Module m = src.clone();
   m.eval();
@@ -853,9 +458,10 @@ c10::IValue call_op(const char* name, const char* overload, std::vector<c10::IVa
 }
 
 // Quantizes one weight with a fresh weight observer and prepacks it with its bias.
-c10::IValue quantize_and_pack(const at::Tensor& w, const at::Tensor& b, const ObserverSpec& spec) {
-  auto cu = std::make_shared<torch::jit::CompilationUnit>();
-  torch::jit::Module obs = make_observer(spec, cu);
+// obs is the weight observer, compiled once per call and reset here for each weight.
+c10::IValue quantize_and_pack(const at::Tensor& w, const at::Tensor& b, const ObserverSpec& spec,
+                              torch::jit::Module& obs) {
+  reset_observer(obs, spec);
   at::Tensor wf = w.detach().to(at::kFloat).contiguous();
   obs.forward({wf});
   auto qp = obs.get_method("calculate_qparams")({}).toTuple();
@@ -887,10 +493,10 @@ c10::optional<std::vector<at::Tensor>> constant_params(torch::jit::Value* v) {
 }
 
 void rewrite_rnns(torch::jit::Block* block, const std::vector<RnnModule>& rnns, const ObserverSpec& wspec,
-                  bool reduce_range, int64_t& rewritten) {
+                  torch::jit::Module& wproto, bool reduce_range, int64_t& rewritten) {
   std::vector<torch::jit::Node*> nodes(block->nodes().begin(), block->nodes().end());
   for (auto* n : nodes) {
-    for (auto* sub : n->blocks()) rewrite_rnns(sub, rnns, wspec, reduce_range, rewritten);
+    for (auto* sub : n->blocks()) rewrite_rnns(sub, rnns, wspec, wproto, reduce_range, rewritten);
     bool lstm = n->kind() == c10::aten::lstm, gru = n->kind() == c10::aten::gru;
     if (!lstm && !gru) continue;
     // lstm.input(input, Tensor[] hx, Tensor[] params, has_biases, num_layers, dropout, train,
@@ -917,7 +523,7 @@ void rewrite_rnns(torch::jit::Block* block, const std::vector<RnnModule>& rnns, 
       const auto& b_ih = (*params)[i + 2];
       const auto& b_hh = (*params)[i + 3];
       c10::IValue cell = call_op("quantized::make_quantized_cell_params_dynamic", "",
-                                 {quantize_and_pack(w_ih, b_ih, wspec), quantize_and_pack(w_hh, b_hh, wspec),
+                                 {quantize_and_pack(w_ih, b_ih, wspec, wproto), quantize_and_pack(w_hh, b_hh, wspec, wproto),
                                   b_ih.detach().to(at::kFloat), b_hh.detach().to(at::kFloat), reduce_range});
       cell_type = cell.type();
       cells.push_back(graph->insertConstant(cell));
@@ -952,11 +558,12 @@ void rewrite_rnns(torch::jit::Block* block, const std::vector<RnnModule>& rnns, 
 
 extern "C" {
 
-ts_status* ts_quant_observer(const char* config_json, ts_module** out) {
+ts_status* ts_quant_observer(const char* config_json, ts_module** out) noexcept {
   TS_API_BEGIN
-  TS_CHECK_ARG(config_json != nullptr, "quant_observer", "config is NULL");
-  std::string text(config_json);
-  JValue root = JParser(text).parse();
+  TS_CHECK_NOT_NULL(config_json, "quant_observer");
+  TS_CHECK_NOT_NULL(out, "quant_observer");
+  JValue root = tsimpl::parse_json(config_json, "observer");
+  if (root.kind != JValue::Object) bad("observer", "must be a JSON object");
   const JValue* w = root.get("weight_defaults");
   bool weight = w != nullptr && w->kind == JValue::Bool && w->b;
   JValue spec = root;
@@ -970,20 +577,24 @@ ts_status* ts_quant_observer(const char* config_json, ts_module** out) {
   TS_API_END("quant_observer")
 }
 
-ts_status* ts_quant_prepare(const ts_module* m, const char* config_json, ts_module** observed) {
+ts_status* ts_quant_prepare(const ts_module* m, const char* config_json, ts_module** observed) noexcept {
   TS_API_BEGIN
-  TS_CHECK_ARG(m != nullptr, "quant_prepare", "module is NULL");
+  TS_CHECK_NOT_NULL(m, "quant_prepare");
+  TS_CHECK_NOT_NULL(observed, "quant_prepare");
+  auto cu = std::make_shared<torch::jit::CompilationUnit>();
+  ParsedConfig cfg = parse_config(config_json, /*dynamic=*/false, cu);
   auto h = std::make_unique<ts_module>();
-  h->m = prepare(m->m, config_json, torch::jit::QuantType::STATIC);
+  h->m = prepare(m->m, cfg.dict, torch::jit::QuantType::STATIC);
   h->extra = m->extra;
   *observed = h.release();
   TS_API_END("quant_prepare")
 }
 
-ts_status* ts_quant_convert(const ts_module* observed, const char* engine, ts_module** out) {
+ts_status* ts_quant_convert(const ts_module* observed, const char* engine, ts_module** out) noexcept {
   TS_API_BEGIN
-  TS_CHECK_ARG(observed != nullptr, "quant_convert", "module is NULL");
-  select_engine(engine);
+  TS_CHECK_NOT_NULL(observed, "quant_convert");
+  TS_CHECK_NOT_NULL(out, "quant_convert");
+  select_engine_if_named(engine);
   auto h = std::make_unique<ts_module>();
   h->m = convert(observed->m, torch::jit::QuantType::STATIC);
   h->extra = observed->extra;
@@ -991,54 +602,50 @@ ts_status* ts_quant_convert(const ts_module* observed, const char* engine, ts_mo
   TS_API_END("quant_convert")
 }
 
-ts_status* ts_quant_dynamic(const ts_module* m, const char* config_json, const char* engine, ts_module** out) {
+ts_status* ts_quant_dynamic(const ts_module* m, const char* config_json, const char* engine, ts_module** out) noexcept {
   TS_API_BEGIN
-  TS_CHECK_ARG(m != nullptr, "quant_dynamic", "module is NULL");
-  select_engine(engine);
+  TS_CHECK_NOT_NULL(m, "quant_dynamic");
+  TS_CHECK_NOT_NULL(out, "quant_dynamic");
+  // Parsed once, observers compiled once: the passes and the LSTM/GRU rewrite share them.
+  auto cu = std::make_shared<torch::jit::CompilationUnit>();
+  ParsedConfig cfg = parse_config(config_json, /*dynamic=*/true, cu);
+  select_engine_if_named(engine);
   // quantize_dynamic_jit: prepare_dynamic_jit then convert_dynamic_jit; the weight observers
   // are run by InsertQuantDeQuant itself, no calibration data is needed.
-  torch::jit::Module observed = prepare(m->m, config_json, torch::jit::QuantType::DYNAMIC);
+  torch::jit::Module observed = prepare(m->m, cfg.dict, torch::jit::QuantType::DYNAMIC);
   auto h = std::make_unique<ts_module>();
   h->m = convert(observed, torch::jit::QuantType::DYNAMIC);
-  // LSTM/GRU: see rewrite_rnns. The config is parsed again for the weight observer spec and the
-  // per-module choices (the passes consumed their copies).
-  {
-    auto cu = std::make_shared<torch::jit::CompilationUnit>();
-    std::string text = config_json == nullptr ? "{}" : config_json;
-    JValue root = JParser(text).parse();
-    QConfigDict dict = parse_config(config_json, /*dynamic=*/true, cu);
-    ObserverSpec wspec = parse_observer(root.get("weight"), "config.weight", /*weight=*/true);
-    ObserverSpec aspec = parse_observer(root.get("activation"), "config.activation", /*weight=*/false);
-    auto rnns = collect_rnns(m->m, dict);
+  // LSTM/GRU: see rewrite_rnns.
+  auto rnns = collect_rnns(m->m, cfg.dict);
+  if (!rnns.empty()) {
+    torch::jit::Module wproto = make_observer(cfg.weight, cu);
     int64_t rewritten = 0;
-    if (!rnns.empty()) {
-      auto graph = h->m.get_method("forward").graph();
-      rewrite_rnns(graph->block(), rnns, wspec, aspec.reduce_range, rewritten);
-      cleanup_forward(h->m);
-    }
+    auto graph = h->m.get_method("forward").graph();
+    rewrite_rnns(graph->block(), rnns, cfg.weight, wproto, cfg.activation.reduce_range, rewritten);
+    cleanup_forward(h->m);
   }
   h->extra = m->extra;
   *out = h.release();
   TS_API_END("quant_dynamic")
 }
 
-ts_status* ts_quant_layers(const ts_module* m, char** out) {
+ts_status* ts_quant_layers(const ts_module* m, char** out) noexcept {
   TS_API_BEGIN
-  TS_CHECK_ARG(m != nullptr, "quant_layers", "module is NULL");
+  TS_CHECK_NOT_NULL(m, "quant_layers");
+  TS_CHECK_NOT_NULL(out, "quant_layers");
   static const std::set<std::string> quantizable = {"Conv1d", "Conv2d", "Conv3d", "Linear", "LSTM", "GRU"};
-  std::string s = "[";
+  tsimpl::JsonWriter w;
+  w.begin_array();
   for (const auto& nm : m->m.named_modules()) {
     if (nm.name.empty()) continue;
     std::string t = short_type(nm.value);
     if (!quantizable.count(t)) continue;
     int64_t params = 0;
     for (const auto& p : nm.value.parameters(/*recurse=*/false)) params += p.numel();
-    if (s.size() > 1) s += ",";
-    s += "{\"path\":" + json_quote(nm.name) + ",\"type\":" + json_quote(t) +
-         ",\"params\":" + std::to_string(params) + "}";
+    w.begin_object().key("path").value(nm.name).key("type").value(t).key("params").value(params).end_object();
   }
-  s += "]";
-  *out = dup_string(s);
+  w.end_array();
+  *out = dup_string(w.str());
   TS_API_END("quant_layers")
 }
 

@@ -16,117 +16,11 @@
 #include <fstream>
 #include <sstream>
 
+#include <caffe2/serialize/versions.h>
+
 #include "internal.h"
 
-namespace tsimpl {
 
-ts_status* make_status(std::string msg) {
-  // Allocation failure here would throw out of a catch block; an empty message is the fallback.
-  try {
-    return new ts_status{std::move(msg)};
-  } catch (...) {
-    static ts_status oom{"out of memory while reporting an error"};
-    return &oom;
-  }
-}
-
-char* dup_string(const std::string& s) {
-  char* p = static_cast<char*>(std::malloc(s.size() + 1));
-  if (p == nullptr) throw std::bad_alloc();
-  std::memcpy(p, s.data(), s.size());
-  p[s.size()] = '\0';
-  return p;
-}
-
-at::ScalarType to_scalar_type(int32_t code) {
-  switch (code) {
-    case TS_FLOAT32: return at::kFloat;
-    case TS_FLOAT64: return at::kDouble;
-    case TS_INT64: return at::kLong;
-    case TS_INT32: return at::kInt;
-    case TS_UINT8: return at::kByte;
-    case TS_BOOL: return at::kBool;
-    case TS_INT8: return at::kChar;
-    case TS_INT16: return at::kShort;
-    case TS_FLOAT16: return at::kHalf;
-    case TS_BFLOAT16: return at::kBFloat16;
-    default: throw std::invalid_argument("unknown dtype code " + std::to_string(code));
-  }
-}
-
-int32_t from_scalar_type(at::ScalarType st) {
-  switch (st) {
-    case at::kFloat: return TS_FLOAT32;
-    case at::kDouble: return TS_FLOAT64;
-    case at::kLong: return TS_INT64;
-    case at::kInt: return TS_INT32;
-    case at::kByte: return TS_UINT8;
-    case at::kBool: return TS_BOOL;
-    case at::kChar: return TS_INT8;
-    case at::kShort: return TS_INT16;
-    case at::kHalf: return TS_FLOAT16;
-    case at::kBFloat16: return TS_BFLOAT16;
-    case at::kQUInt8: return TS_QUINT8;
-    case at::kQInt8: return TS_QINT8;
-    case at::kQInt32: return TS_QINT32;
-    default: return -1;
-  }
-}
-
-std::vector<c10::IValue> make_inputs(ts_tensor* const* inputs, size_t n) {
-  std::vector<c10::IValue> v;
-  v.reserve(n);
-  for (size_t i = 0; i < n; i++) {
-    if (inputs[i] == nullptr) throw std::invalid_argument("input " + std::to_string(i) + " is NULL");
-    v.emplace_back(inputs[i]->t);
-  }
-  return v;
-}
-
-std::string engine_name(at::QEngine e) {
-  switch (e) {
-    case at::QEngine::NoQEngine: return "none";
-    case at::QEngine::FBGEMM: return "fbgemm";
-    case at::QEngine::QNNPACK: return "qnnpack";
-#if TORCH_VERSION_MAJOR > 1 || (TORCH_VERSION_MAJOR == 1 && TORCH_VERSION_MINOR >= 13)
-    case at::QEngine::ONEDNN: return "onednn";
-    case at::QEngine::X86: return "x86";
-#endif
-  }
-  return "unknown";
-}
-
-void select_engine(const std::string& want) {
-  std::string have;
-  for (auto e : at::globalContext().supportedQEngines()) {
-    if (engine_name(e) == want) {
-      at::globalContext().setQEngine(e);
-      return;
-    }
-    have += (have.empty() ? "" : ", ") + engine_name(e);
-  }
-  throw std::invalid_argument("engine \"" + want + "\" is not supported by this libtorch build (supported: " + have +
-                              ")");
-}
-
-std::string json_escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      o += '\\';
-      o += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      o += buf;
-    } else {
-      o += c;
-    }
-  }
-  return o;
-}
-
-}  // namespace tsimpl
 
 using namespace tsimpl;
 
@@ -157,8 +51,8 @@ void flatten(const c10::IValue& v, const std::string& path, ts_outputs& out) {
     out.names.push_back(path.empty() ? "0" : path);
     out.tensors.push_back(at::scalar_tensor(v.toScalar()));
   } else {
-    throw std::runtime_error("output " + (path.empty() ? std::string("0") : path) + " has type " +
-                             v.tagKind() + ", which torchspeed cannot return (tensors, tuples, lists, dicts only)");
+    fail(TS_CODE_UNSUPPORTED, "output " + (path.empty() ? std::string("0") : path) + " has type " + v.tagKind() +
+                                  ", which torchspeed cannot return (tensors, tuples, lists, dicts only)");
   }
 }
 
@@ -173,9 +67,18 @@ ts_status* run_and_flatten(const torch::jit::Module& m, const char* method, ts_t
   return nullptr;
 }
 
-// Reads every extra/NAME record of an archive so the handle can answer later without the file.
-void read_extra_files(caffe2::serialize::PyTorchStreamReader& reader, torch::jit::ExtraFilesMap& wanted) {
-  for (const auto& rec : reader.getAllRecords()) {
+// Opens an archive's reader and lists its extra/NAME records, so the handle can answer later
+// without the file. A reader that cannot open it (no zip directory, a truncated file, a
+// version record this libtorch cannot read) means a corrupt or foreign archive.
+template <typename MakeReader>
+void open_archive(MakeReader make, torch::jit::ExtraFilesMap& wanted) {
+  std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader;
+  try {
+    reader = make();
+  } catch (const c10::Error& e) {
+    fail(TS_CODE_CORRUPT, e.what_without_backtrace());
+  }
+  for (const auto& rec : reader->getAllRecords()) {
     const std::string prefix = "extra/";
     if (rec.compare(0, prefix.size(), prefix) == 0) wanted[rec.substr(prefix.size())] = "";
   }
@@ -239,23 +142,29 @@ std::shared_ptr<torch::jit::Graph> inlined_forward(const torch::jit::Module& m) 
 
 extern "C" {
 
-const char* ts_status_message(const ts_status* s) { return s == nullptr ? "" : s->msg.c_str(); }
-void ts_status_free(ts_status* s) {
-  if (s != nullptr && s->msg != "out of memory while reporting an error") delete s;
+const char* ts_status_message(const ts_status* s) noexcept { return s == nullptr ? "" : s->message.c_str(); }
+int32_t ts_status_code(const ts_status* s) noexcept { return s == nullptr ? TS_CODE_OK : s->code; }
+const char* ts_status_op(const ts_status* s) noexcept { return s == nullptr ? "" : s->op.c_str(); }
+const char* ts_status_reason(const ts_status* s) noexcept { return s == nullptr ? "" : s->reason.c_str(); }
+int32_t ts_status_errno(const ts_status* s) noexcept { return s == nullptr ? 0 : s->sys_errno; }
+void ts_status_free(ts_status* s) noexcept {
+  if (!is_static_status(s)) delete s;
 }
-void ts_free(void* p) { std::free(p); }
+void ts_free(void* p) noexcept { std::free(p); }
 
-int32_t ts_api_version(void) { return TS_API_VERSION; }
-const char* ts_libtorch_version(void) { return TORCH_VERSION; }
+int32_t ts_api_version(void) noexcept { return TS_API_VERSION; }
+const char* ts_libtorch_version(void) noexcept { return TORCH_VERSION; }
 
-ts_status* ts_show_config(char** out) {
+ts_status* ts_show_config(char** out) noexcept {
   TS_API_BEGIN
+  TS_CHECK_NOT_NULL(out, "show_config");
   *out = dup_string(at::show_config());
   TS_API_END("show_config")
 }
 
-ts_status* ts_parallel_info(char** out) {
+ts_status* ts_parallel_info(char** out) noexcept {
   TS_API_BEGIN
+  TS_CHECK_NOT_NULL(out, "parallel_info");
   *out = dup_string(at::get_parallel_info());
   TS_API_END("parallel_info")
 }
@@ -283,7 +192,7 @@ const OpenBLAS& openblas() {
 }
 }  // namespace
 
-ts_status* ts_set_num_threads(int32_t n) {
+ts_status* ts_set_num_threads(int32_t n) noexcept {
   TS_API_BEGIN
   TS_CHECK_ARG(n > 0, "set_num_threads", "thread count must be > 0, got " + std::to_string(n));
   at::set_num_threads(n);
@@ -292,11 +201,15 @@ ts_status* ts_set_num_threads(int32_t n) {
   TS_API_END("set_num_threads")
 }
 
-ts_status* ts_blas_info(char** out) {
+ts_status* ts_blas_info(char** out) noexcept {
   TS_API_BEGIN
+  TS_CHECK_NOT_NULL(out, "blas_info");
   const OpenBLAS& b = openblas();
-  std::string json = "{\"library\":\"\"}";
-  if (b.get_num_threads != nullptr) {
+  JsonWriter w;
+  w.begin_object();
+  if (b.get_num_threads == nullptr) {
+    w.key("library").value("");
+  } else {
     const char* threading = "unknown";
     if (b.get_parallel != nullptr) {
       switch (b.get_parallel()) {
@@ -306,15 +219,16 @@ ts_status* ts_blas_info(char** out) {
       }
     }
     const char* config = b.get_config != nullptr ? b.get_config() : nullptr;
-    json = std::string("{\"library\":\"openblas\",\"config\":\"") + json_escape(config != nullptr ? config : "") +
-           "\",\"threading\":\"" + threading + "\",\"threads\":" + std::to_string(b.get_num_threads()) + "}";
+    w.key("library").value("openblas").key("config").value(config);
+    w.key("threading").value(threading).key("threads").value(static_cast<int64_t>(b.get_num_threads()));
   }
-  *out = dup_string(json);
+  w.end_object();
+  *out = dup_string(w.str());
   TS_API_END("blas_info")
 }
-int32_t ts_get_num_threads(void) { return at::get_num_threads(); }
+int32_t ts_get_num_threads(void) noexcept { return at::get_num_threads(); }
 
-ts_status* ts_set_num_interop_threads(int32_t n) {
+ts_status* ts_set_num_interop_threads(int32_t n) noexcept {
   TS_API_BEGIN
   TS_CHECK_ARG(n > 0, "set_num_interop_threads", "thread count must be > 0, got " + std::to_string(n));
   // libtorch 2.x returns size_t here, 1.13 int: compare as int64_t on both.
@@ -322,10 +236,11 @@ ts_status* ts_set_num_interop_threads(int32_t n) {
   at::set_num_interop_threads(n);
   TS_API_END("set_num_interop_threads")
 }
-int32_t ts_get_num_interop_threads(void) { return static_cast<int32_t>(at::get_num_interop_threads()); }
+int32_t ts_get_num_interop_threads(void) noexcept { return static_cast<int32_t>(at::get_num_interop_threads()); }
 
-ts_status* ts_supported_qengines(char** out) {
+ts_status* ts_supported_qengines(char** out) noexcept {
   TS_API_BEGIN
+  TS_CHECK_NOT_NULL(out, "supported_qengines");
   std::string s;
   for (auto e : at::globalContext().supportedQEngines()) {
     if (!s.empty()) s += ",";
@@ -335,62 +250,65 @@ ts_status* ts_supported_qengines(char** out) {
   TS_API_END("supported_qengines")
 }
 
-ts_status* ts_get_qengine(char** out) {
+ts_status* ts_get_qengine(char** out) noexcept {
   TS_API_BEGIN
+  TS_CHECK_NOT_NULL(out, "get_qengine");
   *out = dup_string(engine_name(at::globalContext().qEngine()));
   TS_API_END("get_qengine")
 }
 
-ts_status* ts_set_qengine(const char* name) {
+ts_status* ts_set_qengine(const char* name) noexcept {
   TS_API_BEGIN
-  TS_CHECK_ARG(name != nullptr, "set_qengine", "engine name is NULL");
+  TS_CHECK_NOT_NULL(name, "set_qengine");
   select_engine(name);
   TS_API_END("set_qengine")
 }
 
-void ts_manual_seed(uint64_t seed) {
-  try {
-    torch::manual_seed(seed);
-  } catch (...) {
-  }
+int64_t ts_max_file_format_version(void) noexcept {
+  return static_cast<int64_t>(caffe2::serialize::kMaxSupportedFileFormatVersion);
 }
 
 // ---- tensors ----
 
 ts_status* ts_tensor_new(const void* data, size_t nbytes, int32_t dtype, const int64_t* shape, size_t ndim,
-                         ts_tensor** out) {
+                         ts_tensor** out) noexcept {
   TS_API_BEGIN
+  TS_CHECK_NOT_NULL(out, "tensor_new");
+  TS_CHECK_ARG(shape != nullptr || ndim == 0, "tensor_new", "shape is NULL");
+  TS_CHECK_ARG(data != nullptr || nbytes == 0, "tensor_new", "data is NULL");
   auto st = to_scalar_type(dtype);
   std::vector<int64_t> sizes(shape, shape + ndim);
-  int64_t numel = 1;
+  // Overflow-checked: a hostile shape must not wrap to a small allocation.
+  size_t want = c10::elementSize(st);
   for (size_t i = 0; i < ndim; i++) {
     TS_CHECK_ARG(sizes[i] >= 0, "tensor_new", "negative dimension " + std::to_string(sizes[i]));
-    numel *= sizes[i];
+    if (sizes[i] != 0 && want > SIZE_MAX / static_cast<size_t>(sizes[i]))
+      return make_status(TS_CODE_INVALID_ARGUMENT, "tensor_new", "shape's byte size overflows");
+    want *= static_cast<size_t>(sizes[i]);
   }
-  size_t want = static_cast<size_t>(numel) * c10::elementSize(st);
   TS_CHECK_ARG(want == nbytes, "tensor_new",
                "shape needs " + std::to_string(want) + " bytes, data has " + std::to_string(nbytes));
   auto t = at::empty(sizes, at::TensorOptions().dtype(st));
-  if (nbytes > 0) {
-    TS_CHECK_ARG(data != nullptr, "tensor_new", "data is NULL");
-    std::memcpy(t.data_ptr(), data, nbytes);
-  }
+  if (nbytes > 0) std::memcpy(t.data_ptr(), data, nbytes);
   auto h = std::make_unique<ts_tensor>(ts_tensor{t});
   *out = h.release();
   TS_API_END("tensor_new")
 }
 
-void ts_tensor_free(ts_tensor* t) { delete t; }
-int32_t ts_tensor_dtype(const ts_tensor* t) { return from_scalar_type(t->t.scalar_type()); }
-size_t ts_tensor_ndim(const ts_tensor* t) { return static_cast<size_t>(t->t.dim()); }
-void ts_tensor_shape(const ts_tensor* t, int64_t* shape, size_t cap) {
+void ts_tensor_free(ts_tensor* t) noexcept { delete t; }
+int32_t ts_tensor_dtype(const ts_tensor* t) noexcept { return t == nullptr ? -1 : from_scalar_type(t->t.scalar_type()); }
+size_t ts_tensor_ndim(const ts_tensor* t) noexcept { return t == nullptr ? 0 : static_cast<size_t>(t->t.dim()); }
+void ts_tensor_shape(const ts_tensor* t, int64_t* shape, size_t cap) noexcept {
+  if (t == nullptr || shape == nullptr) return;
   auto s = t->t.sizes();
   for (size_t i = 0; i < cap && i < s.size(); i++) shape[i] = s[i];
 }
-int64_t ts_tensor_numel(const ts_tensor* t) { return t->t.numel(); }
+int64_t ts_tensor_numel(const ts_tensor* t) noexcept { return t == nullptr ? 0 : t->t.numel(); }
 
-ts_status* ts_tensor_copy_to(const ts_tensor* t, void* dst, size_t nbytes) {
+ts_status* ts_tensor_copy_to(const ts_tensor* t, void* dst, size_t nbytes) noexcept {
   TS_API_BEGIN
+  TS_CHECK_NOT_NULL(t, "tensor_copy_to");
+  TS_CHECK_ARG(dst != nullptr || nbytes == 0, "tensor_copy_to", "dst is NULL");
   at::Tensor src = t->t;
   if (src.is_quantized()) src = src.int_repr();
   src = src.contiguous();
@@ -402,8 +320,11 @@ ts_status* ts_tensor_copy_to(const ts_tensor* t, void* dst, size_t nbytes) {
 }
 
 ts_status* ts_tensor_qparams(const ts_tensor* t, double** scales, int64_t** zero_points, size_t* n,
-                             int64_t* axis) {
+                             int64_t* axis) noexcept {
   TS_API_BEGIN
+  TS_CHECK_NOT_NULL(t, "tensor_qparams");
+  TS_CHECK_ARG(scales != nullptr && zero_points != nullptr && n != nullptr && axis != nullptr, "tensor_qparams",
+               "an out-parameter is NULL");
   const at::Tensor& q = t->t;
   TS_CHECK_ARG(q.is_quantized(), "tensor_qparams", "tensor is not quantized");
   std::vector<double> s;
@@ -435,24 +356,28 @@ ts_status* ts_tensor_qparams(const ts_tensor* t, double** scales, int64_t** zero
   TS_API_END("tensor_qparams")
 }
 
-ts_status* ts_tensor_to_float(const ts_tensor* t, ts_tensor** out) {
+ts_status* ts_tensor_to_float(const ts_tensor* t, ts_tensor** out) noexcept {
   TS_API_BEGIN
+  TS_CHECK_NOT_NULL(t, "tensor_to_float");
+  TS_CHECK_NOT_NULL(out, "tensor_to_float");
   at::Tensor f = t->t.is_quantized() ? t->t.dequantize() : t->t.to(at::kFloat);
   auto h = std::make_unique<ts_tensor>(ts_tensor{f.contiguous()});
   *out = h.release();
   TS_API_END("tensor_to_float")
 }
 
-ts_status* ts_tensor_channels_last(const ts_tensor* t, ts_tensor** out) {
+ts_status* ts_tensor_channels_last(const ts_tensor* t, ts_tensor** out) noexcept {
   TS_API_BEGIN
+  TS_CHECK_NOT_NULL(t, "tensor_channels_last");
+  TS_CHECK_NOT_NULL(out, "tensor_channels_last");
   at::Tensor f;
   if (t->t.dim() == 4) {
     f = t->t.contiguous(at::MemoryFormat::ChannelsLast);
   } else if (t->t.dim() == 5) {
     f = t->t.contiguous(at::MemoryFormat::ChannelsLast3d);
   } else {
-    return make_status("tensor_channels_last: channels-last needs a 4-D or 5-D tensor, got " +
-                       std::to_string(t->t.dim()) + "-D");
+    return make_status(TS_CODE_INVALID_ARGUMENT, "tensor_channels_last",
+                       "channels-last needs a 4-D or 5-D tensor, got " + std::to_string(t->t.dim()) + "-D");
   }
   auto h = std::make_unique<ts_tensor>(ts_tensor{f});
   *out = h.release();
@@ -461,14 +386,12 @@ ts_status* ts_tensor_channels_last(const ts_tensor* t, ts_tensor** out) {
 
 // ---- modules ----
 
-ts_status* ts_module_load(const char* path, ts_module** out) {
+ts_status* ts_module_load(const char* path, ts_module** out) noexcept {
   TS_API_BEGIN
-  TS_CHECK_ARG(path != nullptr, "load", "path is NULL");
+  TS_CHECK_NOT_NULL(path, "load");
+  TS_CHECK_NOT_NULL(out, "load");
   torch::jit::ExtraFilesMap extra;
-  {
-    caffe2::serialize::PyTorchStreamReader reader{std::string(path)};
-    read_extra_files(reader, extra);
-  }
+  open_archive([&] { return std::make_unique<caffe2::serialize::PyTorchStreamReader>(std::string(path)); }, extra);
   auto h = std::make_unique<ts_module>();
   h->m = torch::jit::load(std::string(path), c10::Device(c10::kCPU), extra);
   h->extra.insert(extra.begin(), extra.end());
@@ -476,15 +399,13 @@ ts_status* ts_module_load(const char* path, ts_module** out) {
   TS_API_END("load")
 }
 
-ts_status* ts_module_load_bytes(const void* data, size_t len, ts_module** out) {
+ts_status* ts_module_load_bytes(const void* data, size_t len, ts_module** out) noexcept {
   TS_API_BEGIN
   TS_CHECK_ARG(data != nullptr || len == 0, "load_bytes", "data is NULL");
+  TS_CHECK_NOT_NULL(out, "load_bytes");
   auto adapter = std::make_shared<BufferAdapter>(std::string(static_cast<const char*>(data), len));
   torch::jit::ExtraFilesMap extra;
-  {
-    caffe2::serialize::PyTorchStreamReader reader{adapter};
-    read_extra_files(reader, extra);
-  }
+  open_archive([&] { return std::make_unique<caffe2::serialize::PyTorchStreamReader>(adapter); }, extra);
   auto h = std::make_unique<ts_module>();
   h->m = torch::jit::load(adapter, c10::Device(c10::kCPU), extra);
   h->extra.insert(extra.begin(), extra.end());
@@ -492,14 +413,21 @@ ts_status* ts_module_load_bytes(const void* data, size_t len, ts_module** out) {
   TS_API_END("load_bytes")
 }
 
-void ts_module_free(ts_module* m) { delete m; }
+void ts_module_free(ts_module* m) noexcept { delete m; }
 
 ts_status* ts_module_save(const ts_module* m, const char* path, const char* const* names,
-                          const char* const* contents, const size_t* lens, size_t n) {
+                          const char* const* contents, const size_t* lens, size_t n) noexcept {
   TS_API_BEGIN
-  TS_CHECK_ARG(path != nullptr, "save", "path is NULL");
+  TS_CHECK_NOT_NULL(m, "save");
+  TS_CHECK_NOT_NULL(path, "save");
+  TS_CHECK_ARG(n == 0 || (names != nullptr && contents != nullptr && lens != nullptr), "save",
+               "extra file arrays are NULL with n = " + std::to_string(n));
   torch::jit::ExtraFilesMap extra;
-  for (size_t i = 0; i < n; i++) extra[names[i]] = std::string(contents[i], lens[i]);
+  for (size_t i = 0; i < n; i++) {
+    TS_CHECK_ARG(names[i] != nullptr && (contents[i] != nullptr || lens[i] == 0), "save",
+                 "extra file " + std::to_string(i) + " is NULL");
+    extra[names[i]] = std::string(contents[i], lens[i]);
+  }
   // Serialize to memory first: libtorch's zip writer finishes the archive in its destructor,
   // and a write error there (a full disk) throws from a destructor, which terminates the
   // process. Writing the bytes ourselves turns that into an error status.
@@ -507,29 +435,42 @@ ts_status* ts_module_save(const ts_module* m, const char* path, const char* cons
   m->m.save(buf, extra);
   const std::string bytes = buf.str();
   std::FILE* f = std::fopen(path, "wb");
-  if (f == nullptr) return make_status(std::string("save: cannot open ") + path + ": " + std::strerror(errno));
+  if (f == nullptr) {
+    int err = errno;
+    return io_status("save", std::string("cannot open ") + path + ": " + std::strerror(err), err);
+  }
   size_t wrote = std::fwrite(bytes.data(), 1, bytes.size(), f);
   int flushed = std::fflush(f);
   int err = errno;
   int closed = std::fclose(f);
-  if (wrote != bytes.size() || flushed != 0 || closed != 0)
-    return make_status(std::string("save: writing ") + path + " failed after " + std::to_string(wrote) + " of " +
-                       std::to_string(bytes.size()) + " bytes: " + std::strerror(err != 0 ? err : errno));
+  if (wrote != bytes.size() || flushed != 0 || closed != 0) {
+    if (err == 0) err = errno;
+    return io_status("save",
+                     std::string("writing ") + path + " failed after " + std::to_string(wrote) + " of " +
+                         std::to_string(bytes.size()) + " bytes: " + std::strerror(err),
+                     err);
+  }
   TS_API_END("save")
 }
 
-ts_status* ts_module_extra_names(const ts_module* m, char** out) {
+ts_status* ts_module_extra_names(const ts_module* m, char** out) noexcept {
   TS_API_BEGIN
+  TS_CHECK_NOT_NULL(m, "extra_names");
+  TS_CHECK_NOT_NULL(out, "extra_names");
   std::string s;
   for (const auto& kv : m->extra) s += kv.first + "\n";
   *out = dup_string(s);
   TS_API_END("extra_names")
 }
 
-ts_status* ts_module_extra_file(const ts_module* m, const char* name, char** out, size_t* len) {
+ts_status* ts_module_extra_file(const ts_module* m, const char* name, char** out, size_t* len) noexcept {
   TS_API_BEGIN
+  TS_CHECK_NOT_NULL(m, "extra_file");
+  TS_CHECK_NOT_NULL(name, "extra_file");
+  TS_CHECK_ARG(out != nullptr && len != nullptr, "extra_file", "an out-parameter is NULL");
   auto it = m->extra.find(name);
-  if (it == m->extra.end()) return make_status(std::string("extra_file: archive has no extra file \"") + name + "\"");
+  if (it == m->extra.end())
+    return make_status(TS_CODE_NOT_FOUND, "extra_file", "archive has no extra file \"" + clip(name) + "\"");
   char* p = static_cast<char*>(std::malloc(it->second.size() + 1));
   if (p == nullptr) throw std::bad_alloc();
   std::memcpy(p, it->second.data(), it->second.size());
@@ -538,8 +479,10 @@ ts_status* ts_module_extra_file(const ts_module* m, const char* name, char** out
   TS_API_END("extra_file")
 }
 
-ts_status* ts_module_clone(const ts_module* m, ts_module** out) {
+ts_status* ts_module_clone(const ts_module* m, ts_module** out) noexcept {
   TS_API_BEGIN
+  TS_CHECK_NOT_NULL(m, "clone");
+  TS_CHECK_NOT_NULL(out, "clone");
   auto h = std::make_unique<ts_module>();
   h->m = m->m.deepcopy();
   h->extra = m->extra;
@@ -547,16 +490,23 @@ ts_status* ts_module_clone(const ts_module* m, ts_module** out) {
   TS_API_END("clone")
 }
 
-ts_status* ts_module_eval(ts_module* m) {
+ts_status* ts_module_eval(ts_module* m) noexcept {
   TS_API_BEGIN
+  TS_CHECK_NOT_NULL(m, "eval");
   m->m.eval();
   TS_API_END("eval")
 }
 
-ts_status* ts_module_freeze(const ts_module* m, const char* const* preserved, size_t n, ts_module** out) {
+ts_status* ts_module_freeze(const ts_module* m, const char* const* preserved, size_t n, ts_module** out) noexcept {
   TS_API_BEGIN
+  TS_CHECK_NOT_NULL(m, "freeze");
+  TS_CHECK_NOT_NULL(out, "freeze");
+  TS_CHECK_ARG(n == 0 || preserved != nullptr, "freeze", "preserved is NULL with n = " + std::to_string(n));
   std::vector<std::string> keep;
-  for (size_t i = 0; i < n; i++) keep.emplace_back(preserved[i]);
+  for (size_t i = 0; i < n; i++) {
+    TS_CHECK_ARG(preserved[i] != nullptr, "freeze", "preserved name " + std::to_string(i) + " is NULL");
+    keep.emplace_back(preserved[i]);
+  }
   auto h = std::make_unique<ts_module>();
   torch::jit::Module src = m->m;  // freeze requires eval mode; it clones internally
   h->m = torch::jit::freeze(src, keep.empty() ? c10::nullopt : c10::optional<std::vector<std::string>>(keep));
@@ -565,8 +515,10 @@ ts_status* ts_module_freeze(const ts_module* m, const char* const* preserved, si
   TS_API_END("freeze")
 }
 
-ts_status* ts_module_fold_conv_bn(const ts_module* m, ts_module** out) {
+ts_status* ts_module_fold_conv_bn(const ts_module* m, ts_module** out) noexcept {
   TS_API_BEGIN
+  TS_CHECK_NOT_NULL(m, "fold_conv_bn");
+  TS_CHECK_NOT_NULL(out, "fold_conv_bn");
   auto h = std::make_unique<ts_module>();
   h->m = torch::jit::FoldConvBatchNorm(m->m);
   h->extra = m->extra;
@@ -574,8 +526,10 @@ ts_status* ts_module_fold_conv_bn(const ts_module* m, ts_module** out) {
   TS_API_END("fold_conv_bn")
 }
 
-ts_status* ts_module_optimize_for_inference(const ts_module* m, ts_module** out) {
+ts_status* ts_module_optimize_for_inference(const ts_module* m, ts_module** out) noexcept {
   TS_API_BEGIN
+  TS_CHECK_NOT_NULL(m, "optimize_for_inference");
+  TS_CHECK_NOT_NULL(out, "optimize_for_inference");
   auto h = std::make_unique<ts_module>();
   torch::jit::Module src = m->m.clone();
   h->m = torch::jit::optimize_for_inference(src);
@@ -584,74 +538,89 @@ ts_status* ts_module_optimize_for_inference(const ts_module* m, ts_module** out)
   TS_API_END("optimize_for_inference")
 }
 
-ts_status* ts_module_channels_last(ts_module* m, int64_t* converted) {
+ts_status* ts_module_channels_last(ts_module* m, int64_t* converted) noexcept {
   TS_API_BEGIN
+  TS_CHECK_NOT_NULL(m, "channels_last");
+  TS_CHECK_NOT_NULL(converted, "channels_last");
   int64_t n = channels_last_in_place(m->m);
   *converted = n;
   TS_API_END("channels_last")
 }
 
-ts_status* ts_module_forward(const ts_module* m, ts_tensor* const* inputs, size_t n, ts_outputs** out) {
+ts_status* ts_module_forward(const ts_module* m, ts_tensor* const* inputs, size_t n, ts_outputs** out) noexcept {
   TS_API_BEGIN
+  TS_CHECK_NOT_NULL(m, "forward");
+  TS_CHECK_NOT_NULL(out, "forward");
   return run_and_flatten(m->m, "forward", inputs, n, out);
   TS_API_END("forward")
 }
 
 ts_status* ts_module_run_method(const ts_module* m, const char* method, ts_tensor* const* inputs, size_t n,
-                                ts_outputs** out) {
+                                ts_outputs** out) noexcept {
   TS_API_BEGIN
-  TS_CHECK_ARG(method != nullptr, "run_method", "method name is NULL");
-  TS_CHECK_ARG(m->m.find_method(method).has_value(), "run_method",
-               std::string("module has no method \"") + method + "\"");
+  TS_CHECK_NOT_NULL(m, "run_method");
+  TS_CHECK_NOT_NULL(method, "run_method");
+  TS_CHECK_NOT_NULL(out, "run_method");
+  if (!m->m.find_method(method).has_value())
+    return make_status(TS_CODE_NOT_FOUND, "run_method", "module has no method \"" + clip(method, 80) + "\"");
   return run_and_flatten(m->m, method, inputs, n, out);
   TS_API_END("run_method")
 }
 
-ts_status* ts_module_define(ts_module* m, const char* source) {
+ts_status* ts_module_define(ts_module* m, const char* source) noexcept {
   TS_API_BEGIN
-  TS_CHECK_ARG(source != nullptr, "define", "source is NULL");
+  TS_CHECK_NOT_NULL(m, "define");
+  TS_CHECK_NOT_NULL(source, "define");
   m->m.define(source);
   TS_API_END("define")
 }
 
-ts_status* ts_module_schema(const ts_module* m, char** out) {
+ts_status* ts_module_schema(const ts_module* m, char** out) noexcept {
   TS_API_BEGIN
+  TS_CHECK_NOT_NULL(m, "schema");
+  TS_CHECK_NOT_NULL(out, "schema");
   std::ostringstream os;
   os << m->m.get_method("forward").function().getSchema();
   *out = dup_string(os.str());
   TS_API_END("schema")
 }
 
-ts_status* ts_module_num_inputs(const ts_module* m, int64_t* out) {
+ts_status* ts_module_num_inputs(const ts_module* m, int64_t* out) noexcept {
   TS_API_BEGIN
+  TS_CHECK_NOT_NULL(m, "num_inputs");
+  TS_CHECK_NOT_NULL(out, "num_inputs");
   const auto& schema = m->m.get_method("forward").function().getSchema();
   int64_t n = static_cast<int64_t>(schema.arguments().size());
   *out = n > 0 ? n - 1 : 0;  // not counting self
   TS_API_END("num_inputs")
 }
 
-ts_status* ts_module_graph(const ts_module* m, char** out) {
+ts_status* ts_module_graph(const ts_module* m, char** out) noexcept {
   TS_API_BEGIN
+  TS_CHECK_NOT_NULL(m, "graph");
+  TS_CHECK_NOT_NULL(out, "graph");
   *out = dup_string(inlined_forward(m->m)->toString());
   TS_API_END("graph")
 }
 
-ts_status* ts_module_node_counts(const ts_module* m, char** out) {
+ts_status* ts_module_node_counts(const ts_module* m, char** out) noexcept {
   TS_API_BEGIN
+  TS_CHECK_NOT_NULL(m, "node_counts");
+  TS_CHECK_NOT_NULL(out, "node_counts");
   std::map<std::string, int64_t> counts;
   count_nodes(inlined_forward(m->m)->block(), counts);
-  std::string s = "{";
-  for (const auto& kv : counts) {
-    if (s.size() > 1) s += ",";
-    s += "\"" + json_escape(kv.first) + "\":" + std::to_string(kv.second);
-  }
-  s += "}";
-  *out = dup_string(s);
+  JsonWriter w;
+  w.begin_object();
+  for (const auto& kv : counts) w.key(kv.first).value(kv.second);
+  w.end_object();
+  *out = dup_string(w.str());
   TS_API_END("node_counts")
 }
 
-ts_status* ts_module_submodules(const ts_module* m, char** out) {
+ts_status* ts_module_submodules(const ts_module* m, char** out) noexcept {
   TS_API_BEGIN
+  TS_CHECK_NOT_NULL(m, "submodules");
+  TS_CHECK_NOT_NULL(out, "submodules");
   std::string s;
   for (const auto& nm : m->m.named_modules()) {
     if (nm.name.empty()) continue;
@@ -662,32 +631,44 @@ ts_status* ts_module_submodules(const ts_module* m, char** out) {
 }
 
 ts_status* ts_module_time_forward(const ts_module* m, ts_tensor* const* inputs, size_t n, int64_t runs,
-                                  int64_t* ns) {
+                                  int64_t* ns) noexcept {
   TS_API_BEGIN
+  TS_CHECK_NOT_NULL(m, "time_forward");
   TS_CHECK_ARG(runs >= 0, "time_forward", "runs must be >= 0");
+  TS_CHECK_ARG(ns != nullptr || runs == 0, "time_forward", "ns is NULL");
   auto args = make_inputs(inputs, n);
   auto method = m->m.get_method("forward");
-  c10::InferenceMode guard;
-  for (int64_t i = 0; i < runs; i++) {
-    auto t0 = std::chrono::steady_clock::now();
-    auto r = method(args);
-    auto t1 = std::chrono::steady_clock::now();
-    ns[i] = std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
+  // Times go to a local vector and reach the caller's buffer only once every run succeeded.
+  std::vector<int64_t> times(static_cast<size_t>(runs));
+  {
+    c10::InferenceMode guard;
+    for (int64_t i = 0; i < runs; i++) {
+      auto t0 = std::chrono::steady_clock::now();
+      auto r = method(args);
+      auto t1 = std::chrono::steady_clock::now();
+      times[static_cast<size_t>(i)] = std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
+    }
   }
+  std::copy(times.begin(), times.end(), ns);
   TS_API_END("time_forward")
 }
 
 // ---- outputs ----
 
-size_t ts_outputs_size(const ts_outputs* o) { return o->names.size(); }
-const char* ts_outputs_name(const ts_outputs* o, size_t i) { return i < o->names.size() ? o->names[i].c_str() : ""; }
-ts_status* ts_outputs_get(const ts_outputs* o, size_t i, ts_tensor** out) {
+size_t ts_outputs_size(const ts_outputs* o) noexcept { return o == nullptr ? 0 : o->names.size(); }
+const char* ts_outputs_name(const ts_outputs* o, size_t i) noexcept {
+  return o != nullptr && i < o->names.size() ? o->names[i].c_str() : "";
+}
+ts_status* ts_outputs_get(const ts_outputs* o, size_t i, ts_tensor** out) noexcept {
   TS_API_BEGIN
-  TS_CHECK_ARG(i < o->tensors.size(), "outputs_get", "index out of range");
+  TS_CHECK_NOT_NULL(o, "outputs_get");
+  TS_CHECK_NOT_NULL(out, "outputs_get");
+  TS_CHECK_ARG(i < o->tensors.size(), "outputs_get",
+               "index " + std::to_string(i) + " out of range (" + std::to_string(o->tensors.size()) + " outputs)");
   auto h = std::make_unique<ts_tensor>(ts_tensor{o->tensors[i]});
   *out = h.release();
   TS_API_END("outputs_get")
 }
-void ts_outputs_free(ts_outputs* o) { delete o; }
+void ts_outputs_free(ts_outputs* o) noexcept { delete o; }
 
 }  // extern "C"

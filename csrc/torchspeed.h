@@ -11,6 +11,16 @@
  *    "new reference": the caller owns the result and must free it.
  *  - Strings returned through char** are new references, released with ts_free.
  *  - Functions are only ever added; a changed signature gets a new name (_v2).
+ *  - Every function is noexcept. A NULL handle or out-parameter gives TS_CODE_INVALID_ARGUMENT
+ *    ("op: NAME is NULL"); functions without a status return a neutral value (0, -1, "").
+ *  - Thread safety: the version, status and free functions are safe from any thread. A ts_tensor
+ *    and a ts_module are safe to read from many threads at once (every function taking a const
+ *    handle), but not while another thread calls a function taking the same handle non-const
+ *    (ts_module_eval, _define, _define_ops, _channels_last) or frees it: callers serialize those.
+ *    A module whose methods set attributes (RNN state) must not run on two threads at once.
+ *    Process-wide settings (threads, quantized engine) are safe to call from any thread but
+ *    change every thread's behaviour: ts_set_qengine must not race with a load or a conversion
+ *    that depends on the engine (the Go bindings hold one mutex around both).
  */
 #ifndef TORCHSPEED_H_
 #define TORCHSPEED_H_
@@ -28,9 +38,16 @@ extern "C" {
 #define TS_EXPORT
 #endif
 #define TS_MUST_CHECK __attribute__((warn_unused_result))
+#ifdef __cplusplus
+#define TS_NOEXCEPT noexcept
+#else
+#define TS_NOEXCEPT
+#endif
 
-/* Bumped whenever a function is added. The Go side refuses a shim older than it expects. */
-#define TS_API_VERSION 7
+/* Bumped whenever a function is added. The Go side refuses a shim older than it expects.
+ * 7: ts_status_code/_op/_reason/_errno, ts_max_file_format_version, noexcept everywhere, ts_manual_seed removed.
+ * 8: ts_value, ts_module_call(_kw), ts_module_methods, ts_module_method_schema, ts_module_state. */
+#define TS_API_VERSION 8
 
 typedef struct ts_status ts_status;
 typedef struct ts_module ts_module;
@@ -54,115 +71,134 @@ enum {
   TS_QINT32 = 12
 };
 
+/* What kind of failure a status reports. Callers branch on these, never on message text. */
+enum {
+  TS_CODE_OK = 0,
+  TS_CODE_INVALID_ARGUMENT = 1, /* NULL, out of range or malformed argument (shape, dtype, config) */
+  TS_CODE_NOT_FOUND = 2,        /* a named method, extra file, engine or submodule does not exist */
+  TS_CODE_OUT_OF_MEMORY = 3,
+  TS_CODE_MODEL_ERROR = 4,      /* the model's code or libtorch's checks failed compiling or running it */
+  TS_CODE_UNSUPPORTED = 5,      /* valid, but not something this libtorch build or the shim can do */
+  TS_CODE_IO = 6,               /* reading or writing a file failed */
+  TS_CODE_CORRUPT = 7,          /* a damaged, truncated or non-TorchScript archive */
+  TS_CODE_INTERNAL = 8          /* anything else */
+};
+
 /* ---- status and memory ---- */
-TS_EXPORT const char* ts_status_message(const ts_status* s); /* borrowed, valid until free */
-TS_EXPORT void ts_status_free(ts_status* s);
-TS_EXPORT void ts_free(void* p); /* frees strings and arrays this library returned */
+TS_EXPORT int32_t ts_status_code(const ts_status* s) TS_NOEXCEPT; /* a TS_CODE_*; TS_CODE_OK for NULL */
+TS_EXPORT const char* ts_status_op(const ts_status* s) TS_NOEXCEPT; /* the operation, e.g. "load"; borrowed */
+TS_EXPORT const char* ts_status_reason(const ts_status* s) TS_NOEXCEPT; /* the message without "op: "; borrowed */
+TS_EXPORT int32_t ts_status_errno(const ts_status* s) TS_NOEXCEPT; /* TS_CODE_IO: the failed call's errno, else 0 */
+TS_EXPORT const char* ts_status_message(const ts_status* s) TS_NOEXCEPT; /* "op: reason"; borrowed, valid until free */
+TS_EXPORT void ts_status_free(ts_status* s) TS_NOEXCEPT;
+TS_EXPORT void ts_free(void* p) TS_NOEXCEPT; /* frees strings and arrays this library returned */
 
 /* ---- versions and runtime ---- */
-TS_EXPORT int32_t ts_api_version(void);
-TS_EXPORT const char* ts_libtorch_version(void); /* static string, e.g. "1.13.1" */
-TS_EXPORT ts_status* ts_show_config(char** out) TS_MUST_CHECK;        /* at::show_config() */
-TS_EXPORT ts_status* ts_parallel_info(char** out) TS_MUST_CHECK;      /* at::get_parallel_info() */
+TS_EXPORT int32_t ts_api_version(void) TS_NOEXCEPT;
+TS_EXPORT const char* ts_libtorch_version(void) TS_NOEXCEPT; /* static string, e.g. "1.13.1" */
+TS_EXPORT ts_status* ts_show_config(char** out) TS_NOEXCEPT TS_MUST_CHECK;        /* at::show_config() */
+TS_EXPORT ts_status* ts_parallel_info(char** out) TS_NOEXCEPT TS_MUST_CHECK;      /* at::get_parallel_info() */
 /* Sets at::set_num_threads(n) and, when the process has OpenBLAS (Debian's libtorch calls it
  * for float matmul), OpenBLAS's own thread count too: at::set_num_threads leaves it at every
  * CPU, and its pthreads pool then spins beside libtorch's threads. */
-TS_EXPORT ts_status* ts_set_num_threads(int32_t n) TS_MUST_CHECK;
-TS_EXPORT int32_t ts_get_num_threads(void);
+TS_EXPORT ts_status* ts_set_num_threads(int32_t n) TS_NOEXCEPT TS_MUST_CHECK; /* sets the calling OS thread's count */
+TS_EXPORT int32_t ts_get_num_threads(void) TS_NOEXCEPT;
 /* The BLAS library found in the process, as JSON: {"library":"openblas","config":
  * "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Zen MAX_THREADS=64","threading":"pthreads",
  * "threads":2}, or {"library":""} when no BLAS with a query API is loaded (MKL linked
  * statically into libtorch is reported by ts_show_config instead). Since API version 6. */
-TS_EXPORT ts_status* ts_blas_info(char** out) TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_blas_info(char** out) TS_NOEXCEPT TS_MUST_CHECK;
 /* Inter-op threads can be set once, before any inter-op work; later calls fail with a message. */
-TS_EXPORT ts_status* ts_set_num_interop_threads(int32_t n) TS_MUST_CHECK;
-TS_EXPORT int32_t ts_get_num_interop_threads(void);
+TS_EXPORT ts_status* ts_set_num_interop_threads(int32_t n) TS_NOEXCEPT TS_MUST_CHECK;
+TS_EXPORT int32_t ts_get_num_interop_threads(void) TS_NOEXCEPT;
 /* Comma-separated names of the quantized engines this build supports, e.g. "none,onednn,qnnpack". */
-TS_EXPORT ts_status* ts_supported_qengines(char** out) TS_MUST_CHECK;
-TS_EXPORT ts_status* ts_get_qengine(char** out) TS_MUST_CHECK;
-TS_EXPORT ts_status* ts_set_qengine(const char* name /* borrowed */) TS_MUST_CHECK;
-/* Deterministic random numbers for calibration or benchmarking inputs made in C++. */
-TS_EXPORT void ts_manual_seed(uint64_t seed);
+TS_EXPORT ts_status* ts_supported_qengines(char** out) TS_NOEXCEPT TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_get_qengine(char** out) TS_NOEXCEPT TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_set_qengine(const char* name /* borrowed */) TS_NOEXCEPT TS_MUST_CHECK;
+/* The newest TorchScript file format version (an archive's "version" record) this libtorch
+ * reads: caffe2::serialize::kMaxSupportedFileFormatVersion. */
+TS_EXPORT int64_t ts_max_file_format_version(void) TS_NOEXCEPT;
 
 /* ---- tensors ---- */
 /* Copies nbytes from data (borrowed) into a new contiguous CPU tensor of the given shape. */
 TS_EXPORT ts_status* ts_tensor_new(const void* data, size_t nbytes, int32_t dtype, const int64_t* shape,
-                                   size_t ndim, ts_tensor** out /* new reference */) TS_MUST_CHECK;
-TS_EXPORT void ts_tensor_free(ts_tensor* t);
-TS_EXPORT int32_t ts_tensor_dtype(const ts_tensor* t);
-TS_EXPORT size_t ts_tensor_ndim(const ts_tensor* t);
+                                   size_t ndim, ts_tensor** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
+TS_EXPORT void ts_tensor_free(ts_tensor* t) TS_NOEXCEPT;
+TS_EXPORT int32_t ts_tensor_dtype(const ts_tensor* t) TS_NOEXCEPT;
+TS_EXPORT size_t ts_tensor_ndim(const ts_tensor* t) TS_NOEXCEPT;
 /* Writes min(ndim, cap) sizes into shape. */
-TS_EXPORT void ts_tensor_shape(const ts_tensor* t, int64_t* shape, size_t cap);
-TS_EXPORT int64_t ts_tensor_numel(const ts_tensor* t);
+TS_EXPORT void ts_tensor_shape(const ts_tensor* t, int64_t* shape, size_t cap) TS_NOEXCEPT;
+TS_EXPORT int64_t ts_tensor_numel(const ts_tensor* t) TS_NOEXCEPT;
 /* Copies the elements, in row-major order, into dst (borrowed, nbytes long). Quantized tensors
  * copy their integer representation. */
-TS_EXPORT ts_status* ts_tensor_copy_to(const ts_tensor* t, void* dst, size_t nbytes) TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_tensor_copy_to(const ts_tensor* t, void* dst, size_t nbytes) TS_NOEXCEPT TS_MUST_CHECK;
 /* Quantization parameters of a quantized tensor. Per-tensor: *nscales = 1. Per-channel: the
  * arrays are new references of length *n and *axis >= 0. */
 TS_EXPORT ts_status* ts_tensor_qparams(const ts_tensor* t, double** scales, int64_t** zero_points, size_t* n,
-                                       int64_t* axis) TS_MUST_CHECK;
+                                       int64_t* axis) TS_NOEXCEPT TS_MUST_CHECK;
 /* Dequantizes a quantized tensor, or returns a float32 copy of any other. */
-TS_EXPORT ts_status* ts_tensor_to_float(const ts_tensor* t, ts_tensor** out /* new reference */) TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_tensor_to_float(const ts_tensor* t, ts_tensor** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
 /* A copy in channels-last memory format (4-D) or channels-last-3d (5-D); same values. */
-TS_EXPORT ts_status* ts_tensor_channels_last(const ts_tensor* t, ts_tensor** out /* new reference */) TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_tensor_channels_last(const ts_tensor* t, ts_tensor** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
 
 /* ---- modules ---- */
 /* Loads a TorchScript archive. All extra files in the archive (extra/NAME) are read and kept
  * on the handle; see ts_module_extra_file. */
-TS_EXPORT ts_status* ts_module_load(const char* path /* borrowed */, ts_module** out /* new reference */) TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_module_load(const char* path /* borrowed */, ts_module** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
 TS_EXPORT ts_status* ts_module_load_bytes(const void* data /* borrowed */, size_t len,
-                                          ts_module** out /* new reference */) TS_MUST_CHECK;
-TS_EXPORT void ts_module_free(ts_module* m);
+                                          ts_module** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
+TS_EXPORT void ts_module_free(ts_module* m) TS_NOEXCEPT;
 /* Saves the module with extra files: names[i] -> contents[i] of lens[i] bytes (all borrowed). */
 TS_EXPORT ts_status* ts_module_save(const ts_module* m, const char* path, const char* const* names,
-                                    const char* const* contents, const size_t* lens, size_t n) TS_MUST_CHECK;
+                                    const char* const* contents, const size_t* lens, size_t n) TS_NOEXCEPT TS_MUST_CHECK;
 /* Newline-separated names of the extra files read at load time. */
-TS_EXPORT ts_status* ts_module_extra_names(const ts_module* m, char** out) TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_module_extra_names(const ts_module* m, char** out) TS_NOEXCEPT TS_MUST_CHECK;
 /* Contents of one extra file; *out is a new reference of *len bytes (not NUL-terminated). */
-TS_EXPORT ts_status* ts_module_extra_file(const ts_module* m, const char* name, char** out, size_t* len) TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_module_extra_file(const ts_module* m, const char* name, char** out, size_t* len) TS_NOEXCEPT TS_MUST_CHECK;
 /* A deep copy that shares no parameters with m. */
-TS_EXPORT ts_status* ts_module_clone(const ts_module* m, ts_module** out) TS_MUST_CHECK;
-TS_EXPORT ts_status* ts_module_eval(ts_module* m) TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_module_clone(const ts_module* m, ts_module** out) TS_NOEXCEPT TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_module_eval(ts_module* m) TS_NOEXCEPT TS_MUST_CHECK;
 /* torch::jit::freeze; preserved attribute names are borrowed. Returns a new module. */
 TS_EXPORT ts_status* ts_module_freeze(const ts_module* m, const char* const* preserved, size_t n,
-                                      ts_module** out) TS_MUST_CHECK;
+                                      ts_module** out) TS_NOEXCEPT TS_MUST_CHECK;
 /* torch::jit::FoldConvBatchNorm on an unfrozen module (what quantize_jit does first). */
-TS_EXPORT ts_status* ts_module_fold_conv_bn(const ts_module* m, ts_module** out) TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_module_fold_conv_bn(const ts_module* m, ts_module** out) TS_NOEXCEPT TS_MUST_CHECK;
 /* torch::jit::optimize_for_inference (freezes first when needed). Returns a new module. Its
  * result cannot be saved and loaded back on libtorch 1.13. */
-TS_EXPORT ts_status* ts_module_optimize_for_inference(const ts_module* m, ts_module** out) TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_module_optimize_for_inference(const ts_module* m, ts_module** out) TS_NOEXCEPT TS_MUST_CHECK;
 /* Converts every 4-D (5-D) parameter and buffer to channels-last in place. *converted gets the
  * number of tensors changed. Run before freezing: a frozen module's weights are constants. */
-TS_EXPORT ts_status* ts_module_channels_last(ts_module* m, int64_t* converted) TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_module_channels_last(ts_module* m, int64_t* converted) TS_NOEXCEPT TS_MUST_CHECK;
 /* Runs forward with n borrowed inputs. */
 TS_EXPORT ts_status* ts_module_forward(const ts_module* m, ts_tensor* const* inputs, size_t n,
-                                       ts_outputs** out) TS_MUST_CHECK;
+                                       ts_outputs** out) TS_NOEXCEPT TS_MUST_CHECK;
 /* Runs any method of the module with n borrowed inputs. */
 TS_EXPORT ts_status* ts_module_run_method(const ts_module* m, const char* method, ts_tensor* const* inputs,
-                                          size_t n, ts_outputs** out) TS_MUST_CHECK;
+                                          size_t n, ts_outputs** out) TS_NOEXCEPT TS_MUST_CHECK;
 /* Adds a method written in TorchScript to the module (torch::jit::Module::define). */
-TS_EXPORT ts_status* ts_module_define(ts_module* m, const char* source) TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_module_define(ts_module* m, const char* source) TS_NOEXCEPT TS_MUST_CHECK;
 /* The forward method's schema, e.g. "forward(__torch__.M self, Tensor x) -> Tensor". */
-TS_EXPORT ts_status* ts_module_schema(const ts_module* m, char** out) TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_module_schema(const ts_module* m, char** out) TS_NOEXCEPT TS_MUST_CHECK;
 /* Number of inputs forward takes, not counting self. */
-TS_EXPORT ts_status* ts_module_num_inputs(const ts_module* m, int64_t* out) TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_module_num_inputs(const ts_module* m, int64_t* out) TS_NOEXCEPT TS_MUST_CHECK;
 /* forward's graph (graph->toString()), inlined. */
-TS_EXPORT ts_status* ts_module_graph(const ts_module* m, char** out) TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_module_graph(const ts_module* m, char** out) TS_NOEXCEPT TS_MUST_CHECK;
 /* JSON object {"aten::conv2d": 20, ...}: forward's nodes by kind, inlined, sub-blocks included. */
-TS_EXPORT ts_status* ts_module_node_counts(const ts_module* m, char** out) TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_module_node_counts(const ts_module* m, char** out) TS_NOEXCEPT TS_MUST_CHECK;
 /* Newline-separated "path<TAB>type" of every submodule, depth first. */
-TS_EXPORT ts_status* ts_module_submodules(const ts_module* m, char** out) TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_module_submodules(const ts_module* m, char** out) TS_NOEXCEPT TS_MUST_CHECK;
 /* A plain C++ loop: runs forward `runs` times on the calling thread and writes each run's
- * wall time in nanoseconds to ns[0..runs). Used to measure the bindings' own overhead. */
+ * wall time in nanoseconds to ns[0..runs) (caller's buffer, written only on success). Used to
+ * measure the bindings' own overhead. */
 TS_EXPORT ts_status* ts_module_time_forward(const ts_module* m, ts_tensor* const* inputs, size_t n,
-                                            int64_t runs, int64_t* ns) TS_MUST_CHECK;
+                                            int64_t runs, int64_t* ns) TS_NOEXCEPT TS_MUST_CHECK;
 
 /* ---- outputs: forward's result flattened into named tensors ---- */
-TS_EXPORT size_t ts_outputs_size(const ts_outputs* o);
+TS_EXPORT size_t ts_outputs_size(const ts_outputs* o) TS_NOEXCEPT;
 /* "0" for a single tensor; "0", "1" for a tuple or list; dict keys; nested paths joined by ".". */
-TS_EXPORT const char* ts_outputs_name(const ts_outputs* o, size_t i); /* borrowed */
-TS_EXPORT ts_status* ts_outputs_get(const ts_outputs* o, size_t i, ts_tensor** out /* new reference */) TS_MUST_CHECK;
-TS_EXPORT void ts_outputs_free(ts_outputs* o);
+TS_EXPORT const char* ts_outputs_name(const ts_outputs* o, size_t i) TS_NOEXCEPT; /* borrowed */
+TS_EXPORT ts_status* ts_outputs_get(const ts_outputs* o, size_t i, ts_tensor** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
+TS_EXPORT void ts_outputs_free(ts_outputs* o) TS_NOEXCEPT;
 
 /* ---- quantization (csrc/quantize.cpp) ----
  * Graph-mode INT8 quantization as torch.ao.quantization.quantize_jit does it, without Python.
@@ -182,25 +218,25 @@ TS_EXPORT void ts_outputs_free(ts_outputs* o);
 /* Static quantization, step 1: eval, fold conv-bn, insert observers. *observed is a new module:
  * run forward on it with calibration batches, then call ts_quant_convert. m is not modified. */
 TS_EXPORT ts_status* ts_quant_prepare(const ts_module* m /* borrowed */, const char* config_json /* borrowed */,
-                                      ts_module** observed /* new reference */) TS_MUST_CHECK;
+                                      ts_module** observed /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
 /* Static quantization, step 2: sets the engine, inserts quantize/dequantize from the observers'
  * statistics and finalizes (the result is frozen: do not freeze it again). observed is not
  * modified and can be converted again. */
 TS_EXPORT ts_status* ts_quant_convert(const ts_module* observed /* borrowed */, const char* engine /* borrowed */,
-                                      ts_module** out /* new reference */) TS_MUST_CHECK;
+                                      ts_module** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
 /* Dynamic quantization (quantize_dynamic_jit): INT8 weights, activations quantized at run time.
  * Quantizes aten::linear, and LSTM/GRU calls (aten::lstm/gru -> aten::quantized_lstm/gru with
  * prepacked qint8 cell weights, as eager quantize_dynamic does); the activation observer must be
  * "placeholder" (the default here), whose reduce_range the RNN cells use. */
 TS_EXPORT ts_status* ts_quant_dynamic(const ts_module* m /* borrowed */, const char* config_json /* borrowed */,
-                                      const char* engine /* borrowed */, ts_module** out /* new reference */) TS_MUST_CHECK;
+                                      const char* engine /* borrowed */, ts_module** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
 /* JSON array [{"path": "layer1.0.conv1", "type": "Conv2d", "params": 36864}, ...] of the
  * submodules graph-mode quantization can turn INT8 (Conv1d/2d/3d, Linear, LSTM, GRU), depth first. */
-TS_EXPORT ts_status* ts_quant_layers(const ts_module* m /* borrowed */, char** out /* new reference */) TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_quant_layers(const ts_module* m /* borrowed */, char** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
 /* A standalone observer module built from one OBS object (plus "weight_defaults": true for the
  * weight defaults): forward(x) records statistics, calculate_qparams() returns (scale,
  * zero_point), observed_range() returns (min, max). For tests and diagnostics. */
-TS_EXPORT ts_status* ts_quant_observer(const char* config_json /* borrowed */, ts_module** out /* new reference */) TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_quant_observer(const char* config_json /* borrowed */, ts_module** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
 /* ---- end of quantization ---- */
 
 /* ---- profiling and inspection (csrc/profile.cpp) ---- */
@@ -211,11 +247,11 @@ TS_EXPORT ts_status* ts_quant_observer(const char* config_json /* borrowed */, t
  * and CPU flash attention. Quantized and prepacked (mkldnn) ops are not counted: count the FP32
  * model. The forward runs on the calling thread. */
 TS_EXPORT ts_status* ts_module_op_flops(const ts_module* m /* borrowed */, ts_tensor* const* inputs /* borrowed */,
-                                        size_t n, char** json /* new reference */) TS_MUST_CHECK;
+                                        size_t n, char** json /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
 /* ts_module_define with the names saved TorchScript code uses: `ops.<namespace>.<op>` reaches
  * any registered operator (ops.quantized.linear, ops.quantized.conv2d_unpack, ...); `torch.<op>`
  * is aten as in ts_module_define. Dtypes are written as integer codes (torch.quint8 is 13). */
-TS_EXPORT ts_status* ts_module_define_ops(ts_module* m, const char* source /* borrowed */) TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_module_define_ops(ts_module* m, const char* source /* borrowed */) TS_NOEXCEPT TS_MUST_CHECK;
 /* ---- end of profiling and inspection ---- */
 
 /* ---- TorchScript values, method calls, schemas and state (csrc/value.cpp; API version 7) ----
@@ -239,45 +275,45 @@ enum {
   TS_VALUE_OTHER = 9 /* devices, objects, futures...: no accessor; ts_value_type names it */
 };
 
-TS_EXPORT ts_status* ts_value_new_none(ts_value** out /* new reference */) TS_MUST_CHECK;
-TS_EXPORT ts_status* ts_value_new_bool(int32_t v, ts_value** out /* new reference */) TS_MUST_CHECK;
-TS_EXPORT ts_status* ts_value_new_int(int64_t v, ts_value** out /* new reference */) TS_MUST_CHECK;
-TS_EXPORT ts_status* ts_value_new_double(double v, ts_value** out /* new reference */) TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_value_new_none(ts_value** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_value_new_bool(int32_t v, ts_value** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_value_new_int(int64_t v, ts_value** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_value_new_double(double v, ts_value** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
 /* s (borrowed) is len bytes, copied; it need not be NUL-terminated. */
-TS_EXPORT ts_status* ts_value_new_string(const char* s, size_t len, ts_value** out /* new reference */) TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_value_new_string(const char* s, size_t len, ts_value** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
 /* Takes another reference to t's storage (borrowed handle; no data is copied): the value and the
  * tensor share data, and either may be freed first. */
-TS_EXPORT ts_status* ts_value_new_tensor(const ts_tensor* t, ts_value** out /* new reference */) TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_value_new_tensor(const ts_tensor* t, ts_value** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
 /* items (borrowed) are copied into the list. The element type is the items' common type
  * (List[Tensor], List[int], List[float], List[str], List[bool], List[Optional[Tensor]], ...),
  * List[Any] when they have none. An empty list is retyped to the declared List[T] when passed
  * to ts_module_call. */
-TS_EXPORT ts_status* ts_value_new_list(ts_value* const* items, size_t n, ts_value** out /* new reference */) TS_MUST_CHECK;
-TS_EXPORT ts_status* ts_value_new_tuple(ts_value* const* items, size_t n, ts_value** out /* new reference */) TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_value_new_list(ts_value* const* items, size_t n, ts_value** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_value_new_tuple(ts_value* const* items, size_t n, ts_value** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
 /* A Dict[str, V] in the given key order; keys and values (borrowed) are copied. A repeated key
  * is an error. */
 TS_EXPORT ts_status* ts_value_new_dict(const char* const* keys, ts_value* const* values, size_t n,
-                                       ts_value** out /* new reference */) TS_MUST_CHECK;
-TS_EXPORT void ts_value_free(ts_value* v);
+                                       ts_value** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
+TS_EXPORT void ts_value_free(ts_value* v) TS_NOEXCEPT;
 
 /* TS_VALUE_* of v (TS_VALUE_NONE for NULL). */
-TS_EXPORT int32_t ts_value_kind(const ts_value* v);
+TS_EXPORT int32_t ts_value_kind(const ts_value* v) TS_NOEXCEPT;
 /* TorchScript's spelling of v's type, e.g. "Dict[str, Tensor]", "List[int]", "Tensor". */
-TS_EXPORT ts_status* ts_value_type(const ts_value* v, char** out /* new reference */) TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_value_type(const ts_value* v, char** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
 /* Accessors fail (naming both types) when v is of another kind; no conversion is made. */
-TS_EXPORT ts_status* ts_value_to_bool(const ts_value* v, int32_t* out) TS_MUST_CHECK;
-TS_EXPORT ts_status* ts_value_to_int(const ts_value* v, int64_t* out) TS_MUST_CHECK;
-TS_EXPORT ts_status* ts_value_to_double(const ts_value* v, double* out) TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_value_to_bool(const ts_value* v, int32_t* out) TS_NOEXCEPT TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_value_to_int(const ts_value* v, int64_t* out) TS_NOEXCEPT TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_value_to_double(const ts_value* v, double* out) TS_NOEXCEPT TS_MUST_CHECK;
 /* *out is *len bytes plus a NUL (the string may hold NULs), released with ts_free. */
-TS_EXPORT ts_status* ts_value_to_string(const ts_value* v, char** out /* new reference */, size_t* len) TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_value_to_string(const ts_value* v, char** out /* new reference */, size_t* len) TS_NOEXCEPT TS_MUST_CHECK;
 /* Shares the tensor's storage with v. */
-TS_EXPORT ts_status* ts_value_to_tensor(const ts_value* v, ts_tensor** out /* new reference */) TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_value_to_tensor(const ts_value* v, ts_tensor** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
 /* Number of elements of a list or tuple, or of entries of a dict. */
-TS_EXPORT ts_status* ts_value_len(const ts_value* v, size_t* out) TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_value_len(const ts_value* v, size_t* out) TS_NOEXCEPT TS_MUST_CHECK;
 /* Element i of a list or tuple, or the value of entry i (insertion order) of a dict. */
-TS_EXPORT ts_status* ts_value_item(const ts_value* v, size_t i, ts_value** out /* new reference */) TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_value_item(const ts_value* v, size_t i, ts_value** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
 /* The key of dict entry i as text (str keys as they are; int, float and bool keys printed). */
-TS_EXPORT ts_status* ts_value_key(const ts_value* v, size_t i, char** out /* new reference */) TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_value_key(const ts_value* v, size_t i, char** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
 
 /* Runs any method of m (e.g. "forward", "reset_states") with n positional arguments (borrowed)
  * and returns its result as one value (None for methods returning nothing). Lists, tuples and
@@ -287,13 +323,13 @@ TS_EXPORT ts_status* ts_value_key(const ts_value* v, size_t i, char** out /* new
  * thread. A module whose methods mutate attributes (ts_module_state) must not be called from
  * two threads at once. */
 TS_EXPORT ts_status* ts_module_call(const ts_module* m, const char* method /* borrowed */, ts_value* const* args,
-                                    size_t n, ts_value** out /* new reference */) TS_MUST_CHECK;
+                                    size_t n, ts_value** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
 /* ts_module_call plus nkw keyword arguments: kw_names[i] = kw_values[i] (all borrowed). */
 TS_EXPORT ts_status* ts_module_call_kw(const ts_module* m, const char* method /* borrowed */, ts_value* const* args,
                                        size_t n, const char* const* kw_names, ts_value* const* kw_values, size_t nkw,
-                                       ts_value** out /* new reference */) TS_MUST_CHECK;
+                                       ts_value** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
 /* Newline-separated names of the module's own methods (forward and every exported method). */
-TS_EXPORT ts_status* ts_module_methods(const ts_module* m, char** out /* new reference */) TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_module_methods(const ts_module* m, char** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
 /* One method's schema as JSON:
  *   {"name": "forward", "schema": "forward(__torch__.M self, Tensor x, int sr) -> Tensor",
  *    "arguments": [{"name": "x", "type": "Tensor", "kind": "tensor"},
@@ -304,14 +340,14 @@ TS_EXPORT ts_status* ts_module_methods(const ts_module* m, char** out /* new ref
  * dict, number, other; optional, list, tuple and dict carry "elements" (their contained types,
  * dict: key then value). A default that has no JSON form (a tensor) is given as text. */
 TS_EXPORT ts_status* ts_module_method_schema(const ts_module* m, const char* method /* borrowed */,
-                                             char** out /* new reference */) TS_MUST_CHECK;
+                                             char** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
 /* The attributes a call of method may assign, as a sorted JSON array of dotted paths from m
  * (["_context", "_h", "encoder.cache"]): every prim::SetAttr in its graph and in the methods it
  * calls on itself and on submodules, and every attribute (or view of one) an in-place op writes
  * (a buffer updated with mul_ or copy_). Non-empty means the module is stateful: reset it before
  * comparing runs and give each concurrent stream its own copy (ts_module_clone). */
 TS_EXPORT ts_status* ts_module_state(const ts_module* m, const char* method /* borrowed */,
-                                     char** out /* new reference */) TS_MUST_CHECK;
+                                     char** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
 /* ---- end of values ---- */
 
 #ifdef __cplusplus

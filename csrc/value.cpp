@@ -322,49 +322,49 @@ class StateFinder {
 
 extern "C" {
 
-ts_status* ts_value_new_none(ts_value** out) {
+ts_status* ts_value_new_none(ts_value** out) noexcept {
   TS_API_BEGIN
   TS_CHECK_ARG(out != nullptr, "value_new_none", "out is NULL");
   *out = wrap(c10::IValue());
   TS_API_END("value_new_none")
 }
 
-ts_status* ts_value_new_bool(int32_t v, ts_value** out) {
+ts_status* ts_value_new_bool(int32_t v, ts_value** out) noexcept {
   TS_API_BEGIN
   TS_CHECK_ARG(out != nullptr, "value_new_bool", "out is NULL");
   *out = wrap(c10::IValue(v != 0));
   TS_API_END("value_new_bool")
 }
 
-ts_status* ts_value_new_int(int64_t v, ts_value** out) {
+ts_status* ts_value_new_int(int64_t v, ts_value** out) noexcept {
   TS_API_BEGIN
   TS_CHECK_ARG(out != nullptr, "value_new_int", "out is NULL");
   *out = wrap(c10::IValue(v));
   TS_API_END("value_new_int")
 }
 
-ts_status* ts_value_new_double(double v, ts_value** out) {
+ts_status* ts_value_new_double(double v, ts_value** out) noexcept {
   TS_API_BEGIN
   TS_CHECK_ARG(out != nullptr, "value_new_double", "out is NULL");
   *out = wrap(c10::IValue(v));
   TS_API_END("value_new_double")
 }
 
-ts_status* ts_value_new_string(const char* s, size_t len, ts_value** out) {
+ts_status* ts_value_new_string(const char* s, size_t len, ts_value** out) noexcept {
   TS_API_BEGIN
   TS_CHECK_ARG(out != nullptr && (s != nullptr || len == 0), "value_new_string", "string or out is NULL");
   *out = wrap(c10::IValue(std::string(s == nullptr ? "" : s, len)));
   TS_API_END("value_new_string")
 }
 
-ts_status* ts_value_new_tensor(const ts_tensor* t, ts_value** out) {
+ts_status* ts_value_new_tensor(const ts_tensor* t, ts_value** out) noexcept {
   TS_API_BEGIN
   TS_CHECK_ARG(t != nullptr && out != nullptr, "value_new_tensor", "tensor or out is NULL");
   *out = wrap(c10::IValue(t->t));
   TS_API_END("value_new_tensor")
 }
 
-ts_status* ts_value_new_list(ts_value* const* items, size_t n, ts_value** out) {
+ts_status* ts_value_new_list(ts_value* const* items, size_t n, ts_value** out) noexcept {
   TS_API_BEGIN
   TS_CHECK_ARG(out != nullptr && (items != nullptr || n == 0), "value_new_list", "items or out is NULL");
   auto vals = items_of(items, n, "list item");
@@ -375,14 +375,14 @@ ts_status* ts_value_new_list(ts_value* const* items, size_t n, ts_value** out) {
   TS_API_END("value_new_list")
 }
 
-ts_status* ts_value_new_tuple(ts_value* const* items, size_t n, ts_value** out) {
+ts_status* ts_value_new_tuple(ts_value* const* items, size_t n, ts_value** out) noexcept {
   TS_API_BEGIN
   TS_CHECK_ARG(out != nullptr && (items != nullptr || n == 0), "value_new_tuple", "items or out is NULL");
   *out = wrap(c10::IValue(c10::ivalue::Tuple::create(items_of(items, n, "tuple item"))));
   TS_API_END("value_new_tuple")
 }
 
-ts_status* ts_value_new_dict(const char* const* keys, ts_value* const* values, size_t n, ts_value** out) {
+ts_status* ts_value_new_dict(const char* const* keys, ts_value* const* values, size_t n, ts_value** out) noexcept {
   TS_API_BEGIN
   TS_CHECK_ARG(out != nullptr && ((keys != nullptr && values != nullptr) || n == 0), "value_new_dict",
                "keys, values or out is NULL");
@@ -397,17 +397,17 @@ ts_status* ts_value_new_dict(const char* const* keys, ts_value* const* values, s
   TS_API_END("value_new_dict")
 }
 
-void ts_value_free(ts_value* v) { delete v; }
+void ts_value_free(ts_value* v) noexcept { delete v; }
 
-int32_t ts_value_kind(const ts_value* v) { return v == nullptr ? TS_VALUE_NONE : kind_of(v->v); }
+int32_t ts_value_kind(const ts_value* v) noexcept { return v == nullptr ? TS_VALUE_NONE : kind_of(v->v); }
 
-ts_status* ts_value_type(const ts_value* v, char** out) {
+ts_status* ts_value_type(const ts_value* v, char** out) noexcept {
   TS_API_BEGIN
   *out = tsimpl::dup_string(checked(v, "value_type").type()->annotation_str());
   TS_API_END("value_type")
 }
 
-ts_status* ts_value_to_bool(const ts_value* v, int32_t* out) {
+ts_status* ts_value_to_bool(const ts_value* v, int32_t* out) noexcept {
   TS_API_BEGIN
   const auto& iv = checked(v, "value_to_bool");
   if (!iv.isBool()) wrong_kind(iv, "bool");
@@ -415,7 +415,7 @@ ts_status* ts_value_to_bool(const ts_value* v, int32_t* out) {
   TS_API_END("value_to_bool")
 }
 
-ts_status* ts_value_to_int(const ts_value* v, int64_t* out) {
+ts_status* ts_value_to_int(const ts_value* v, int64_t* out) noexcept {
   TS_API_BEGIN
   const auto& iv = checked(v, "value_to_int");
   if (!iv.isInt()) wrong_kind(iv, "int");
@@ -423,7 +423,7 @@ ts_status* ts_value_to_int(const ts_value* v, int64_t* out) {
   TS_API_END("value_to_int")
 }
 
-ts_status* ts_value_to_double(const ts_value* v, double* out) {
+ts_status* ts_value_to_double(const ts_value* v, double* out) noexcept {
   TS_API_BEGIN
   const auto& iv = checked(v, "value_to_double");
   if (!iv.isDouble()) wrong_kind(iv, "float");
@@ -431,7 +431,7 @@ ts_status* ts_value_to_double(const ts_value* v, double* out) {
   TS_API_END("value_to_double")
 }
 
-ts_status* ts_value_to_string(const ts_value* v, char** out, size_t* len) {
+ts_status* ts_value_to_string(const ts_value* v, char** out, size_t* len) noexcept {
   TS_API_BEGIN
   const auto& iv = checked(v, "value_to_string");
   if (!iv.isString()) wrong_kind(iv, "str");
@@ -445,7 +445,7 @@ ts_status* ts_value_to_string(const ts_value* v, char** out, size_t* len) {
   TS_API_END("value_to_string")
 }
 
-ts_status* ts_value_to_tensor(const ts_value* v, ts_tensor** out) {
+ts_status* ts_value_to_tensor(const ts_value* v, ts_tensor** out) noexcept {
   TS_API_BEGIN
   const auto& iv = checked(v, "value_to_tensor");
   if (!iv.isTensor()) wrong_kind(iv, "Tensor");
@@ -454,7 +454,7 @@ ts_status* ts_value_to_tensor(const ts_value* v, ts_tensor** out) {
   TS_API_END("value_to_tensor")
 }
 
-ts_status* ts_value_len(const ts_value* v, size_t* out) {
+ts_status* ts_value_len(const ts_value* v, size_t* out) noexcept {
   TS_API_BEGIN
   const auto& iv = checked(v, "value_len");
   if (iv.isList()) {
@@ -469,7 +469,7 @@ ts_status* ts_value_len(const ts_value* v, size_t* out) {
   TS_API_END("value_len")
 }
 
-ts_status* ts_value_item(const ts_value* v, size_t i, ts_value** out) {
+ts_status* ts_value_item(const ts_value* v, size_t i, ts_value** out) noexcept {
   TS_API_BEGIN
   const auto& iv = checked(v, "value_item");
   c10::IValue item;
@@ -490,7 +490,7 @@ ts_status* ts_value_item(const ts_value* v, size_t i, ts_value** out) {
   TS_API_END("value_item")
 }
 
-ts_status* ts_value_key(const ts_value* v, size_t i, char** out) {
+ts_status* ts_value_key(const ts_value* v, size_t i, char** out) noexcept {
   TS_API_BEGIN
   const auto& iv = checked(v, "value_key");
   if (!iv.isGenericDict()) wrong_kind(iv, "a dict");
@@ -502,20 +502,20 @@ ts_status* ts_value_key(const ts_value* v, size_t i, char** out) {
   TS_API_END("value_key")
 }
 
-ts_status* ts_module_call(const ts_module* m, const char* method, ts_value* const* args, size_t n, ts_value** out) {
+ts_status* ts_module_call(const ts_module* m, const char* method, ts_value* const* args, size_t n, ts_value** out) noexcept {
   TS_API_BEGIN
   return call(m, method, args, n, nullptr, nullptr, 0, out);
   TS_API_END("call")
 }
 
 ts_status* ts_module_call_kw(const ts_module* m, const char* method, ts_value* const* args, size_t n,
-                             const char* const* kw_names, ts_value* const* kw_values, size_t nkw, ts_value** out) {
+                             const char* const* kw_names, ts_value* const* kw_values, size_t nkw, ts_value** out) noexcept {
   TS_API_BEGIN
   return call(m, method, args, n, kw_names, kw_values, nkw, out);
   TS_API_END("call")
 }
 
-ts_status* ts_module_methods(const ts_module* m, char** out) {
+ts_status* ts_module_methods(const ts_module* m, char** out) noexcept {
   TS_API_BEGIN
   std::string s;
   for (const auto& meth : m->m.get_methods()) s += (s.empty() ? "" : "\n") + meth.name();
@@ -523,7 +523,7 @@ ts_status* ts_module_methods(const ts_module* m, char** out) {
   TS_API_END("methods")
 }
 
-ts_status* ts_module_method_schema(const ts_module* m, const char* method, char** out) {
+ts_status* ts_module_method_schema(const ts_module* m, const char* method, char** out) noexcept {
   TS_API_BEGIN
   torch::jit::Method meth = find_method(m->m, method);
   const auto& schema = meth.function().getSchema();
@@ -548,7 +548,7 @@ ts_status* ts_module_method_schema(const ts_module* m, const char* method, char*
   TS_API_END("method_schema")
 }
 
-ts_status* ts_module_state(const ts_module* m, const char* method, char** out) {
+ts_status* ts_module_state(const ts_module* m, const char* method, char** out) noexcept {
   TS_API_BEGIN
   torch::jit::Method meth = find_method(m->m, method);
   StateFinder f(m->m);

@@ -83,7 +83,7 @@ func BenchmarkSoak(b *testing.B) {
 	const n = 20000
 	warm := func(k int) {
 		for i := 0; i < k; i++ {
-			x, err := torch.NewTensor(arrays[0].Data, arrays[0].Shape)
+			x, err := torch.NewTensorAny(arrays[0].Data, arrays[0].Shape)
 			if err != nil {
 				b.Fatal(err)
 			}

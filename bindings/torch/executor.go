@@ -1,120 +1,113 @@
 package torch
 
 import (
+	"errors"
 	"runtime"
 	"sync"
 )
 
 // libtorch's OpenMP pool belongs to the OS thread that calls into it: a call from a new thread
 // starts (and keeps spinning) a new pool. Measured on the digits model: 136-184 us per call from
-// one locked thread, 650-950 us when calls hopped between 2-3 threads. So inference runs on a
-// small set of worker goroutines, each locked to its OS thread for life.
+// one locked thread, 650-950 us when calls hopped between 2-3 threads. So inference runs on
+// worker goroutines, each locked to its OS thread for life: one shared default Thread (Forward,
+// Do), and any number of dedicated ones (NewThread) for callers that run streams side by side.
 
-type executor struct {
-	mu      sync.RWMutex // read side held by callers in do/broadcast; stop takes the write side
-	jobs    chan func()
-	workers []chan func() // per-worker queues, for broadcasts
-	wg      sync.WaitGroup
+// Thread is a goroutine locked to one OS thread, with that thread's own OpenMP pool. Do runs
+// work on it. It is safe from many goroutines; Close waits for calls in flight.
+type Thread struct {
+	mu     sync.RWMutex // read side held by Do for the length of a call; Close takes the write side
+	closed bool
+	jobs   chan func()
+	done   chan struct{} // closed when the worker goroutine has returned
 }
 
-func newExecutor(n int) *executor {
-	e := &executor{jobs: make(chan func())}
-	for i := 0; i < n; i++ {
-		own := make(chan func())
-		e.workers = append(e.workers, own)
-		e.wg.Add(1)
-		go func() {
-			defer e.wg.Done()
-			runtime.LockOSThread() // never unlocked: the thread keeps its OpenMP pool
-			for {
-				select {
-				case f, ok := <-e.jobs:
-					if !ok {
-						return
-					}
-					f()
-				case f, ok := <-own:
-					if !ok {
-						return
-					}
-					f()
-				}
-			}
-		}()
+// ErrThreadClosed is returned by Thread.Do after Close.
+var ErrThreadClosed = errors.New("torch: use of a closed Thread")
+
+var (
+	threadsMu   sync.Mutex
+	liveThreads = map[*Thread]struct{}{}
+	lastThreads int // the last count SetNumThreads applied; new threads start with it
+)
+
+// NewThread starts a dedicated inference thread. It starts with the intra-op thread count last
+// set by SetNumThreads and follows later SetNumThreads calls. Close it when done.
+func NewThread() *Thread {
+	t := &Thread{jobs: make(chan func()), done: make(chan struct{})}
+	threadsMu.Lock()
+	n := lastThreads
+	liveThreads[t] = struct{}{}
+	threadsMu.Unlock()
+	go func() {
+		defer close(t.done)
+		runtime.LockOSThread() // never unlocked: the thread keeps its OpenMP pool
+		if n > 0 {
+			// A new OS thread reads OMP_NUM_THREADS, not the count set on other threads.
+			_ = setThreadsHere(n)
+		}
+		for f := range t.jobs {
+			f()
+		}
+	}()
+	return t
+}
+
+// Do runs f on the thread and waits for it. f must not call Do on the same Thread (it would
+// wait for itself). After Close, Do returns ErrThreadClosed without running f.
+func (t *Thread) Do(f func()) error {
+	if t == nil || f == nil {
+		return errors.New("torch: Thread.Do needs a thread from NewThread and a non-nil function")
 	}
-	return e
-}
-
-// do runs f on one worker thread and waits for it.
-func (e *executor) do(f func()) {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if t.closed {
+		return ErrThreadClosed
+	}
 	done := make(chan struct{})
-	e.jobs <- func() { defer close(done); f() }
+	t.jobs <- func() { defer close(done); f() }
 	<-done
+	return nil
 }
 
-// broadcast runs f once on every worker thread and waits for all.
-func (e *executor) broadcast(f func()) {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	var wg sync.WaitGroup
-	for _, w := range e.workers {
-		wg.Add(1)
-		w <- func() { defer wg.Done(); f() }
+// Close stops the thread after calls in flight return. It is idempotent.
+func (t *Thread) Close() error {
+	if t == nil {
+		return nil
 	}
-	wg.Wait()
-}
-
-func (e *executor) stop() {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	close(e.jobs)
-	for _, w := range e.workers {
-		close(w)
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil
 	}
-	e.wg.Wait()
+	t.closed = true
+	close(t.jobs)
+	t.mu.Unlock()
+	<-t.done
+	threadsMu.Lock()
+	delete(liveThreads, t)
+	threadsMu.Unlock()
+	return nil
 }
 
 var (
-	execMu      sync.Mutex
-	defaultExec *executor
-	execWorkers = 1
+	defaultOnce   sync.Once
+	defaultThread *Thread
 )
 
-func getExecutor() *executor {
-	execMu.Lock()
-	defer execMu.Unlock()
-	if defaultExec == nil {
-		defaultExec = newExecutor(execWorkers)
-	}
-	return defaultExec
+// worker is the shared thread that Forward, RunMethod and Do use. It is never closed.
+func worker() *Thread {
+	defaultOnce.Do(func() { defaultThread = NewThread() })
+	return defaultThread
 }
 
-// SetWorkers sets how many locked OS threads run inference calls made through Forward. One (the
-// default) suits latency: each call already uses all intra-op threads. Throughput setups with
-// several streams want one worker per stream. In-flight calls finish on the old workers.
-func SetWorkers(n int) {
-	if n < 1 {
-		n = 1
+// Do runs f on the shared inference thread and waits for it. Use it for any libtorch work that
+// should share the inference thread's OpenMP pool (calibration runs, timing loops). f must not
+// call Do, Forward, RunMethod or SetNumThreads (they would wait for the thread f runs on); call
+// the OnThisThread variants inside f.
+func Do(f func()) {
+	if f == nil {
+		return
 	}
-	execMu.Lock()
-	old := defaultExec
-	execWorkers = n
-	defaultExec = nil
-	execMu.Unlock()
-	if old != nil {
-		go old.stop()
-	}
+	// The shared thread is never closed, so Do cannot fail.
+	_ = worker().Do(f)
 }
-
-// Workers reports the number of inference worker threads.
-func Workers() int {
-	execMu.Lock()
-	defer execMu.Unlock()
-	return execWorkers
-}
-
-// Do runs f on an inference worker thread and waits for it. Use it for any libtorch work that
-// should share the inference threads' OpenMP pools (calibration runs, timing loops).
-func Do(f func()) { getExecutor().do(f) }

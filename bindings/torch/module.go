@@ -7,15 +7,18 @@ package torch
 import "C"
 
 import (
+	"archive/zip"
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"unsafe"
 )
@@ -32,7 +35,9 @@ type Module struct {
 func wrapModule(c *C.ts_module, name string) *Module {
 	m := &Module{c: c, name: name, nin: -1}
 	var n C.int64_t
-	if C.ts_module_num_inputs(c, &n) == nil {
+	// A module without forward (an observer-only or helper module) has no input count: the
+	// status says so and is freed; nin stays -1.
+	if statusErr(C.ts_module_num_inputs(c, &n)) == nil {
 		m.nin = int64(n)
 	}
 	runtime.SetFinalizer(m, (*Module).Close)
@@ -41,11 +46,48 @@ func wrapModule(c *C.ts_module, name string) *Module {
 
 var zipMagic = []byte("PK\x03\x04")
 
-// Load reads a TorchScript archive saved by torch.jit.save (traced or scripted) or by Save.
+// acquire takes the read side of m's guard; it refuses nil and zero-value modules.
+func (m *Module) acquire() error {
+	if m == nil {
+		return ErrNilHandle
+	}
+	if err := m.g.acquire(); err != nil {
+		return err
+	}
+	if m.c == nil {
+		m.g.release()
+		return ErrNilHandle
+	}
+	return nil
+}
+
+// acquireWrite takes the write side, for calls that change the module in place.
+func (m *Module) acquireWrite() error {
+	if m == nil {
+		return ErrNilHandle
+	}
+	if err := m.g.acquireWrite(); err != nil {
+		return err
+	}
+	if m.c == nil {
+		m.g.releaseWrite()
+		return ErrNilHandle
+	}
+	return nil
+}
+
+// Load reads a TorchScript archive saved by torch.jit.save (traced or scripted) or by Save. It
+// holds the engine lock (see LoadWithEngine) while libtorch reads the file.
 func Load(path string) (*Module, error) {
 	if err := checkShim(); err != nil {
 		return nil, err
 	}
+	engineMu.Lock()
+	defer engineMu.Unlock()
+	return loadLocked(path)
+}
+
+func loadLocked(path string) (*Module, error) {
 	st, err := os.Stat(path)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -62,10 +104,15 @@ func Load(path string) (*Module, error) {
 		return nil, fmt.Errorf("load model %q: %w", path, err)
 	}
 	head := make([]byte, 4)
-	_, _ = f.Read(head)
-	f.Close()
+	_, _ = io.ReadFull(f, head)
 	if !bytes.Equal(head, zipMagic) {
+		f.Close()
 		return nil, fmt.Errorf("load model %q: not a TorchScript archive (zip header missing): export the model with torch.jit.save (torch.save'd state_dicts and ONNX files are not TorchScript)", path)
+	}
+	err = checkArchive(f, st.Size(), path)
+	f.Close()
+	if err != nil {
+		return nil, err
 	}
 	cs := C.CString(path)
 	defer C.free(unsafe.Pointer(cs))
@@ -74,6 +121,23 @@ func Load(path string) (*Module, error) {
 		return nil, explainLoadError(path, err)
 	}
 	return wrapModule(out, path), nil
+}
+
+// LoadWithEngine selects the quantized engine (when engine is not "") and loads path, holding
+// the engine lock across both: an INT8 model's weights are packed while it loads, for the
+// engine set at that moment, so another goroutine must not switch it in between.
+func LoadWithEngine(path, engine string) (*Module, error) {
+	if err := checkShim(); err != nil {
+		return nil, err
+	}
+	engineMu.Lock()
+	defer engineMu.Unlock()
+	if engine != "" {
+		if err := setQEngineLocked(engine); err != nil {
+			return nil, fmt.Errorf("load model %q: made for quantized engine %s: %w", path, Clip(engine), err)
+		}
+	}
+	return loadLocked(path)
 }
 
 // LoadBytes reads a TorchScript archive from memory. name labels it in messages.
@@ -87,6 +151,9 @@ func LoadBytes(b []byte, name string) (*Module, error) {
 	if !bytes.HasPrefix(b, zipMagic) {
 		return nil, fmt.Errorf("load model %q: not a TorchScript archive (zip header missing): export the model with torch.jit.save", name)
 	}
+	if err := checkArchive(bytes.NewReader(b), int64(len(b)), name); err != nil {
+		return nil, err
+	}
 	var out *C.ts_module
 	err := statusErr(C.ts_module_load_bytes(unsafe.Pointer(&b[0]), C.size_t(len(b)), &out))
 	runtime.KeepAlive(b)
@@ -97,23 +164,85 @@ func LoadBytes(b []byte, name string) (*Module, error) {
 }
 
 func explainLoadError(name string, err error) error {
-	msg := err.Error()
-	switch {
-	case strings.Contains(msg, "central directory"), strings.Contains(msg, "failed reading zip archive"),
-		strings.Contains(msg, "failed to read"), strings.Contains(msg, "invalid header or archive is corrupted"):
+	if errors.Is(err, Corrupt) {
 		return fmt.Errorf("load model %q: truncated or corrupt archive: copy or export it again (%w)", name, err)
-	case strings.Contains(msg, "constants.pkl"), strings.Contains(msg, "file not found"),
-		strings.Contains(msg, "code/"), strings.Contains(msg, "version"), strings.Contains(msg, "not in a subdirectory"):
-		return fmt.Errorf("load model %q: a zip archive but not a TorchScript module: export it with torch.jit.script/trace + torch.jit.save (%w)", name, err)
 	}
 	return fmt.Errorf("load model %q: %w", name, err)
 }
 
-// Name is the path or label the module was loaded from.
-func (m *Module) Name() string { return m.name }
+// MaxFileFormatVersion is the newest TorchScript file format version (an archive's version
+// record) this libtorch reads.
+func MaxFileFormatVersion() int64 { return int64(C.ts_max_file_format_version()) }
 
-// SetName changes the label used in messages.
-func (m *Module) SetName(name string) { m.name = name }
+func loadErr(name string, code Code, format string, args ...any) error {
+	return &Error{Op: fmt.Sprintf("load model %q", name), Code: code, Msg: fmt.Sprintf(format, args...)}
+}
+
+// checkArchive reads an archive's zip directory and version record before libtorch sees it, so
+// that the common failures get messages that say what to do: libtorch reports a newer format
+// and a foreign zip alike as a missing record.
+func checkArchive(r io.ReaderAt, size int64, name string) error {
+	zr, err := zip.NewReader(r, size)
+	if err != nil {
+		return loadErr(name, Corrupt, "truncated or corrupt archive (%v): copy or export it again", err)
+	}
+	var version *zip.File
+	hasData, hasCode := false, false
+	for _, f := range zr.File {
+		_, rec, ok := strings.Cut(f.Name, "/")
+		if !ok {
+			continue
+		}
+		switch {
+		case rec == "version" || rec == ".data/version":
+			if version == nil || rec == ".data/version" {
+				version = f
+			}
+		case rec == "data.pkl":
+			hasData = true
+		case strings.HasPrefix(rec, "code/"):
+			hasCode = true
+		}
+	}
+	if version == nil || !hasData || !hasCode {
+		return loadErr(name, Corrupt, "a zip archive but not a TorchScript module (no version, data.pkl or code/ records): export it with torch.jit.script/trace + torch.jit.save")
+	}
+	if version.UncompressedSize64 > 64 {
+		return loadErr(name, Corrupt, "its version record is %d bytes, not a version number: copy or export it again", version.UncompressedSize64)
+	}
+	rc, err := version.Open()
+	if err != nil {
+		return loadErr(name, Corrupt, "cannot read its version record: %v", err)
+	}
+	raw, err := io.ReadAll(io.LimitReader(rc, 65))
+	rc.Close()
+	if err != nil {
+		return loadErr(name, Corrupt, "cannot read its version record: %v: copy or export it again", err)
+	}
+	v, err := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64)
+	if err != nil {
+		return loadErr(name, Corrupt, "its version record %q is not a number: copy or export it again", Clip(string(raw)))
+	}
+	if maxv := MaxFileFormatVersion(); v > maxv {
+		return loadErr(name, Unsupported, "written by a newer PyTorch (file format version %d; this libtorch %s reads up to %d): save it with an older PyTorch or run torchspeed with a newer libtorch", v, Version(), maxv)
+	}
+	return nil
+}
+
+// Name is the path or label the module was loaded from.
+func (m *Module) Name() string {
+	if m == nil {
+		return ""
+	}
+	return m.name
+}
+
+// SetName changes the label used in messages. Call it before sharing the module.
+func (m *Module) SetName(name string) {
+	if m != nil {
+		m.name = name
+	}
+}
 
 // Close frees the module. It is idempotent and waits for calls in flight.
 func (m *Module) Close() error {
@@ -130,15 +259,15 @@ func (m *Module) Close() error {
 
 // derive wraps a new module made from m by one of the shim's transforms.
 func (m *Module) derive(op func(*C.ts_module, **C.ts_module) *C.ts_status) (*Module, error) {
-	if err := m.g.acquire(); err != nil {
+	if err := m.acquire(); err != nil {
 		return nil, err
 	}
 	defer m.g.release()
 	var out *C.ts_module
 	if err := statusErr(op(m.c, &out)); err != nil {
-		return nil, fmt.Errorf("model %q: %w", m.name, err)
+		return nil, fmt.Errorf("model %q: %w", m.Name(), err)
 	}
-	return wrapModule(out, m.name), nil
+	return wrapModule(out, m.Name()), nil
 }
 
 // Clone returns a deep copy sharing no parameters.
@@ -146,12 +275,13 @@ func (m *Module) Clone() (*Module, error) {
 	return m.derive(func(c *C.ts_module, o **C.ts_module) *C.ts_status { return C.ts_module_clone(c, o) })
 }
 
-// Eval switches the module (and its submodules) to inference mode, in place.
+// Eval switches the module (and its submodules) to inference mode, in place. It waits for
+// calls in flight.
 func (m *Module) Eval() error {
-	if err := m.g.acquire(); err != nil {
+	if err := m.acquireWrite(); err != nil {
 		return err
 	}
-	defer m.g.release()
+	defer m.g.releaseWrite()
 	return statusErr(C.ts_module_eval(m.c))
 }
 
@@ -196,10 +326,10 @@ func (m *Module) OptimizeForInference() (*Module, error) {
 // ChannelsLast converts 4-D and 5-D parameters and buffers to channels-last in place and returns
 // how many it changed. Do it before Freeze.
 func (m *Module) ChannelsLast() (int, error) {
-	if err := m.g.acquire(); err != nil {
+	if err := m.acquireWrite(); err != nil {
 		return 0, err
 	}
-	defer m.g.release()
+	defer m.g.releaseWrite()
 	var n C.int64_t
 	if err := statusErr(C.ts_module_channels_last(m.c, &n)); err != nil {
 		return 0, err
@@ -221,13 +351,13 @@ func CloseOutputs(outs []Output) {
 	}
 }
 
-// Forward runs the module on an inference worker thread (see SetWorkers).
+// Forward runs the module on the shared inference thread (see Do; NewThread for more).
 func (m *Module) Forward(inputs ...*Tensor) ([]Output, error) {
 	var (
 		outs []Output
 		err  error
 	)
-	getExecutor().do(func() { outs, err = m.ForwardOnThisThread(inputs...) })
+	Do(func() { outs, err = m.ForwardOnThisThread(inputs...) })
 	return outs, err
 }
 
@@ -237,32 +367,38 @@ func (m *Module) ForwardOnThisThread(inputs ...*Tensor) ([]Output, error) {
 	return m.call("forward", inputs)
 }
 
-// RunMethod runs a method other than forward on an inference worker thread.
+// RunMethod runs a method other than forward on the shared inference thread.
 func (m *Module) RunMethod(method string, inputs ...*Tensor) ([]Output, error) {
 	var (
 		outs []Output
 		err  error
 	)
-	getExecutor().do(func() { outs, err = m.call(method, inputs) })
+	Do(func() { outs, err = m.call(method, inputs) })
 	return outs, err
 }
 
+// RunMethodOnThisThread is RunMethod on the calling goroutine's OS thread (see
+// ForwardOnThisThread).
+func (m *Module) RunMethodOnThisThread(method string, inputs ...*Tensor) ([]Output, error) {
+	return m.call(method, inputs)
+}
+
 func (m *Module) call(method string, inputs []*Tensor) ([]Output, error) {
-	if err := m.g.acquire(); err != nil {
+	if err := m.acquire(); err != nil {
 		return nil, err
 	}
 	defer m.g.release()
 	if m.nin >= 0 && method == "forward" && int64(len(inputs)) > m.nin {
-		return nil, fmt.Errorf("forward %q: model takes %d input(s), got %d: check the inputs in your config", m.name, m.nin, len(inputs))
+		return nil, fmt.Errorf("forward %q: model takes %d input(s), got %d: check the inputs in your config", m.Name(), m.nin, len(inputs))
 	}
 	arr, release, err := cInputs(inputs)
 	if err != nil {
-		return nil, fmt.Errorf("%s %q: %w", method, m.name, err)
+		return nil, fmt.Errorf("%s %q: %w", method, m.Name(), err)
 	}
 	defer release()
 	for i, t := range inputs {
 		if C.ts_tensor_numel(t.c) == 0 && C.ts_tensor_ndim(t.c) > 0 {
-			return nil, fmt.Errorf("forward %q: input %d has no elements (shape %v): give at least one sample", m.name, i, t.shapeLocked())
+			return nil, fmt.Errorf("forward %q: input %d has no elements (shape %v): give at least one sample", m.Name(), i, t.shapeLocked())
 		}
 	}
 	var res *C.ts_outputs
@@ -275,7 +411,7 @@ func (m *Module) call(method string, inputs []*Tensor) ([]Output, error) {
 		st = C.ts_module_run_method(m.c, cm, arr, C.size_t(len(inputs)), &res)
 	}
 	if err := statusErr(st); err != nil {
-		return nil, fmt.Errorf("%s %q with inputs %s: %w", method, m.name, describeInputs(inputs), summarize(err))
+		return nil, fmt.Errorf("%s %q with inputs %s: %w", method, m.Name(), describeInputs(inputs), summarize(err))
 	}
 	defer C.ts_outputs_free(res)
 	n := int(C.ts_outputs_size(res))
@@ -308,7 +444,7 @@ func cInputs(inputs []*Tensor) (arr **C.ts_tensor, release func(), err error) {
 			release()
 			return nil, nil, fmt.Errorf("input %d is nil", i)
 		}
-		if err := t.g.acquire(); err != nil {
+		if err := t.acquire(); err != nil {
 			release()
 			return nil, nil, fmt.Errorf("input %d: %w", i, err)
 		}
@@ -322,10 +458,12 @@ func cInputs(inputs []*Tensor) (arr **C.ts_tensor, release func(), err error) {
 	return arr, release, nil
 }
 
+// describeInputs runs while cInputs holds every input's guard: it reads them through the
+// *Locked helpers, never through methods that take the guard again.
 func describeInputs(inputs []*Tensor) string {
 	parts := make([]string, len(inputs))
 	for i, t := range inputs {
-		parts[i] = t.String()
+		parts[i] = t.stringLocked()
 	}
 	return "[" + strings.Join(parts, ", ") + "]"
 }
@@ -344,7 +482,7 @@ func summarize(err error) error {
 		return err
 	}
 	last := locs[len(locs)-1]
-	return &Error{Op: te.Op, Msg: strings.TrimSpace(te.Msg[last[0]:]), Detail: te.Msg}
+	return &Error{Op: te.Op, Code: te.Code, Msg: strings.TrimSpace(te.Msg[last[0]:]), Detail: te.Msg, Errno: te.Errno}
 }
 
 // TimeForward runs forward runs times in a plain C++ loop on an inference worker thread and
@@ -355,8 +493,8 @@ func (m *Module) TimeForward(runs int, inputs ...*Tensor) ([]int64, error) {
 	}
 	ns := make([]int64, runs)
 	var err error
-	getExecutor().do(func() {
-		if err = m.g.acquire(); err != nil {
+	Do(func() {
+		if err = m.acquire(); err != nil {
 			return
 		}
 		defer m.g.release()
@@ -375,24 +513,25 @@ func (m *Module) TimeForward(runs int, inputs ...*Tensor) ([]int64, error) {
 		err = statusErr(C.ts_module_time_forward(m.c, arr, C.size_t(len(inputs)), C.int64_t(runs), nsp))
 	})
 	if err != nil {
-		return nil, fmt.Errorf("time forward %q: %w", m.name, summarize(err))
+		return nil, fmt.Errorf("time forward %q: %w", m.Name(), summarize(err))
 	}
 	return ns, nil
 }
 
-// Define adds a TorchScript method to the module (torch::jit::Module::define).
+// Define adds a TorchScript method to the module (torch::jit::Module::define). It waits for
+// calls in flight.
 func (m *Module) Define(source string) error {
-	if err := m.g.acquire(); err != nil {
+	if err := m.acquireWrite(); err != nil {
 		return err
 	}
-	defer m.g.release()
+	defer m.g.releaseWrite()
 	cs := C.CString(source)
 	defer C.free(unsafe.Pointer(cs))
 	return statusErr(C.ts_module_define(m.c, cs))
 }
 
 func (m *Module) stringOp(op func(*C.ts_module, **C.char) *C.ts_status) (string, error) {
-	if err := m.g.acquire(); err != nil {
+	if err := m.acquire(); err != nil {
 		return "", err
 	}
 	defer m.g.release()
@@ -409,7 +548,12 @@ func (m *Module) Schema() (string, error) {
 }
 
 // NumInputs is the number of arguments forward takes, not counting self (-1 if unknown).
-func (m *Module) NumInputs() int { return int(m.nin) }
+func (m *Module) NumInputs() int {
+	if m == nil {
+		return -1
+	}
+	return int(m.nin)
+}
 
 // Graph is forward's inlined graph as text.
 func (m *Module) Graph() (string, error) {
@@ -456,7 +600,7 @@ func (m *Module) ExtraFiles() (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := m.g.acquire(); err != nil {
+	if err := m.acquire(); err != nil {
 		return nil, err
 	}
 	defer m.g.release()
@@ -482,7 +626,7 @@ func (m *Module) ExtraFiles() (map[string][]byte, error) {
 // Save writes the module with extra files (name -> contents) atomically: to a temporary file
 // in the same folder, then renamed over path. A failed save leaves nothing behind.
 func (m *Module) Save(path string, extra map[string][]byte) error {
-	if err := m.g.acquire(); err != nil {
+	if err := m.acquire(); err != nil {
 		return err
 	}
 	defer m.g.release()

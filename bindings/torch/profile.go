@@ -43,33 +43,33 @@ func (m *Module) OpWork(inputs ...*Tensor) (map[string]OpWork, error) {
 		js  string
 		err error
 	)
-	getExecutor().do(func() { js, err = m.opFLOPsJSON(inputs) })
+	Do(func() { js, err = m.opFLOPsJSON(inputs) })
 	if err != nil {
 		return nil, err
 	}
 	work := map[string]OpWork{}
 	if err := json.Unmarshal([]byte(js), &work); err != nil {
-		return nil, fmt.Errorf("count FLOPs of %q: shim returned malformed JSON: %w", m.name, err)
+		return nil, fmt.Errorf("count FLOPs of %q: shim returned malformed JSON: %w", m.Name(), err)
 	}
 	return work, nil
 }
 
 func (m *Module) opFLOPsJSON(inputs []*Tensor) (string, error) {
-	if err := m.g.acquire(); err != nil {
+	if err := m.acquire(); err != nil {
 		return "", err
 	}
 	defer m.g.release()
 	if m.nin >= 0 && int64(len(inputs)) > m.nin {
-		return "", fmt.Errorf("count FLOPs of %q: model takes %d input(s), got %d: check the inputs in your config", m.name, m.nin, len(inputs))
+		return "", fmt.Errorf("count FLOPs of %q: model takes %d input(s), got %d: check the inputs in your config", m.Name(), m.nin, len(inputs))
 	}
 	arr, release, err := cInputs(inputs)
 	if err != nil {
-		return "", fmt.Errorf("count FLOPs of %q: %w", m.name, err)
+		return "", fmt.Errorf("count FLOPs of %q: %w", m.Name(), err)
 	}
 	defer release()
 	var p *C.char
 	if err := statusErr(C.ts_module_op_flops(m.c, arr, C.size_t(len(inputs)), &p)); err != nil {
-		return "", fmt.Errorf("count FLOPs of %q with inputs %s: %w", m.name, describeInputs(inputs), summarize(err))
+		return "", fmt.Errorf("count FLOPs of %q with inputs %s: %w", m.Name(), describeInputs(inputs), summarize(err))
 	}
 	return takeString(p), nil
 }
@@ -78,11 +78,13 @@ func (m *Module) opFLOPsJSON(inputs []*Tensor) (string, error) {
 // any registered operator (ops.quantized.linear, ops.quantized.conv2d_unpack, ...), which
 // Define's resolver cannot name; `torch.<op>` is an aten op. Dtypes are integer codes
 // (torch.quint8 is 13, torch.qint8 12).
+//
+// It changes the module: it waits for calls in flight.
 func (m *Module) DefineOps(source string) error {
-	if err := m.g.acquire(); err != nil {
+	if err := m.acquireWrite(); err != nil {
 		return err
 	}
-	defer m.g.release()
+	defer m.g.releaseWrite()
 	cs := C.CString(source)
 	defer C.free(unsafe.Pointer(cs))
 	return statusErr(C.ts_module_define_ops(m.c, cs))

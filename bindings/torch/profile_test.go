@@ -153,7 +153,7 @@ func TestDefineOps(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer torch.CloseOutputs(outs)
-	d, err := outs[0].Tensor.Data()
+	d, err := torch.DataAny(outs[0].Tensor)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -68,7 +68,7 @@ func (c QuantConfig) MarshalJSON() ([]byte, error) {
 func (m *Module) QuantPrepare(cfg QuantConfig) (*Module, error) {
 	js, err := json.Marshal(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("quantize %q: %w", m.name, err)
+		return nil, fmt.Errorf("quantize %q: %w", m.Name(), err)
 	}
 	cs := C.CString(string(js))
 	defer C.free(unsafe.Pointer(cs))
@@ -85,7 +85,10 @@ func (m *Module) QuantConvert(engine string) (*Module, error) {
 	var out *Module
 	var err error
 	// Conversion runs calculate_qparams and prepacking: keep it on an inference thread too.
-	getExecutor().do(func() {
+	// It sets the engine and packs for it: hold the engine lock across both.
+	Do(func() {
+		engineMu.Lock()
+		defer engineMu.Unlock()
 		out, err = m.derive(func(c *C.ts_module, o **C.ts_module) *C.ts_status { return C.ts_quant_convert(c, ce, o) })
 	})
 	return out, err
@@ -98,14 +101,16 @@ func (m *Module) QuantConvert(engine string) (*Module, error) {
 func (m *Module) QuantDynamic(cfg QuantConfig, engine string) (*Module, error) {
 	js, err := json.Marshal(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("quantize %q: %w", m.name, err)
+		return nil, fmt.Errorf("quantize %q: %w", m.Name(), err)
 	}
 	cs := C.CString(string(js))
 	defer C.free(unsafe.Pointer(cs))
 	ce := C.CString(engine)
 	defer C.free(unsafe.Pointer(ce))
 	var out *Module
-	getExecutor().do(func() {
+	Do(func() {
+		engineMu.Lock()
+		defer engineMu.Unlock()
 		out, err = m.derive(func(c *C.ts_module, o **C.ts_module) *C.ts_status { return C.ts_quant_dynamic(c, cs, ce, o) })
 	})
 	return out, err
@@ -122,11 +127,11 @@ type QuantLayer struct {
 func (m *Module) QuantLayers() ([]QuantLayer, error) {
 	s, err := m.stringOp(func(c *C.ts_module, p **C.char) *C.ts_status { return C.ts_quant_layers(c, p) })
 	if err != nil {
-		return nil, fmt.Errorf("quantizable layers of %q: %w", m.name, err)
+		return nil, fmt.Errorf("quantizable layers of %q: %w", m.Name(), err)
 	}
 	var out []QuantLayer
 	if err := json.Unmarshal([]byte(s), &out); err != nil {
-		return nil, fmt.Errorf("quantizable layers of %q: %w", m.name, err)
+		return nil, fmt.Errorf("quantizable layers of %q: %w", m.Name(), err)
 	}
 	return out, nil
 }

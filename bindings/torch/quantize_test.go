@@ -330,7 +330,7 @@ print(json.dumps(out))
 			}
 			defer torch.CloseOutputs(qp)
 			sAny, _ := qp[0].Tensor.Float32s()
-			zAny, err := qp[1].Tensor.Data()
+			zAny, err := torch.DataAny(qp[1].Tensor)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -403,7 +403,11 @@ func TestPercentileObserverClipsOutliers(t *testing.T) {
 // saturate int16 pair sums (x86 without VNNI; see quant.ResolveReduceRange).
 func resolvedDynamic(t *testing.T) (torch.QuantConfig, string) {
 	t.Helper()
-	engine, err := quant.ResolveEngine("auto", torch.SupportedQEngines(), runtime.GOARCH)
+	engines, err := torch.SupportedQEngines()
+	if err != nil {
+		t.Fatal(err)
+	}
+	engine, err := quant.ResolveEngine("auto", engines, runtime.GOARCH)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,9 +8,14 @@ import "C"
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"runtime"
 	"strings"
+	"sync"
 	"unsafe"
+
+	"github.com/torchspeed/torchspeed/pkg/cpu"
 )
 
 // Version is the libtorch version the shim was built against, e.g. "1.13.1".
@@ -20,54 +25,92 @@ func Version() string { return C.GoString(C.ts_libtorch_version()) }
 func ShimAPIVersion() int { return int(C.ts_api_version()) }
 
 // ShowConfig is at::show_config(): how libtorch was built (compiler, BLAS, oneDNN, OpenMP...).
-func ShowConfig() string {
+func ShowConfig() (string, error) {
 	var p *C.char
 	if err := statusErr(C.ts_show_config(&p)); err != nil {
-		return ""
+		return "", err
 	}
-	return takeString(p)
+	return takeString(p), nil
 }
 
 // ParallelInfo is at::get_parallel_info(): thread counts and the parallel backend.
-func ParallelInfo() string {
+func ParallelInfo() (string, error) {
 	var p *C.char
 	if err := statusErr(C.ts_parallel_info(&p)); err != nil {
-		return ""
+		return "", err
 	}
-	return takeString(p)
+	return takeString(p), nil
 }
 
-// SetNumThreads sets libtorch's intra-op thread count, on the calling thread and on every
-// inference worker thread (each OS thread has its own OpenMP pool and reads the count once).
-// Where libtorch calls OpenBLAS (Debian's build), OpenBLAS's process-wide count is set to n
-// as well: at::set_num_threads leaves it at every CPU, and a one-thread model then still
-// ran its matmuls on an OpenBLAS pool spinning on the other cores (a transformer 1.3-1.7x
-// slower at p50 on 2 CPUs).
+// SetNumThreads sets libtorch's intra-op thread count on the shared inference thread, on every
+// live Thread from NewThread (each OS thread has its own OpenMP pool and reads the count once),
+// on the calling thread, and for Threads started later. Where libtorch calls OpenBLAS
+// (Debian's build), OpenBLAS's process-wide count is set to n as well: at::set_num_threads
+// leaves it at every CPU, and a one-thread model then still ran its matmuls on an OpenBLAS
+// pool spinning on the other cores (a transformer 1.3-1.7x slower at p50 on 2 CPUs).
+// n must be within 1..AvailableCPUs(). Do not call it inside Do or Thread.Do (it would wait
+// for the thread it runs on): use SetNumThreadsOnThisThread there.
 func SetNumThreads(n int) error {
-	if n < 1 {
-		return fmt.Errorf("set threads: %d is not a thread count: use 1 or more", n)
-	}
-	var err error
-	getExecutor().broadcast(func() {
-		if e := statusErr(C.ts_set_num_threads(C.int32_t(n))); e != nil {
-			err = e
-		}
-	})
-	if err != nil {
+	if err := checkThreadCount("set threads", n); err != nil {
 		return err
 	}
-	return statusErr(C.ts_set_num_threads(C.int32_t(n)))
+	worker() // the shared thread exists before the count is broadcast
+	threadsMu.Lock()
+	lastThreads = n
+	targets := make([]*Thread, 0, len(liveThreads))
+	for t := range liveThreads {
+		targets = append(targets, t)
+	}
+	threadsMu.Unlock()
+	// One slot per thread: the threads run one after another, but each writes only its own.
+	errs := make([]error, len(targets)+1)
+	for i, t := range targets {
+		if err := t.Do(func() { errs[i] = setThreadsHere(n) }); err != nil && !errors.Is(err, ErrThreadClosed) {
+			errs[i] = err
+		}
+	}
+	errs[len(targets)] = setThreadsHere(n)
+	return errors.Join(errs...)
 }
 
 // SetNumThreadsOnThisThread sets the intra-op thread count for the calling OS thread only (and
 // for threads that have not run libtorch yet); OpenBLAS's count, being process-wide, follows
 // the last call. Use it inside Do, where SetNumThreads would wait for the very worker it runs
-// on.
+// on. n must be within 1..AvailableCPUs().
 func SetNumThreadsOnThisThread(n int) error {
-	if n < 1 {
-		return fmt.Errorf("set threads: %d is not a thread count: use 1 or more", n)
+	if err := checkThreadCount("set threads", n); err != nil {
+		return err
 	}
-	return statusErr(C.ts_set_num_threads(C.int32_t(n)))
+	return setThreadsHere(n)
+}
+
+func setThreadsHere(n int) error { return statusErr(C.ts_set_num_threads(C.int32_t(n))) }
+
+// checkThreadCount refuses counts libtorch would truncate (C int) or that would start more
+// threads than the process can run at once (a count of 2000 grew a host process to 4,068
+// threads).
+func checkThreadCount(op string, n int) error {
+	if avail := AvailableCPUs(); n < 1 || n > avail {
+		return &Error{Op: op, Code: InvalidArgument, Msg: fmt.Sprintf("%d is not a usable thread count: use 1..%d (the CPUs available to this process)", n, avail)}
+	}
+	return nil
+}
+
+var (
+	availOnce sync.Once
+	availCPUs int
+)
+
+// AvailableCPUs is how many CPUs this process may run on at once: its affinity mask and
+// cpuset, lowered to its cgroup CPU quota (pkg/cpu's Usable.Count), read once.
+func AvailableCPUs() int {
+	availOnce.Do(func() {
+		availCPUs = runtime.NumCPU()
+		if p, err := cpu.Detect(cpu.Options{}); err == nil && p.Usable.Count > 0 {
+			availCPUs = p.Usable.Count
+		}
+	})
+	return availCPUs
 }
 
 // BLASInfo describes the BLAS library libtorch calls for float matmul, when it is one
@@ -99,15 +142,20 @@ func BLAS() (BLASInfo, error) {
 // has its own OpenMP setting; a thread that never ran libtorch reports OMP_NUM_THREADS.)
 func NumThreads() int {
 	var n int
-	getExecutor().do(func() { n = int(C.ts_get_num_threads()) })
+	Do(func() { n = int(C.ts_get_num_threads()) })
 	return n
 }
 
+// NumThreadsOnThisThread is the intra-op thread count of the calling OS thread (inside Do or
+// Thread.Do: the count that thread's calls run with).
+func NumThreadsOnThisThread() int { return int(C.ts_get_num_threads()) }
+
 // SetNumInteropThreads sets the inter-op pool size. libtorch allows it once, before any
 // inter-op work; later calls with another value fail.
+// n must be within 1..AvailableCPUs().
 func SetNumInteropThreads(n int) error {
-	if n < 1 {
-		return fmt.Errorf("set inter-op threads: %d is not a thread count: use 1 or more", n)
+	if err := checkThreadCount("set inter-op threads", n); err != nil {
+		return err
 	}
 	return statusErr(C.ts_set_num_interop_threads(C.int32_t(n)))
 }
@@ -117,10 +165,10 @@ func NumInteropThreads() int { return int(C.ts_get_num_interop_threads()) }
 
 // SupportedQEngines lists the quantized engines of this build, e.g. [onednn qnnpack]; "none"
 // is left out.
-func SupportedQEngines() []string {
+func SupportedQEngines() ([]string, error) {
 	var p *C.char
 	if err := statusErr(C.ts_supported_qengines(&p)); err != nil {
-		return nil
+		return nil, err
 	}
 	var out []string
 	for _, e := range strings.Split(takeString(p), ",") {
@@ -128,25 +176,33 @@ func SupportedQEngines() []string {
 			out = append(out, e)
 		}
 	}
-	return out
+	return out, nil
 }
 
 // QEngine is the current quantized engine.
-func QEngine() string {
+func QEngine() (string, error) {
 	var p *C.char
 	if err := statusErr(C.ts_get_qengine(&p)); err != nil {
-		return ""
+		return "", err
 	}
-	return takeString(p)
+	return takeString(p), nil
 }
 
+// engineMu serializes the process-wide quantized engine with the work that depends on it: a
+// load packs INT8 weights for the engine set at that moment, and a conversion packs them for
+// its own; a switch in between would pack them for another engine (outputs differed by 0.127).
+var engineMu sync.Mutex
+
 // SetQEngine selects the quantized engine (x86, fbgemm, onednn, qnnpack). It must be set
-// before converting or loading an INT8 model.
+// before converting or loading an INT8 model: LoadWithEngine does both under one lock.
 func SetQEngine(name string) error {
+	engineMu.Lock()
+	defer engineMu.Unlock()
+	return setQEngineLocked(name)
+}
+
+func setQEngineLocked(name string) error {
 	cs := C.CString(name)
 	defer C.free(unsafe.Pointer(cs))
 	return statusErr(C.ts_set_qengine(cs))
 }
-
-// ManualSeed seeds libtorch's random generator.
-func ManualSeed(seed uint64) { C.ts_manual_seed(C.uint64_t(seed)) }

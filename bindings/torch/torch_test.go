@@ -49,7 +49,7 @@ func tensorsOf(t testing.TB, arrays []*npy.Array) []*torch.Tensor {
 	t.Helper()
 	out := make([]*torch.Tensor, len(arrays))
 	for i, a := range arrays {
-		x, err := torch.NewTensor(a.Data, a.Shape)
+		x, err := torch.NewTensorAny(a.Data, a.Shape)
 		if err != nil {
 			t.Fatalf("input %d: %v", i, err)
 		}
@@ -367,7 +367,7 @@ func TestForwardBadInputs(t *testing.T) {
 	f := man.Get(t, "resnet18")
 	m := loadFixture(t, f)
 	mk := func(data any, shape ...int64) *torch.Tensor {
-		x, err := torch.NewTensor(data, shape)
+		x, err := torch.NewTensorAny(data, shape)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -438,7 +438,7 @@ func TestClosedHandles(t *testing.T) {
 	x, _ := torch.NewTensor([]float32{1, 2}, []int64{2})
 	x.Close()
 	x.Close()
-	if _, err := x.Data(); !errors.Is(err, torch.ErrClosed) {
+	if _, err := torch.Data[float32](x); !errors.Is(err, torch.ErrClosed) {
 		t.Fatalf("data of closed tensor: %v", err)
 	}
 	m2 := loadFixture(t, f)
@@ -458,16 +458,16 @@ func TestNewTensorRejectsBadShapes(t *testing.T) {
 		{[]string{"a"}, []int64{1}, "unsupported data type"},
 	}
 	for _, c := range cases {
-		if _, err := torch.NewTensor(c.data, c.shape); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, err := torch.NewTensorAny(c.data, c.shape); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("NewTensor(%T, %v): %v, want %q", c.data, c.shape, err, c.want)
 		}
 	}
 	for _, d := range []any{[]float64{1.5}, []int64{7}, []int32{7}, []uint8{7}, []int8{-7}, []bool{true}, []int16{-3}} {
-		x, err := torch.NewTensor(d, []int64{1})
+		x, err := torch.NewTensorAny(d, []int64{1})
 		if err != nil {
 			t.Fatal(err)
 		}
-		back, err := x.Data()
+		back, err := torch.DataAny(x)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -559,16 +559,16 @@ func TestRuntimeSettings(t *testing.T) {
 	if v := torch.Version(); !strings.HasPrefix(v, "1.") && !strings.HasPrefix(v, "2.") {
 		t.Fatalf("libtorch version %q", v)
 	}
-	engines := torch.SupportedQEngines()
-	if len(engines) == 0 {
-		t.Fatal("no quantized engines")
+	engines, err := torch.SupportedQEngines()
+	if err != nil || len(engines) == 0 {
+		t.Fatalf("no quantized engines (%v)", err)
 	}
 	for _, e := range engines {
 		if err := torch.SetQEngine(e); err != nil {
 			t.Fatal(err)
 		}
-		if torch.QEngine() != e {
-			t.Fatalf("engine %s set, %s reported", e, torch.QEngine())
+		if got, err := torch.QEngine(); err != nil || got != e {
+			t.Fatalf("engine %s set, %s reported (%v)", e, got, err)
 		}
 	}
 	if err := torch.SetQEngine("nonsense"); err == nil || !strings.Contains(err.Error(), "not supported") {
@@ -581,11 +581,11 @@ func TestRuntimeSettings(t *testing.T) {
 		t.Fatal("0 threads accepted")
 	}
 	torch.SetNumThreads(1)
-	if !strings.Contains(torch.ShowConfig(), "PyTorch built with") {
-		t.Errorf("show_config: %.200q", torch.ShowConfig())
+	if cfg, err := torch.ShowConfig(); err != nil || !strings.Contains(cfg, "PyTorch built with") {
+		t.Errorf("show_config: %.200q, %v", cfg, err)
 	}
-	if !strings.Contains(torch.ParallelInfo(), "ATen") {
-		t.Errorf("parallel info: %.200q", torch.ParallelInfo())
+	if info, err := torch.ParallelInfo(); err != nil || !strings.Contains(info, "ATen") {
+		t.Errorf("parallel info: %.200q, %v", info, err)
 	}
 }
 

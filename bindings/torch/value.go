@@ -14,7 +14,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"unsafe"
 )
 
@@ -423,7 +422,7 @@ func (v *Value) flatten(path string, outs *[]Output) error {
 		return path + "." + key
 	}
 	scalar := func(data any) error {
-		t, err := NewTensor(data, []int64{})
+		t, err := NewTensorAny(data, []int64{})
 		if err != nil {
 			return err
 		}
@@ -490,7 +489,7 @@ func (v *Value) flatten(path string, outs *[]Output) error {
 // ---- calls, methods, schemas and state ----
 
 // Call runs a method of the module (forward, reset_states, an exported method) with TorchScript
-// values on an inference worker thread (see SetWorkers) and returns its result (None for a
+// values on the shared inference thread (see Do) and returns its result (None for a
 // method returning nothing). Missing trailing arguments take the schema's defaults. Forward with
 // tensors stays the fast path for tensor-only models.
 //
@@ -501,7 +500,7 @@ func (m *Module) Call(method string, args ...*Value) (*Value, error) {
 		out *Value
 		err error
 	)
-	getExecutor().do(func() { out, err = m.CallOnThisThread(method, args...) })
+	Do(func() { out, err = m.CallOnThisThread(method, args...) })
 	return out, err
 }
 
@@ -518,7 +517,7 @@ func (m *Module) CallNamed(method string, args []*Value, kwargs map[string]*Valu
 		out *Value
 		err error
 	)
-	getExecutor().do(func() { out, err = m.callKw(method, args, kwargs) })
+	Do(func() { out, err = m.callKw(method, args, kwargs) })
 	return out, err
 }
 
@@ -674,41 +673,4 @@ func (m *Module) State(method string) ([]string, error) {
 		return nil, fmt.Errorf("state of %s in %q: %w", method, m.name, err)
 	}
 	return paths, nil
-}
-
-// Thread is one OS thread of its own for inference calls (a stream that must not queue behind
-// the shared workers of SetWorkers). libtorch gives each calling thread its own OpenMP pool, so
-// n Threads with t intra-op threads each use n*t cores: size them together.
-type Thread struct {
-	mu     sync.RWMutex
-	e      *executor
-	closed bool
-}
-
-// NewThread starts a locked OS thread for Do.
-func NewThread() *Thread { return &Thread{e: newExecutor(1)} }
-
-// Do runs f on the thread and waits for it; after Close it returns ErrClosed without running f.
-func (t *Thread) Do(f func()) error {
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	if t.closed {
-		return ErrClosed
-	}
-	t.e.do(f)
-	return nil
-}
-
-// Close ends the thread after calls in flight. Idempotent.
-func (t *Thread) Close() error {
-	if t == nil {
-		return nil
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if !t.closed {
-		t.closed = true
-		t.e.stop()
-	}
-	return nil
 }

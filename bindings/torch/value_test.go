@@ -419,7 +419,7 @@ func TestThread(t *testing.T) {
 	}
 	th.Close()
 	th.Close()
-	if err := th.Do(func() { t.Error("ran after Close") }); !errors.Is(err, torch.ErrClosed) {
+	if err := th.Do(func() { t.Error("ran after Close") }); !errors.Is(err, torch.ErrThreadClosed) {
 		t.Errorf("Do after Close: %v", err)
 	}
 	var none *torch.Thread

@@ -444,7 +444,11 @@ func (b *benchCmd) run(c *cobra.Command) error {
 	}
 	env.Threads = torch.NumThreads()
 	env.InteropThreads = torch.NumInteropThreads()
-	env.QuantizedEngine = torch.QEngine() // an INT8 artifact sets its engine when loaded
+	qengine, err := torch.QEngine() // an INT8 artifact sets its engine when loaded
+	if err != nil {
+		return err
+	}
+	env.QuantizedEngine = qengine
 	env.ModelHashes = map[string]string{}
 	for _, s := range specs {
 		h, err := bench.HashFile(s.Path)
@@ -643,7 +647,9 @@ func captureEnv() (bench.Environment, int) {
 	env := bench.CaptureEnvironment()
 	env.TorchspeedVersion = version.Version
 	env.LibtorchVersion = torch.Version()
-	env.QuantizedEngine = torch.QEngine()
+	if e, err := torch.QEngine(); err == nil {
+		env.QuantizedEngine = e
+	}
 	if b, err := torch.BLAS(); err == nil && b.Library != "" {
 		env.BLAS = b.Config + ", " + b.Threading // its thread count follows Threads
 	}

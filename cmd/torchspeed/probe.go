@@ -51,12 +51,28 @@ func (p *probeCmd) run(c *cobra.Command) error {
 	if live && !p.noTorch {
 		// libtorch is linked into this binary, so its OpenMP runtime is already mapped
 		// when the probe scans /proc/self/maps.
+		showConfig, err := torch.ShowConfig()
+		if err != nil {
+			return err
+		}
+		parallelInfo, err := torch.ParallelInfo()
+		if err != nil {
+			return err
+		}
+		qengines, err := torch.SupportedQEngines()
+		if err != nil {
+			return err
+		}
+		qengine, err := torch.QEngine()
+		if err != nil {
+			return err
+		}
 		opts.Torch = &cpu.TorchInfo{
 			Version:           torch.Version(),
-			ShowConfig:        torch.ShowConfig(),
-			ParallelInfo:      torch.ParallelInfo(),
-			QEngines:          torch.SupportedQEngines(),
-			QEngine:           torch.QEngine(),
+			ShowConfig:        showConfig,
+			ParallelInfo:      parallelInfo,
+			QEngines:          qengines,
+			QEngine:           qengine,
 			NumThreads:        torch.NumThreads(),
 			NumInteropThreads: torch.NumInteropThreads(),
 		}

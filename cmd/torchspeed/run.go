@@ -147,7 +147,7 @@ func (r *runCmd) makeInputs() ([]*torch.Tensor, error) {
 		if err != nil {
 			return fail(usageError{fmt.Errorf("--input: %w", err)})
 		}
-		t, err := torch.NewTensor(a.Data, a.Shape)
+		t, err := torch.NewTensorAny(a.Data, a.Shape)
 		if err != nil {
 			return fail(usageError{fmt.Errorf("--input %s: %w", path, err)})
 		}

@@ -34,13 +34,21 @@ func newVersionCmd() *cobra.Command {
 			if p, err := cpu.Detect(cpu.Options{}); err == nil && p.OpenMPRuntime() != "" {
 				omp = p.OpenMPRuntime()
 			}
+			qengines, err := torch.SupportedQEngines()
+			if err != nil {
+				return err
+			}
+			qengine, err := torch.QEngine()
+			if err != nil {
+				return err
+			}
 			v := versionInfo{
 				Torchspeed:    version.Version,
 				Go:            runtime.Version(),
 				Libtorch:      torch.Version(),
 				ShimAPI:       torch.ShimAPIVersion(),
-				QEngines:      torch.SupportedQEngines(),
-				DefaultEngine: torch.QEngine(),
+				QEngines:      qengines,
+				DefaultEngine: qengine,
 				OpenMP:        omp,
 				IntraThreads:  torch.NumThreads(),
 			}

@@ -189,15 +189,11 @@ func layerSource(name string, l qlayer) string {
 	return b.String()
 }
 
-func data[T any](t *testing.T, what string, x *torch.Tensor) []T {
+func data[T torch.Element](t *testing.T, what string, x *torch.Tensor) []T {
 	t.Helper()
-	d, err := x.Data()
+	s, err := torch.Data[T](x)
 	if err != nil {
 		t.Fatalf("%s: %v", what, err)
-	}
-	s, ok := d.([]T)
-	if !ok {
-		t.Fatalf("%s: %s tensor, want %T", what, x.DType(), s)
 	}
 	return s
 }

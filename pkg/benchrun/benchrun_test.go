@@ -29,7 +29,7 @@ func TestMain(m *testing.M) {
 // data copies a tensor's elements, failing the test on error.
 func data(t *testing.T, x *torch.Tensor) any {
 	t.Helper()
-	d, err := x.Data()
+	d, err := torch.DataAny(x)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -101,15 +101,11 @@ func (o *output) write(r *run, final *candidate, withArtifact bool) (err error) 
 	name := filepath.Base(o.artifact)
 	if withArtifact {
 		r.rep.Artifact = o.artifact
-		raw, err := man.Marshal()
-		if err != nil {
-			return err
-		}
 		save := final.mod
 		if final.save != nil {
 			save = final.save
 		}
-		if err := save.Save(filepath.Join(stage, name), map[string][]byte{torchspeed.ManifestFile: raw}); err != nil {
+		if err := torchspeed.SaveArtifact(save, filepath.Join(stage, name), man); err != nil {
 			return explainDiskError(err, o.dir)
 		}
 		// Prove the artifact loads and answers like the model measured, before it replaces
@@ -162,8 +158,7 @@ func writeSynced(path string, b []byte) error {
 }
 
 func explainDiskError(err error, dir string) error {
-	if errors.Is(err, syscall.ENOSPC) || bytes.Contains([]byte(err.Error()), []byte("No space left")) ||
-		bytes.Contains([]byte(err.Error()), []byte("failed writing")) {
+	if errors.Is(err, syscall.ENOSPC) {
 		return fmt.Errorf("output.dir %q: disk full while saving; nothing was written: free space or choose another folder (%w)", dir, err)
 	}
 	return fmt.Errorf("output.dir %q: %w", dir, err)

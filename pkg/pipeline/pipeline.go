@@ -225,7 +225,7 @@ func (r *run) makeInputs(seed uint64) ([]*torch.Tensor, error) {
 			}
 			data = d
 		}
-		t, err := torch.NewTensor(data, in.Shape)
+		t, err := torch.NewTensorAny(data, in.Shape)
 		if err != nil {
 			return nil, fmt.Errorf("input %s: %w", in.Name, err)
 		}
@@ -263,7 +263,7 @@ func (r *run) checkSets() ([][]*torch.Tensor, error) {
 func (r *run) tensorsOf(arrays []*npy.Array) ([]*torch.Tensor, error) {
 	var set []*torch.Tensor
 	for _, a := range arrays {
-		t, err := torch.NewTensor(a.Data, a.Shape)
+		t, err := torch.NewTensorAny(a.Data, a.Shape)
 		if err != nil {
 			return nil, err
 		}
@@ -324,7 +324,7 @@ func hashFile(path string) (string, int64, error) {
 func (r *run) inputArrays() ([]*npy.Array, error) {
 	var out []*npy.Array
 	for i, t := range r.inputs {
-		d, err := t.Data()
+		d, err := torch.DataAny(t)
 		if err != nil {
 			return nil, err
 		}

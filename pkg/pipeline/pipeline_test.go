@@ -65,7 +65,7 @@ func testConfig(t testing.TB, f fixtures.Fixture, out string) *config.Config {
 func tensors(t testing.TB, arrays []*npy.Array) []*torch.Tensor {
 	var out []*torch.Tensor
 	for _, a := range arrays {
-		x, err := torch.NewTensor(a.Data, a.Shape)
+		x, err := torch.NewTensorAny(a.Data, a.Shape)
 		if err != nil {
 			t.Fatal(err)
 		}

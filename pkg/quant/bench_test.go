@@ -91,7 +91,7 @@ func benchINT8(b *testing.B, man *fixtures.Manifest, f fixtures.Fixture) {
 	}
 
 	x := f.InputArrays(b)[0]
-	in, err := torch.NewTensor(x.Data, x.Shape)
+	in, err := torch.NewTensorAny(x.Data, x.Shape)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -270,7 +270,11 @@ func Quantize(ctx context.Context, m *torch.Module, data validate.Batches, opts 
 	}
 	opts.fill()
 	start := time.Now()
-	engine, err := ResolveEngine(opts.Engine, torch.SupportedQEngines(), runtime.GOARCH)
+	engines, err := torch.SupportedQEngines()
+	if err != nil {
+		return nil, nil, err
+	}
+	engine, err := ResolveEngine(opts.Engine, engines, runtime.GOARCH)
 	if err != nil {
 		return nil, nil, err
 	}

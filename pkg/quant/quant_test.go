@@ -222,7 +222,7 @@ func TestOutlierFallback(t *testing.T) {
 
 	inputs := []*torch.Tensor{}
 	x := f.InputArrays(t)[0]
-	xt, err := torch.NewTensor(x.Data, x.Shape)
+	xt, err := torch.NewTensorAny(x.Data, x.Shape)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -310,7 +310,7 @@ func (s badBatches) Batch(i int) (validate.Batch, error) {
 
 func tensor(t *testing.T, data any, shape ...int64) *torch.Tensor {
 	t.Helper()
-	x, err := torch.NewTensor(data, shape)
+	x, err := torch.NewTensorAny(data, shape)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -80,7 +80,7 @@ func TestMeasureDigits(t *testing.T) {
 	}
 	defer m.Close()
 	arr := f.InputArrays(t)[0]
-	x, err := torch.NewTensor(arr.Data, arr.Shape)
+	x, err := torch.NewTensorAny(arr.Data, arr.Shape)
 	if err != nil {
 		t.Fatal(err)
 	}

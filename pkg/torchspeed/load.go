@@ -1,6 +1,8 @@
 package torchspeed
 
 import (
+	"archive/zip"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -27,61 +29,79 @@ type LoadOptions struct {
 
 // Load opens an artifact written by `torchspeed optimize`, re-applies its load-time passes and
 // applies its runtime settings. A plain TorchScript file without a manifest loads too, as is.
+//
+// Before libtorch reads the file, Load checks every record's CRC and, for an artifact, that its
+// records match the digest in its manifest; it then sets the artifact's quantized engine and
+// loads under one lock, since INT8 weights are packed during the load for the engine set then.
 func Load(path string, opts ...LoadOptions) (*Model, error) {
 	var o LoadOptions
 	if len(opts) > 0 {
 		o = opts[0]
 	}
-	mod, err := torch.Load(path)
+	man, err := VerifyArchive(path)
+	if err != nil {
+		zr, zerr := zip.OpenReader(path)
+		if zerr == nil {
+			zr.Close()
+			return nil, err
+		}
+		// Not a readable zip at all: torch.Load says why (missing, empty, not an archive).
+		mod, lerr := torch.Load(path)
+		if lerr != nil {
+			return nil, lerr
+		}
+		mod.Close()
+		return nil, err
+	}
+	model := &Model{}
+	engine := ""
+	if man != nil {
+		engine = man.QEngine
+	}
+	mod, err := torch.LoadWithEngine(path, engine)
 	if err != nil {
 		return nil, err
 	}
-	extra, err := mod.ExtraFiles()
-	if err != nil {
-		mod.Close()
-		return nil, fmt.Errorf("load artifact %q: %w", path, err)
-	}
-	model := &Model{m: mod}
-	raw, ok := extra[ManifestFile]
-	if !ok {
+	if man == nil {
 		model.Manifest = &Manifest{Precision: "unknown"}
 		model.Warnings = append(model.Warnings, fmt.Sprintf("%s has no torchspeed manifest: loaded as a plain TorchScript model", path))
 		if err := mod.Eval(); err != nil {
 			mod.Close()
 			return nil, err
 		}
+		model.m = mod
 		if err := model.initState(); err != nil {
 			mod.Close()
 			return nil, fmt.Errorf("load model %q: %w", path, err)
 		}
 		return model, nil
 	}
-	man, err := ParseManifest(raw)
-	if err != nil {
-		mod.Close()
-		return nil, fmt.Errorf("load artifact %q: %w", path, err)
-	}
 	model.Manifest = man
-	if have := torch.Version(); majorMinor(have) != majorMinor(man.Libtorch) {
-		model.Warnings = append(model.Warnings, fmt.Sprintf("artifact %q was made and measured with libtorch %s, this process has %s: re-run torchspeed optimize with this libtorch for figures that hold", path, man.Libtorch, have))
+	if man.RecordsSHA256 == "" {
+		model.Warnings = append(model.Warnings, fmt.Sprintf("artifact %q records no digest (written by an older torchspeed): its integrity cannot be checked: run torchspeed optimize again", path))
 	}
-	if man.QEngine != "" {
-		// The engine must be set before the INT8 model's first run (its packed weights are
-		// engine-specific).
-		if err := torch.SetQEngine(man.QEngine); err != nil {
-			mod.Close()
-			return nil, fmt.Errorf("load artifact %q: made for quantized engine %s: %w", path, man.QEngine, err)
-		}
+	if have := torch.Version(); majorMinor(have) != majorMinor(man.Libtorch) {
+		model.Warnings = append(model.Warnings, fmt.Sprintf("artifact %q was made and measured with libtorch %s, this process has %s: re-run torchspeed optimize with this libtorch for figures that hold", path, torch.Clip(man.Libtorch), have))
 	}
 	if !o.KeepThreads {
 		threads := man.Runtime.Threads
-		if o.Threads > 0 {
+		if o.Threads != 0 {
 			threads = o.Threads
 		}
-		if threads > 0 {
+		if threads < 0 && o.Threads == 0 {
+			model.Warnings = append(model.Warnings, fmt.Sprintf("artifact %q asks for %d threads: ignored, libtorch's default kept", path, threads))
+			threads = 0
+		}
+		// A manifest comes from another machine: more threads than this process may run would
+		// oversubscribe it (a manifest asking for 2000 grew a host process to 4,068 threads).
+		if avail := torch.AvailableCPUs(); threads > avail && o.Threads == 0 {
+			model.Warnings = append(model.Warnings, fmt.Sprintf("artifact %q asks for %d threads, this process may use %d CPUs: using %d", path, threads, avail, avail))
+			threads = avail
+		}
+		if threads != 0 {
 			if err := torch.SetNumThreads(threads); err != nil {
 				mod.Close()
-				return nil, err
+				return nil, fmt.Errorf("load artifact %q: %w", path, err)
 			}
 		}
 	}
@@ -105,7 +125,7 @@ func Load(path string, opts ...LoadOptions) (*Model, error) {
 			mod = opt
 		default:
 			mod.Close()
-			return nil, fmt.Errorf("load artifact %q: unknown load-time pass %q (written by torchspeed %s): upgrade torchspeed", path, pass, man.Torchspeed)
+			return nil, fmt.Errorf("load artifact %q: unknown load-time pass %q (written by torchspeed %s): upgrade torchspeed", path, torch.Clip(pass), torch.Clip(man.Torchspeed))
 		}
 	}
 	model.m = mod
@@ -125,16 +145,27 @@ func majorMinor(v string) string {
 }
 
 // Module is the underlying TorchScript module (owned by the Model).
-func (m *Model) Module() *torch.Module { return m.m }
+func (m *Model) Module() *torch.Module {
+	if m == nil {
+		return nil
+	}
+	return m.m
+}
 
 // Predict runs the model. 4-D float inputs are converted to channels-last when the artifact
 // wants it; callers pass ordinary contiguous tensors. Safe from many goroutines.
 func (m *Model) Predict(inputs ...*torch.Tensor) ([]torch.Output, error) {
+	if m == nil || m.m == nil {
+		return nil, errors.New("predict: no model: use the *Model that Load returned")
+	}
 	defer m.lockIfStateful()()
 	return m.predictOn(m.m, nil, inputs)
 }
 
 func (m *Model) predictOn(mod *torch.Module, th *torch.Thread, inputs []*torch.Tensor) ([]torch.Output, error) {
+	if err := checkInputs(inputs); err != nil {
+		return nil, fmt.Errorf("predict: %w", err)
+	}
 	if outs, ok, err := m.typedPredict(mod, th, inputs); ok {
 		return outs, err
 	}
@@ -156,6 +187,9 @@ func (m *Model) predictOn(mod *torch.Module, th *torch.Thread, inputs []*torch.T
 // channels-last artifact wants them; release frees the copies. Predict, optimize's candidates
 // and bench all convert this way, so they measure what users run.
 func ChannelsLastInputs(inputs []*torch.Tensor) ([]*torch.Tensor, func(), error) {
+	if err := checkInputs(inputs); err != nil {
+		return nil, nil, err
+	}
 	conv := make([]*torch.Tensor, len(inputs))
 	var made []*torch.Tensor
 	release := func() {
@@ -178,6 +212,16 @@ func ChannelsLastInputs(inputs []*torch.Tensor) ([]*torch.Tensor, func(), error)
 	return conv, release, nil
 }
 
+// checkInputs refuses nil inputs with the position, before anything dereferences them.
+func checkInputs(inputs []*torch.Tensor) error {
+	for i, t := range inputs {
+		if t == nil {
+			return fmt.Errorf("input %d is nil: pass a tensor from torch.NewTensor", i)
+		}
+	}
+	return nil
+}
+
 func describeSpecs(s []InputSpec) string {
 	parts := make([]string, len(s))
 	for i, in := range s {
@@ -187,7 +231,11 @@ func describeSpecs(s []InputSpec) string {
 }
 
 // Close frees the model; it waits for Predict calls in flight. Sessions keep their own copies.
+// It is idempotent.
 func (m *Model) Close() error {
+	if m == nil {
+		return nil
+	}
 	m.state.pristine.Close()
 	return m.m.Close()
 }

@@ -25,12 +25,8 @@ func saveWithManifest(t *testing.T, man *Manifest) string {
 		t.Fatal(err)
 	}
 	defer fr.Close()
-	raw, err := man.Marshal()
-	if err != nil {
-		t.Fatal(err)
-	}
 	p := filepath.Join(t.TempDir(), "a.torchspeed.pt")
-	if err := fr.Save(p, map[string][]byte{ManifestFile: raw}); err != nil {
+	if err := SaveArtifact(fr, p, man); err != nil {
 		t.Fatal(err)
 	}
 	return p

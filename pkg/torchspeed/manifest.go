@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/pkg/version"
 )
 
@@ -61,6 +62,9 @@ type Manifest struct {
 	ResetMethod     string   `json:"reset_method,omitempty"`
 	// PreserveMethods are kept through freezing (the reset method always is).
 	PreserveMethods []string `json:"preserve_methods,omitempty"`
+	// RecordsSHA256 is ArchiveDigest of the archive it was saved in (SaveArtifact); Load refuses
+	// an archive whose records no longer match it. Empty in manifests written before it existed.
+	RecordsSHA256 string `json:"records_sha256,omitempty"`
 }
 
 // preserved are the methods a load-time freeze must keep.
@@ -101,13 +105,16 @@ func (m *Manifest) Marshal() ([]byte, error) { return json.MarshalIndent(m, "", 
 
 // ParseManifest decodes a manifest and refuses formats newer than this build understands.
 func ParseManifest(b []byte) (*Manifest, error) {
+	if len(b) > MaxManifestBytes {
+		return nil, fmt.Errorf("manifest %s: %d bytes, more than the %d a manifest can be", ManifestFile, len(b), MaxManifestBytes)
+	}
 	var m Manifest
 	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("manifest %s: not valid JSON: %w", ManifestFile, err)
+		return nil, fmt.Errorf("manifest %s: not valid JSON: %s", ManifestFile, torch.Clip(err.Error()))
 	}
 	if m.Format > version.ManifestFormat {
 		return nil, fmt.Errorf("manifest format %d was written by torchspeed %s; this torchspeed (%s) reads format %d or older: upgrade torchspeed",
-			m.Format, m.Torchspeed, version.Version, version.ManifestFormat)
+			m.Format, torch.Clip(m.Torchspeed), version.Version, version.ManifestFormat)
 	}
 	if m.Format < 1 {
 		return nil, fmt.Errorf("manifest %s: format %d is not a torchspeed manifest", ManifestFile, m.Format)

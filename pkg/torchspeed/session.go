@@ -320,8 +320,8 @@ func constant(typ string, raw json.RawMessage) (*torch.Value, error) {
 // Session is one stream of calls on a model: for a stateful model it owns a deep copy of the
 // module (its own state), so sessions run concurrently without sharing state; for a stateless
 // model it shares the model's module (no copy). Calls on one session are serialized. Sessions
-// run on the shared inference worker threads (torch.SetWorkers: one per concurrent stream), or
-// on a thread of their own (SessionOptions.OwnThread).
+// run on the shared inference thread (torch.Do), or on a thread of their own
+// (SessionOptions.OwnThread) when streams must run side by side.
 type Session struct {
 	model  *Model
 	mu     sync.Mutex

@@ -77,14 +77,11 @@ func streamRepeats(t *testing.T) int {
 }
 
 // 16 goroutines, each with its own Session on the stateful fixture, each stream equal to
-// PyTorch's serial reference; repeated. Four shared worker threads so sessions really run at
-// once; every fourth session runs on a thread of its own instead.
+// PyTorch's serial reference; repeated. Every other session runs on a thread of its own, so
+// sessions really run at once; the rest queue on the shared inference thread.
 func TestConcurrentSessionsStreaming(t *testing.T) {
 	m, f := loadPlain(t, "streaming")
 	r := streamref.Load(t, f, "forward")
-	old := torch.Workers()
-	torch.SetWorkers(4)
-	defer torch.SetWorkers(old)
 	const streams = 16
 	repeats := streamRepeats(t)
 	for rep := 0; rep < repeats; rep++ {
@@ -94,7 +91,7 @@ func TestConcurrentSessionsStreaming(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				s, err := m.NewSession(SessionOptions{OwnThread: g%4 == 3})
+				s, err := m.NewSession(SessionOptions{OwnThread: g%2 == 1})
 				if err != nil {
 					errs[g] = err
 					return
@@ -153,9 +150,6 @@ func TestSessionReset(t *testing.T) {
 func TestStatefulModelSerializesCalls(t *testing.T) {
 	m, f := loadPlain(t, "streaming")
 	r := streamref.Load(t, f, "forward")
-	old := torch.Workers()
-	torch.SetWorkers(2)
-	defer torch.SetWorkers(old)
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
 	for g := 0; g < 8; g++ {
