@@ -322,3 +322,34 @@ func TestTritonExportErrors(t *testing.T) {
 		t.Errorf("--max-batch -1 --instances 3: max_batch_size %d, dims %v, count %d", cfg.MaxBatchSize, cfg.Input[0].Dims, cfg.InstanceGroup[0].Count)
 	}
 }
+
+// The cost measurement times both loaders and names what a plain load loses, from the
+// manifest (no speed is asserted: that belongs in benchmarks).
+func TestMeasureCost(t *testing.T) {
+	path, _ := artifact(t, "digits")
+	a, err := Inspect(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := MeasureCost(a, CostOptions{Runs: 20, Warmup: 2, Server: "Triton"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Rounds != 20 || c.PlainP50Ms <= 0 || c.TorchspeedP50Ms <= 0 || c.PlainP95Ms < c.PlainP50Ms || c.Ratio <= 0 || c.RatioLo > c.Ratio || c.RatioHi < c.Ratio {
+		t.Errorf("cost figures: %+v", c)
+	}
+	want := fmt.Sprintf("Triton will run this model at p50 %.3f ms vs %.3f ms with torchspeed's loader", c.PlainP50Ms, c.TorchspeedP50Ms)
+	if !strings.HasPrefix(c.Sentence, want) {
+		t.Errorf("sentence %q, want it to start %q", c.Sentence, want)
+	}
+	man := a.Manifest
+	for _, pass := range man.LoadPasses {
+		if pass == torchspeed.PassOptimizeForInference && !strings.Contains(c.Sentence, "optimize_for_inference cannot be saved by libtorch") {
+			t.Errorf("manifest re-applies %s, sentence does not say so: %q", pass, c.Sentence)
+		}
+	}
+	if len(man.LoadPasses) == 0 && !man.ChannelsLast && !strings.Contains(c.Sentence, "nothing torchspeed applies at load time is lost") {
+		t.Errorf("manifest has no load-time work, sentence: %q", c.Sentence)
+	}
+	t.Logf("%s (load passes %v, channels-last %v)", c.Sentence, man.LoadPasses, man.ChannelsLast)
+}

@@ -162,13 +162,17 @@ func WriteTorchServe(a *Artifact, dir string, o TorchServeOptions) (*TorchServeE
 	return e, nil
 }
 
-// launcherArgs are TorchServe's cpu_launcher_args (torch.backends.xeon.run_cpu): one worker
-// gets the artifact's thread count in cores, with the allocator it was measured with.
+// launcherArgs are TorchServe's cpu_launcher_args (torch.backends.xeon.run_cpu): each worker
+// is pinned to the artifact's thread count in cores (TorchServe adds each worker's
+// --ninstances/--rank), keeps the GNU OpenMP that libtorch ships and torchspeed measured
+// (the launcher would otherwise preload Intel's libiomp5 where it finds one), and uses the
+// allocator the artifact was measured with.
 func launcherArgs(threads int, allocator string) string {
 	var args []string
 	if threads > 0 {
 		args = append(args, "--ncores_per_instance", strconv.Itoa(threads))
 	}
+	args = append(args, "--disable_iomp")
 	switch allocator {
 	case "jemalloc":
 		args = append(args, "--enable_jemalloc")

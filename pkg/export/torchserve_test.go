@@ -76,7 +76,7 @@ func TestTorchServeExport(t *testing.T) {
 			}
 			props := readProperties(t, filepath.Join(dir, TorchServeConfigProperty))
 			threads := a.Manifest.Runtime.Threads
-			wantArgs := fmt.Sprintf("--ncores_per_instance %d --use_default_allocator", threads)
+			wantArgs := fmt.Sprintf("--ncores_per_instance %d --disable_iomp --use_default_allocator", threads)
 			if props["cpu_launcher_enable"] != "true" || props["cpu_launcher_args"] != wantArgs || props["default_workers_per_model"] != "1" {
 				t.Errorf("config.properties %v, want cpu_launcher_enable=true cpu_launcher_args=%q default_workers_per_model=1", props, wantArgs)
 			}
