@@ -60,6 +60,7 @@ type exportTritonOutput struct {
 func newExportTritonCmd() *cobra.Command {
 	var f exportFlags
 	var o export.TritonOptions
+	var sweep string
 	c := &cobra.Command{
 		Use:   "triton -m ARTIFACT -o REPO [--name NAME] [--max-batch N] [--instances N]",
 		Short: "Write REPO/NAME/1/model.pt and REPO/NAME/config.pbtxt for Triton's PyTorch backend",
@@ -72,6 +73,12 @@ func newExportTritonCmd() *cobra.Command {
 				return usageErrorf("export triton: --instances %d: give 1 or more (0: not measured)", o.Instances)
 			}
 			o.Name, o.Overwrite = f.name, f.overwrite
+			if sweep != "" {
+				var err error
+				if o.BatchSweep, err = export.ReadBatchSweep(sweep, f.model); err != nil {
+					return usageError{err}
+				}
+			}
 			a, err := export.Inspect(f.model)
 			if err != nil {
 				return err
@@ -98,6 +105,7 @@ func newExportTritonCmd() *cobra.Command {
 	}
 	f.bind(c)
 	c.Flags().IntVar(&o.MaxBatch, "max-batch", 0, fmt.Sprintf("max_batch_size for a batchable model (0: %d; -1: no batching)", export.DefaultMaxBatch))
+	c.Flags().StringVar(&sweep, "batch-sweep", "", "JSON report of `torchspeed bench -m ARTIFACT --sweep-batch 1,2,4,8 [--latency-budget D] --json`: write dynamic_batching when it shows batching pays")
 	c.Flags().IntVar(&o.Instances, "instances", 0, "KIND_CPU instance count measured with `torchspeed bench --instances` (0: not measured, write 1)")
 	return c
 }

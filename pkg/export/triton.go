@@ -13,6 +13,7 @@ import (
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/internal/safefile"
+	"github.com/torchspeed/torchspeed/pkg/bench"
 	"github.com/torchspeed/torchspeed/pkg/export/tritonpb"
 )
 
@@ -46,6 +47,9 @@ type TritonOptions struct {
 	Instances int
 	// Overwrite replaces an existing model directory's files.
 	Overwrite bool
+	// BatchSweep is a `torchspeed bench --sweep-batch` result for the artifact (ReadBatchSweep);
+	// with it, dynamic_batching is written when the sweep shows batching pays.
+	BatchSweep *bench.SweepResult
 }
 
 // TritonExport is what WriteTriton wrote.
@@ -165,7 +169,23 @@ func TritonConfig(a *Artifact, o TritonOptions) (*tritonpb.ModelConfig, []string
 	}
 	cfg.InstanceGroup = []*tritonpb.ModelInstanceGroup{{Kind: tritonpb.ModelInstanceGroup_KIND_CPU, Count: int32(instances)}}
 	cfg.Parameters = TritonParameters(a)
-	notes = append(notes, "dynamic_batching left out: the manifest records no throughput sweep over batch sizes, so nothing shows that batching pays for this model")
+	switch {
+	case o.BatchSweep == nil:
+		notes = append(notes, "dynamic_batching left out: the manifest records no throughput sweep over batch sizes, so nothing shows that batching pays for this model; pass --batch-sweep with a `torchspeed bench --sweep-batch --json` report")
+	case !batch:
+		notes = append(notes, "dynamic_batching left out: the model is exported without batching")
+	default:
+		db, why := DynamicBatching(o.BatchSweep, a.Manifest.Runtime.Threads)
+		if db == nil {
+			notes = append(notes, "dynamic_batching left out: "+why)
+			break
+		}
+		cfg.SchedulingChoice = &tritonpb.ModelConfig_DynamicBatching{DynamicBatching: db}
+		if p := db.PreferredBatchSize[0]; p > cfg.MaxBatchSize {
+			cfg.MaxBatchSize = p
+		}
+		notes = append(notes, why)
+	}
 	if a.Manifest.QEngine != "" {
 		notes = append(notes, fmt.Sprintf("INT8 artifact made for quantized engine %s: Triton's PyTorch backend does not set the engine; libtorch's default is %s here (on official 2.x builds it is x86)", a.Manifest.QEngine, DefaultQEngine))
 	}
