@@ -53,9 +53,11 @@ var (
 
 // artifact optimizes fixture name once per test binary (few timing runs: only the files
 // matter here) and returns the artifact's path.
+// A name ending in _int8 is the fixture quantized with static INT8 on its calibration set.
 func artifact(t *testing.T, name string) (string, fixtures.Fixture) {
 	t.Helper()
-	f := fixtures.Load(t).Get(t, name)
+	base, int8 := strings.CutSuffix(name, "_int8")
+	f := fixtures.Load(t).Get(t, base)
 	artifactsMu.Lock()
 	defer artifactsMu.Unlock()
 	if p, ok := artifacts[name]; ok {
@@ -71,6 +73,13 @@ func artifact(t *testing.T, name string) (string, fixtures.Fixture) {
 		c.Model.Inputs = append(c.Model.Inputs, ci)
 	}
 	c.Runtime.Threads = 1
+	if int8 {
+		if f.Calib == nil || len(f.Calib.Inputs) != 1 {
+			t.Fatalf("fixture %s has no calibration set", base)
+		}
+		c.Quantize.Mode, c.Quantize.Observer, c.Quantize.Force = "static", "minmax", true
+		c.Calibration.Path, c.Calibration.Limit = f.Path(f.Calib.Inputs[0].File), 64
+	}
 	c.Bench.Runs, c.Bench.Warmup, c.Bench.StageRuns = 4, 1, 3
 	c.Output.Dir = filepath.Join(artifactDir, name)
 	if err := c.Validate(); err != nil {
@@ -85,7 +94,7 @@ func artifact(t *testing.T, name string) (string, fixtures.Fixture) {
 }
 
 // The fixtures the issue names: a CNN, a transformer, the small trained CNN.
-var exportFixtures = []string{"digits", "transformer_traced", "resnet18"}
+var exportFixtures = []string{"digits", "digits_int8", "transformer_traced", "resnet18"}
 
 // export triton writes a repository whose config.pbtxt parses back through the schema with
 // every field equal to what the manifest and the model say, whose model.pt is the artifact,
@@ -104,7 +113,7 @@ func TestTritonExport(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if e.ModelDir != filepath.Join(repo, name) || e.ModelPath != filepath.Join(repo, name, "1", "model.pt") {
+			if e.ModelDir != filepath.Join(repo, f.Name) || e.ModelPath != filepath.Join(repo, f.Name, "1", "model.pt") {
 				t.Errorf("layout: %+v", e)
 			}
 			cfg, err := ReadTritonConfig(e.ConfigPath)

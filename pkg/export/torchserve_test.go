@@ -59,9 +59,9 @@ func TestTorchServeExport(t *testing.T) {
 				t.Fatal(err)
 			}
 			orig, _ := os.ReadFile(path)
-			copied, _ := os.ReadFile(filepath.Join(dir, name+".pt"))
+			copied, _ := os.ReadFile(filepath.Join(dir, f.Name+".pt"))
 			if !bytes.Equal(orig, copied) {
-				t.Errorf("%s.pt is not the artifact", name)
+				t.Errorf("%s.pt is not the artifact", f.Name)
 			}
 			var mc TorchServeModelConfigFile
 			b, err := os.ReadFile(filepath.Join(dir, TorchServeModelConfig))
@@ -80,7 +80,7 @@ func TestTorchServeExport(t *testing.T) {
 			if props["cpu_launcher_enable"] != "true" || props["cpu_launcher_args"] != wantArgs || props["default_workers_per_model"] != "1" {
 				t.Errorf("config.properties %v, want cpu_launcher_enable=true cpu_launcher_args=%q default_workers_per_model=1", props, wantArgs)
 			}
-			wantCmd := fmt.Sprintf("torch-model-archiver --model-name %s --version 1.0 --serialized-file %s.pt --handler torchspeed_handler.py --extra-files torchspeed_inputs.json --config-file model-config.yaml --export-path model-store --force", name, name)
+			wantCmd := fmt.Sprintf("torch-model-archiver --model-name %s --version 1.0 --serialized-file %s.pt --handler torchspeed_handler.py --extra-files torchspeed_inputs.json --config-file model-config.yaml --export-path model-store --force", f.Name, f.Name)
 			script, _ := os.ReadFile(filepath.Join(dir, "archive.sh"))
 			if !strings.Contains(string(script), wantCmd+"\n") || !strings.HasSuffix(e.ArchiverCommand, wantCmd) {
 				t.Errorf("archiver command %q / archive.sh:\n%s\nwant %s", e.ArchiverCommand, script, wantCmd)
@@ -98,7 +98,7 @@ func TestTorchServeExport(t *testing.T) {
 					t.Errorf("spec input %d: %+v, fixture %+v", i, in, f.Inputs[i])
 				}
 			}
-			checkHandler(t, py, dir, name, path, f.InputArrays(t))
+			checkHandler(t, py, dir, f.Name, path, f.InputArrays(t))
 		})
 	}
 }

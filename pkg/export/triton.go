@@ -63,6 +63,9 @@ type TritonExport struct {
 	Notes []string `json:"notes"`
 }
 
+// extraSpace matches a field name at the start of a line and the spaces after its colon.
+var extraSpace = regexp.MustCompile(`(?m)^( *[A-Za-z_][A-Za-z0-9_]*): +`)
+
 var modelName = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]*$`)
 
 // DefaultName is the model name an export uses for path: its file name without extension.
@@ -220,6 +223,9 @@ func MarshalTritonConfig(cfg *tritonpb.ModelConfig) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode config.pbtxt: %w", err)
 	}
+	// prototext adds a random extra space after some field names, on purpose, so that nobody
+	// depends on its bytes; a config under version control should not change between builds.
+	b = extraSpace.ReplaceAll(b, []byte("$1: "))
 	if len(b) > 0 && b[len(b)-1] != '\n' {
 		b = append(b, '\n')
 	}
