@@ -90,7 +90,7 @@ func newExportTritonCmd() *cobra.Command {
 			res := exportTritonOutput{TritonExport: e}
 			if f.measure {
 				fmt.Fprintln(os.Stderr, "export: timing the artifact as Triton loads it (plain torch::jit::load) against torchspeed.Load ...")
-				if res.Cost, err = export.MeasureCost(a, export.CostOptions{Runs: f.runs, Server: "Triton"}); err != nil {
+				if res.Cost, err = export.MeasureCost(a, e.ModelPath, e.OptimizedSaved, export.CostOptions{Runs: f.runs, Server: "Triton"}); err != nil {
 					return err
 				}
 			}
@@ -141,7 +141,7 @@ func newExportTorchServeCmd() *cobra.Command {
 			res := exportTorchServeOutput{TorchServeExport: e}
 			if f.measure {
 				fmt.Fprintln(os.Stderr, "export: timing the artifact as TorchServe loads it (plain torch.jit.load) against torchspeed.Load ...")
-				if res.Cost, err = export.MeasureCost(a, export.CostOptions{Runs: f.runs, Server: "TorchServe"}); err != nil {
+				if res.Cost, err = export.MeasureCost(a, e.Files[0], e.OptimizedSaved, export.CostOptions{Runs: f.runs, Server: "TorchServe"}); err != nil {
 					return err
 				}
 			}

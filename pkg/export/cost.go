@@ -45,9 +45,10 @@ type Cost struct {
 	Sentence string   `json:"sentence"`
 }
 
-// MeasureCost times a's artifact loaded both ways, interleaved in shuffled rounds, at the
-// manifest's thread count.
-func MeasureCost(a *Artifact, o CostOptions) (*Cost, error) {
+// MeasureCost times served (the file the server loads: the artifact, or its graph saved after
+// optimize_for_inference when optimizedSaved) loaded plainly against a's artifact loaded with
+// torchspeed.Load, interleaved in shuffled rounds, at the manifest's thread count.
+func MeasureCost(a *Artifact, served string, optimizedSaved bool, o CostOptions) (*Cost, error) {
 	if o.Runs <= 0 {
 		o.Runs = 100
 	}
@@ -65,9 +66,9 @@ func MeasureCost(a *Artifact, o CostOptions) (*Cost, error) {
 	}
 	// The plain module is loaded first, before torchspeed.Load sets the quantized engine: a
 	// server process does not set it either.
-	plain, err := torch.Load(a.Path)
+	plain, err := torch.Load(served)
 	if err != nil {
-		return nil, fmt.Errorf("plain load of %q: %w", a.Path, err)
+		return nil, fmt.Errorf("plain load of %q: %w", served, err)
 	}
 	defer plain.Close()
 	if err := plain.Eval(); err != nil {
@@ -107,16 +108,16 @@ func MeasureCost(a *Artifact, o CostOptions) (*Cost, error) {
 		Server:     o.Server,
 		PlainP50Ms: ms(pl.P50), PlainP95Ms: ms(pl.P95), TorchspeedP50Ms: ms(ts.P50), TorchspeedP95Ms: ms(ts.P95),
 		Ratio: pair.Ratio, RatioLo: pair.RatioLo, RatioHi: pair.RatioHi, Significant: pair.Significant,
-		Verdict: pair.Verdict, Rounds: cmp.Rounds, Threads: torch.NumThreads(), Lost: lostAtPlainLoad(a.Manifest),
+		Verdict: pair.Verdict, Rounds: cmp.Rounds, Threads: torch.NumThreads(), Lost: lostAtPlainLoad(a.Manifest, optimizedSaved),
 	}
 	c.Sentence = c.sentence()
 	return c, nil
 }
 
 // lostAtPlainLoad is what torchspeed.Load does for m that a plain torch::jit::load does not.
-func lostAtPlainLoad(m *torchspeed.Manifest) []string {
+func lostAtPlainLoad(m *torchspeed.Manifest, optimizedSaved bool) []string {
 	lost := []string{}
-	if slices.Contains(m.LoadPasses, torchspeed.PassOptimizeForInference) {
+	if slices.Contains(m.LoadPasses, torchspeed.PassOptimizeForInference) && !optimizedSaved {
 		lost = append(lost, fmt.Sprintf("optimize_for_inference cannot be saved by libtorch %s", majorMinor(torch.Version())))
 	}
 	if slices.Contains(m.LoadPasses, torchspeed.PassFreeze) {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -130,11 +131,7 @@ func TestTritonExport(t *testing.T) {
 			if strings.Contains(string(text), "dynamic_batching") {
 				t.Errorf("dynamic_batching written without a measurement:\n%s", text)
 			}
-			orig, _ := os.ReadFile(path)
-			copied, _ := os.ReadFile(e.ModelPath)
-			if !bytes.Equal(orig, copied) {
-				t.Errorf("model.pt (%d bytes) is not the artifact (%d bytes)", len(copied), len(orig))
-			}
+			checkServedModel(t, a, path, e.ModelPath, e.OptimizedSaved, e.Notes)
 			checkPlainLoad(t, tsRun, e.ModelPath, path, a, f)
 		})
 	}
@@ -340,7 +337,7 @@ func TestMeasureCost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := MeasureCost(a, CostOptions{Runs: 20, Warmup: 2, Server: "Triton"})
+	c, err := MeasureCost(a, path, false, CostOptions{Runs: 20, Warmup: 2, Server: "Triton"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,4 +358,27 @@ func TestMeasureCost(t *testing.T) {
 		t.Errorf("manifest has no load-time work, sentence: %q", c.Sentence)
 	}
 	t.Logf("%s (load passes %v, channels-last %v)", c.Sentence, man.LoadPasses, man.ChannelsLast)
+}
+
+// checkServedModel: the served file is the artifact unless optimize_for_inference could be
+// saved; on libtorch 1.13 it cannot, and the notes say so.
+func checkServedModel(t *testing.T, a *Artifact, artifactPath, served string, saved bool, notes []string) {
+	t.Helper()
+	hasOFI := slices.Contains(a.Manifest.LoadPasses, torchspeed.PassOptimizeForInference)
+	if saved && !hasOFI {
+		t.Errorf("optimized graph saved for an artifact without optimize_for_inference (passes %v)", a.Manifest.LoadPasses)
+	}
+	if strings.HasPrefix(torch.Version(), "1.13") && saved {
+		t.Errorf("libtorch %s saved an optimize_for_inference graph that loads back: DESIGN.md says it cannot; check and update it", torch.Version())
+	}
+	if !saved {
+		orig, _ := os.ReadFile(artifactPath)
+		copied, _ := os.ReadFile(served)
+		if !bytes.Equal(orig, copied) {
+			t.Errorf("%s (%d bytes) is not the artifact (%d bytes)", served, len(copied), len(orig))
+		}
+	}
+	if hasOFI && !strings.Contains(strings.Join(notes, "\n"), "optimize_for_inference graph") {
+		t.Errorf("notes do not say what happened to optimize_for_inference: %q", notes)
+	}
 }

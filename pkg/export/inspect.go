@@ -134,6 +134,11 @@ func runBatch(m *torchspeed.Model, specs []Tensor, n int64) ([]output, error) {
 		return nil, err
 	}
 	defer torch.CloseOutputs(outs)
+	return copyOutputs(outs)
+}
+
+// copyOutputs copies outputs out of libtorch as float64.
+func copyOutputs(outs []torch.Output) ([]output, error) {
 	res := make([]output, 0, len(outs))
 	for _, o := range outs {
 		f, err := o.Tensor.Float()

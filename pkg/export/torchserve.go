@@ -66,7 +66,9 @@ type TorchServeExport struct {
 	ModelConfig     TorchServeModelConfigFile `json:"model_config"`
 	Properties      map[string]string         `json:"config_properties"`
 	ArchiverCommand string                    `json:"archiver_command"`
-	Notes           []string                  `json:"notes"`
+	// OptimizedSaved: NAME.pt holds the graph after optimize_for_inference, not the artifact.
+	OptimizedSaved bool     `json:"optimized_saved"`
+	Notes          []string `json:"notes"`
 }
 
 // WriteTorchServe writes into dir what torch-model-archiver takes for a: the artifact as
@@ -148,8 +150,13 @@ func WriteTorchServe(a *Artifact, dir string, o TorchServeOptions) (*TorchServeE
 		}
 	}
 	p := filepath.Join(dir, modelFile)
-	if err := copyFile(a.Path, p); err != nil {
+	saved, note, err := writeServedModel(a, p)
+	if err != nil {
 		return nil, fmt.Errorf("export torchserve: %w", err)
+	}
+	e.OptimizedSaved = saved
+	if note != "" {
+		e.Notes = append(e.Notes, note)
 	}
 	e.Files = append(e.Files, p)
 	for _, f := range files {

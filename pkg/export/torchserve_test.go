@@ -58,11 +58,7 @@ func TestTorchServeExport(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			orig, _ := os.ReadFile(path)
-			copied, _ := os.ReadFile(filepath.Join(dir, f.Name+".pt"))
-			if !bytes.Equal(orig, copied) {
-				t.Errorf("%s.pt is not the artifact", f.Name)
-			}
+			checkServedModel(t, a, path, filepath.Join(dir, f.Name+".pt"), e.OptimizedSaved, e.Notes)
 			var mc TorchServeModelConfigFile
 			b, err := os.ReadFile(filepath.Join(dir, TorchServeModelConfig))
 			if err != nil {

@@ -59,6 +59,9 @@ type TritonExport struct {
 	ModelPath  string `json:"model_path"`
 	// Config is the configuration written to ConfigPath.
 	Config *tritonpb.ModelConfig `json:"-"`
+	// OptimizedSaved: model.pt holds the graph after optimize_for_inference (libtorch could
+	// save and reload it), not the artifact's bytes.
+	OptimizedSaved bool `json:"optimized_saved"`
 	// Notes say what was left out or defaulted, and why.
 	Notes []string `json:"notes"`
 }
@@ -272,8 +275,13 @@ func WriteTriton(a *Artifact, repo string, o TritonOptions) (*TritonExport, erro
 	if err := os.MkdirAll(filepath.Dir(e.ModelPath), 0o777); err != nil {
 		return nil, fmt.Errorf("export triton: create %s: %w", filepath.Dir(e.ModelPath), err)
 	}
-	if err := copyFile(a.Path, e.ModelPath); err != nil {
+	saved, note, err := writeServedModel(a, e.ModelPath)
+	if err != nil {
 		return nil, fmt.Errorf("export triton: %w", err)
+	}
+	e.OptimizedSaved = saved
+	if note != "" {
+		e.Notes = append(e.Notes, note)
 	}
 	if err := safefile.WriteFile(e.ConfigPath, text); err != nil {
 		return nil, fmt.Errorf("export triton: write %s: %w", e.ConfigPath, err)
