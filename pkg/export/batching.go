@@ -80,8 +80,9 @@ func DynamicBatching(s *bench.SweepResult, threads int) (*tritonpb.ModelDynamicB
 	if s.Config.P99Budget > 0 {
 		delay = s.Config.P99Budget - best.Result.Latency.P99
 	}
+	delay = delay.Round(time.Microsecond)
 	return &tritonpb.ModelDynamicBatching{
 		PreferredBatchSize:        []int32{int32(best.Point.Batch)},
 		MaxQueueDelayMicroseconds: uint64(delay / time.Microsecond),
-	}, fmt.Sprintf("dynamic_batching: batch %d gave %.2fx the items/s of batch 1 in the sweep (p99 %v); queue delay %v", best.Point.Batch, gain, best.Result.Latency.P99, delay.Round(time.Microsecond))
+	}, fmt.Sprintf("dynamic_batching: batch %d gave %.2fx the items/s of batch 1 in the sweep (p99 %v); queue delay %v", best.Point.Batch, gain, best.Result.Latency.P99.Round(time.Microsecond), delay)
 }
