@@ -118,6 +118,7 @@ type exportTorchServeOutput struct {
 func newExportTorchServeCmd() *cobra.Command {
 	var f exportFlags
 	var o export.TorchServeOptions
+	var sweep string
 	c := &cobra.Command{
 		Use:   "torchserve -m ARTIFACT -o DIR [--name NAME] [--workers N]",
 		Short: "Write what torch-model-archiver takes (model, model-config.yaml, config.properties) and the command to run",
@@ -130,6 +131,12 @@ func newExportTorchServeCmd() *cobra.Command {
 				return usageErrorf("export torchserve: --workers %d: give 1 or more (0: not measured)", o.Workers)
 			}
 			o.Name, o.Overwrite = f.name, f.overwrite
+			if sweep != "" {
+				var err error
+				if o.BatchSweep, err = export.ReadBatchSweep(sweep, f.model); err != nil {
+					return usageError{err}
+				}
+			}
 			a, err := export.Inspect(f.model)
 			if err != nil {
 				return err
@@ -158,6 +165,7 @@ func newExportTorchServeCmd() *cobra.Command {
 		},
 	}
 	f.bind(c)
+	c.Flags().StringVar(&sweep, "batch-sweep", "", "JSON report of `torchspeed bench -m ARTIFACT --sweep-batch 1,2,4,8 [--latency-budget D] --json`: batchSize and maxBatchDelay when it shows batching pays")
 	c.Flags().IntVar(&o.Workers, "workers", 0, "workers per model measured with `torchspeed bench --instances` (0: not measured, write 1)")
 	return c
 }

@@ -112,6 +112,13 @@ func TestTritonBatchSweep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ts, err := WriteTorchServe(a, t.TempDir(), TorchServeOptions{BatchSweep: sweep})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ts.ModelConfig.BatchSize != 16 || ts.ModelConfig.MaxBatchDelay != 1 {
+		t.Errorf("TorchServe model-config %+v: want batchSize 16, maxBatchDelay 1 (ms)", ts.ModelConfig)
+	}
 	db := cfg.GetDynamicBatching()
 	if db == nil || len(db.PreferredBatchSize) != 1 || db.PreferredBatchSize[0] != 16 || db.MaxQueueDelayMicroseconds != 1000 || cfg.MaxBatchSize != 16 {
 		t.Errorf("dynamic_batching %v, max_batch_size %d; want preferred 16, delay 1000 us, max 16", db, cfg.MaxBatchSize)

@@ -12,6 +12,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/torchspeed/torchspeed/internal/safefile"
+	"github.com/torchspeed/torchspeed/pkg/bench"
 )
 
 //go:embed torchserve_handler.py
@@ -33,6 +34,9 @@ type TorchServeOptions struct {
 	// 0 means 1 (the manifest holds no instance measurement).
 	Workers   int
 	Overwrite bool
+	// BatchSweep is a `torchspeed bench --sweep-batch` result for the artifact (ReadBatchSweep):
+	// batchSize and maxBatchDelay come from it when it shows batching pays.
+	BatchSweep *bench.SweepResult
 }
 
 // TorchServeModelConfigFile is model-config.yaml: the keys TorchServe reads per model.
@@ -95,7 +99,23 @@ func WriteTorchServe(a *Artifact, dir string, o TorchServeOptions) (*TorchServeE
 		notes = append(notes, "1 worker: the manifest records no instance measurement; measure with `torchspeed bench --instances N` on the serving machine and pass --workers")
 	}
 	mc := TorchServeModelConfigFile{MinWorkers: workers, MaxWorkers: workers, BatchSize: 1, MaxBatchDelay: 0, ResponseTimeout: 120}
-	notes = append(notes, "batchSize 1, maxBatchDelay 0: the manifest records no throughput sweep over batch sizes, so nothing shows that batching pays for this model")
+	switch {
+	case o.BatchSweep == nil:
+		notes = append(notes, "batchSize 1, maxBatchDelay 0: the manifest records no throughput sweep over batch sizes, so nothing shows that batching pays for this model; pass --batch-sweep with a `torchspeed bench --sweep-batch --json` report")
+	case !a.Batchable:
+		notes = append(notes, "batchSize 1: the model is not batchable")
+	default:
+		db, why := DynamicBatching(o.BatchSweep, a.Manifest.Runtime.Threads)
+		if db == nil {
+			notes = append(notes, "batchSize 1: "+why)
+			break
+		}
+		// TorchServe counts the delay in whole milliseconds; rounding down keeps it within
+		// the budget.
+		mc.BatchSize = int(db.PreferredBatchSize[0])
+		mc.MaxBatchDelay = int(db.MaxQueueDelayMicroseconds / 1000)
+		notes = append(notes, why+fmt.Sprintf(" (maxBatchDelay %d ms)", mc.MaxBatchDelay))
+	}
 	threads := a.Manifest.Runtime.Threads
 	props := map[string]string{
 		"cpu_launcher_enable":       "true",
