@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
@@ -37,7 +38,16 @@ type Artifact struct {
 	// answer. BatchNote says why not when it is false.
 	Batchable bool
 	BatchNote string
+	// DefaultQEngine is libtorch's quantized engine in this process before the first Inspect
+	// loaded an artifact (which sets the artifact's engine): what a server that never sets
+	// one runs INT8 models with.
+	DefaultQEngine string
 }
+
+var (
+	defaultQEngineOnce sync.Once
+	defaultQEngine     string
+)
 
 // Inspect loads the artifact with torchspeed.Load, runs it once at the manifest's shapes and
 // once with a batch of two, and describes it. It sets libtorch's thread count to the
@@ -46,6 +56,7 @@ func Inspect(path string) (*Artifact, error) {
 	if _, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("export: artifact %q: %w: pass the .torchspeed.pt that `torchspeed optimize` wrote", path, err)
 	}
+	defaultQEngineOnce.Do(func() { defaultQEngine = torch.QEngine() })
 	m, err := torchspeed.Load(path)
 	if err != nil {
 		return nil, fmt.Errorf("export: %w", err)
@@ -55,7 +66,7 @@ func Inspect(path string) (*Artifact, error) {
 	if man == nil || man.Format == 0 || len(man.Inputs) == 0 {
 		return nil, fmt.Errorf("export: %q has no torchspeed manifest with input shapes: export an artifact written by `torchspeed optimize`, not a plain TorchScript file", path)
 	}
-	a := &Artifact{Path: path, Manifest: man}
+	a := &Artifact{Path: path, Manifest: man, DefaultQEngine: defaultQEngine}
 	for _, in := range man.Inputs {
 		dt, err := torch.ParseDType(in.DType)
 		if err != nil {

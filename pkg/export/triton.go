@@ -193,13 +193,10 @@ func TritonConfig(a *Artifact, o TritonOptions) (*tritonpb.ModelConfig, []string
 		notes = append(notes, why)
 	}
 	if a.Manifest.QEngine != "" {
-		notes = append(notes, fmt.Sprintf("INT8 artifact made for quantized engine %s: Triton's PyTorch backend does not set the engine; libtorch's default is %s here (on official 2.x builds it is x86)", a.Manifest.QEngine, DefaultQEngine))
+		notes = append(notes, fmt.Sprintf("INT8 artifact made for quantized engine %s: Triton's PyTorch backend does not set the engine; libtorch's default is %s here (on official 2.x builds it is x86)", a.Manifest.QEngine, orUnknown(a.DefaultQEngine)))
 	}
 	return cfg, notes, nil
 }
-
-// DefaultQEngine is libtorch's quantized engine before torchspeed changed it.
-var DefaultQEngine = torch.QEngine()
 
 // TritonParameters are the backend parameters carrying the runtime torchspeed measured: the
 // manifest's thread counts, and the executor settings every torchspeed measurement ran with
@@ -303,4 +300,11 @@ func copyFile(src, dst string) error {
 		return fmt.Errorf("copy %s to %s: %w", src, dst, err)
 	}
 	return nil
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
 }
