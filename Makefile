@@ -9,8 +9,9 @@ BIN      := $(BUILD)/torchspeed
 JOBS     ?= $(shell nproc)
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X github.com/torchspeed/torchspeed/pkg/version.Version=$(VERSION)
+PREFIX   ?= /usr/local
 
-.PHONY: all setup shim build fixtures test test-go test-purego lint demo bench check-libtorch2 clean
+.PHONY: all setup shim build fixtures test test-go test-purego test-example lint demo bench check-libtorch2 install proto clean
 
 all: build
 
@@ -60,7 +61,28 @@ test-purego:
 test-go:
 	go test -race -count=1 -timeout 40m ./...
 
-test: build fixtures lint test-purego test-go
+test: build fixtures lint test-purego test-go test-example
+
+# libtorchspeed.so (RUNPATH to the libtorch it was built against), torchspeed.h, torchspeed.pc and
+# the binary, linked through pkg-config against the installed library (rpath PREFIX/lib), so
+# nothing installed points into this clone.
+install: shim
+	cmake --install $(CMAKEDIR) --prefix $(abspath $(PREFIX)) >/dev/null
+	@mkdir -p $(abspath $(PREFIX))/bin
+	@# The go command does not key its cache on pkg-config's answer: CGO_CFLAGS naming the prefix
+	@# keeps a build for an earlier prefix from being reused.
+	PKG_CONFIG_PATH=$(abspath $(PREFIX))/lib/pkgconfig CGO_CFLAGS="-O2 -g -I$(abspath $(PREFIX))/include" go build -tags torchspeed_pkgconfig -ldflags "$(LDFLAGS)" -o $(abspath $(PREFIX))/bin/torchspeed ./cmd/torchspeed
+	@echo "installed into $(abspath $(PREFIX)); Go programs: PKG_CONFIG_PATH=$(abspath $(PREFIX))/lib/pkgconfig go build -tags torchspeed_pkgconfig"
+
+# The example service built against a `make install` into a temp prefix, answering on 127.0.0.1.
+test-example: build fixtures
+	bash examples/serve/test.sh
+
+# Regenerate pkg/export/tritonpb from its .proto (protoc from Debian's protobuf-compiler;
+# protoc-gen-go at the version go.mod requires).
+proto:
+	GOBIN=$(CURDIR)/$(BUILD)/bin go install google.golang.org/protobuf/cmd/protoc-gen-go
+	PATH=$(CURDIR)/$(BUILD)/bin:$$PATH protoc --go_out=. --go_opt=paths=source_relative pkg/export/tritonpb/model_config.proto
 
 demo: build fixtures
 	$(BIN) optimize -c configs/demo.yaml

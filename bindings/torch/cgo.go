@@ -2,12 +2,16 @@
 // which wraps libtorch. Every other package speaks the Go types here.
 //
 // The shim library is built by CMake into build/cmake (make shim). Programs built from this
-// tree find it through an rpath; installed programs through the system loader path.
+// tree find it through an rpath into build/cmake, so `go build` and `go test` need no set-up.
+// Programs built against an installed library (make install PREFIX=P) use the build tag
+// torchspeed_pkgconfig: the header and library then come from pkg-config's torchspeed.pc
+// (PKG_CONFIG_PATH=P/lib/pkgconfig), with an rpath to P/lib, and nothing from a clone.
 package torch
 
 /*
-#cgo CFLAGS: -I${SRCDIR}/../../csrc
-#cgo LDFLAGS: -L${SRCDIR}/../../build/cmake -ltorchspeed -Wl,-rpath,${SRCDIR}/../../build/cmake -Wl,-rpath,$ORIGIN
+#cgo !torchspeed_pkgconfig CFLAGS: -I${SRCDIR}/../../csrc
+#cgo !torchspeed_pkgconfig LDFLAGS: -L${SRCDIR}/../../build/cmake -ltorchspeed -Wl,-rpath,${SRCDIR}/../../build/cmake -Wl,-rpath,$ORIGIN
+#cgo torchspeed_pkgconfig pkg-config: torchspeed
 #include <stdlib.h>
 #include "torchspeed.h"
 */

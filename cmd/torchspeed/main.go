@@ -39,7 +39,7 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newVersionCmd(), newRunCmd(), newOptimizeCmd())
+	root.AddCommand(newVersionCmd(), newRunCmd(), newOptimizeCmd(), newExportCmd())
 	for _, add := range extraCommands {
 		root.AddCommand(add())
 	}
