@@ -10,7 +10,7 @@ JOBS     ?= $(shell nproc)
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X github.com/torchspeed/torchspeed/pkg/version.Version=$(VERSION)
 
-.PHONY: all setup shim build fixtures test test-go test-purego lint demo bench check-libtorch2 clean
+.PHONY: all setup shim build fixtures test test-go test-purego lint demo bench bench-peers check-libtorch2 clean
 
 all: build
 
@@ -48,6 +48,15 @@ demo: build fixtures
 
 bench: build fixtures
 	go test -run '^$$' -bench . -benchtime 200x -timeout 60m ./bindings/... ./pkg/...
+
+# torchspeed against plain PyTorch and ONNX Runtime, timed side by side (scripts/peers/bench_peers.py;
+# not part of make test). PEERS_ARGS passes options, e.g. PEERS_ARGS="--models digits --rounds 4".
+# With TORCHSPEED_FIXTURES set it uses those fixtures instead of making its own.
+PEERS_ARGS ?=
+bench-peers: build $(if $(TORCHSPEED_FIXTURES),,fixtures)
+	bash scripts/peers/setup.sh
+	go build -o $(BUILD)/peers/goworker ./scripts/peers/goworker
+	/usr/bin/python3 scripts/peers/bench_peers.py --torchspeed $(BIN) --goworker $(BUILD)/peers/goworker $(PEERS_ARGS)
 
 # Build and test against libtorch 2.6 in a Debian 13 chroot (not part of make test; see the script).
 check-libtorch2:
