@@ -346,7 +346,7 @@ def bench_model(args, entry, rng):
         cands = [c for c in cands if c[0] in args.contenders]
     workers, kinds = [], {}
     env = dict(os.environ)
-    logs = os.path.join(args.work, "logs")
+    logs = os.path.join(os.path.dirname(args.out_path), "logs")
     os.makedirs(logs, exist_ok=True)
     live = []
     for cname, argv, kind in cands:
@@ -362,7 +362,7 @@ def bench_model(args, entry, rng):
             log(f"{name}: {w.name} FAILED: {w.error}")
             w.close()
     result = {"model": name, "kind": entry["kind"], "input_shape": entry["inputs"][0]["shape"],
-              "torchspeed_artifact": ts_info, "skipped": skipped, "contenders": []}
+              "torchspeed_artifact": ts_info, "skipped": skipped, "contenders": [], "interrupted": False}
     try:
         ks = {}
         for w in live:
@@ -373,15 +373,28 @@ def bench_model(args, entry, rng):
         round_medians = {w.name: [] for w in live}
         other = {w.name: [] for w in live}
         me = os.getpid()
+        interrupted = False
         for r in range(args.rounds):
+            if interrupted:
+                break
             order = list(live)
             rng.shuffle(order)
             pids = tree_pids(me)
+            done = []
             for w in order:
                 b0, s0 = system_jiffies()
                 o0 = tree_jiffies(pids)
                 t0 = time.monotonic()
-                ns = w.run(ks[w.name], args.ready_timeout + 60)
+                try:
+                    ns = w.run(ks[w.name], args.ready_timeout + 60)
+                except KeyboardInterrupt:
+                    # Keep the complete rounds: a partial one would pair some contenders only.
+                    log(f"{name}: interrupted in round {r + 1}: keeping the {r} complete round(s)")
+                    for d in done:
+                        del samples[d][-ks[d]:], round_medians[d][-1], other[d][-1]
+                    interrupted = True
+                    break
+                done.append(w.name)
                 el = time.monotonic() - t0
                 b1, s1 = system_jiffies()
                 o1 = tree_jiffies(pids)
@@ -394,12 +407,16 @@ def bench_model(args, entry, rng):
         for w in workers:
             w.close()
 
+    result["interrupted"] = interrupted
     stats = {}
     for w in live:
+        if not samples[w.name]:
+            continue
         s = [x / 1e6 for x in samples[w.name]]
         oc = [o["cpus"] for o in other[w.name]]
         stats[w.name] = {
             "contender": w.name, "kind": kinds[w.name], "runs": len(s), "block": ks[w.name],
+            "rounds": len(round_medians[w.name]),
             "p50_ms": quantile(s, 0.5), "p95_ms": quantile(s, 0.95), "p99_ms": quantile(s, 0.99),
             "min_ms": min(s), "mean_ms": sum(s) / len(s),
             "other_cpu_median": quantile(oc, 0.5), "other_cpu_max": max(oc),
@@ -458,6 +475,16 @@ def markdown(doc):
     return "\n".join(lines) + "\n"
 
 
+def write(doc, out):
+    with open(out + ".tmp", "w") as f:
+        json.dump(doc, f, indent=1)
+    os.replace(out + ".tmp", out)
+    md = markdown(doc)
+    with open(os.path.splitext(out)[0] + ".md", "w") as f:
+        f.write(md)
+    return md
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=DEFAULT_MODELS)
@@ -497,11 +524,14 @@ def main():
             sys.exit(f"bench-peers: fixture {n!r} not in {args.fixtures}/manifest.json (have: {', '.join(man)})")
     if args.contenders:
         args.contenders = {c.strip() for c in args.contenders.split(",") if c.strip()}
+    args.out_path = os.path.abspath(args.out or os.path.join(args.work, "peers.json"))
+    os.makedirs(os.path.dirname(args.out_path), exist_ok=True)
     rng = random.Random(args.seed)
     doc = {"schema_version": SCHEMA_VERSION, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
            "machine": cpu_info(), "threads": args.threads, "batch": 1, "rounds": args.rounds,
            "block_s": args.block_s, "noise_cpu_threshold": args.noise_cpu, "load_before": loadavg(),
            "fixtures": args.fixtures, "models": [], "warnings": []}
+    out = args.out_path
     for n in names:
         log(f"{n}: preparing contenders")
         r = bench_model(args, man[n], rng)
@@ -510,15 +540,13 @@ def main():
             if c["noisy_blocks"]:
                 doc["warnings"].append(
                     f"{n} {c['contender']}: other processes used > {args.noise_cpu} CPU in {c['noisy_blocks']} of "
-                    f"{args.rounds} blocks (max {c['other_cpu_max']:.2f} CPUs): compare with care")
-    doc["load_after"] = loadavg()
-    out = args.out or os.path.join(args.work, "peers.json")
-    with open(out + ".tmp", "w") as f:
-        json.dump(doc, f, indent=1)
-    os.replace(out + ".tmp", out)
-    md = markdown(doc)
-    with open(os.path.splitext(out)[0] + ".md", "w") as f:
-        f.write(md)
+                    f"{c['rounds']} blocks (max {c['other_cpu_max']:.2f} CPUs): compare with care")
+        # Written after every model, so a long run stopped early keeps what it measured.
+        doc["load_after"] = loadavg()
+        md = write(doc, out)
+        if r["interrupted"]:
+            log("interrupted: the remaining models were not measured")
+            break
     print(md)
     for w in doc["warnings"]:
         log("warning: " + w)
