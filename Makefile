@@ -11,7 +11,7 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 LDFLAGS  := -X github.com/torchspeed/torchspeed/pkg/version.Version=$(VERSION)
 PREFIX   ?= /usr/local
 
-.PHONY: all setup shim build fixtures test test-go test-purego test-example lint demo bench check-libtorch2 install proto clean
+.PHONY: all setup shim build fixtures test test-go test-purego test-example lint demo bench bench-peers check-libtorch2 install proto clean
 
 all: build
 
@@ -89,6 +89,15 @@ demo: build fixtures
 
 bench: build fixtures
 	go test -run '^$$' -bench . -benchtime 200x -timeout 60m ./bindings/... ./pkg/...
+
+# torchspeed against plain PyTorch and ONNX Runtime, timed side by side (scripts/peers/bench_peers.py;
+# not part of make test). PEERS_ARGS passes options, e.g. PEERS_ARGS="--models digits --rounds 4".
+# With TORCHSPEED_FIXTURES set it uses those fixtures instead of making its own.
+PEERS_ARGS ?=
+bench-peers: build $(if $(TORCHSPEED_FIXTURES),,fixtures)
+	bash scripts/peers/setup.sh
+	go build -o $(BUILD)/peers/goworker ./scripts/peers/goworker
+	/usr/bin/python3 scripts/peers/bench_peers.py --torchspeed $(BIN) --goworker $(BUILD)/peers/goworker $(PEERS_ARGS)
 
 # Build and test against libtorch 2.6 in a Debian 13 chroot (not part of make test; see the script).
 check-libtorch2:

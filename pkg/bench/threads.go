@@ -3,6 +3,8 @@ package bench
 import (
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"strings"
 	"time"
 )
@@ -11,27 +13,89 @@ import (
 type ThreadChoice struct {
 	Threads int             `json:"threads"`
 	Stats   map[int]Summary `json:"stats"`
-	// Why lists each count's p50 and p95, for reports.
+	// Rounds is how many interleaved rounds were measured.
+	Rounds int `json:"rounds"`
+	// RunnerUp is the count with the next lowest median (0 with a single count); Ratio is
+	// its p50 over the chosen count's, as the median of per-round ratios, with a 95% interval
+	// over rounds (RatioLo, RatioHi).
+	RunnerUp int     `json:"runner_up,omitempty"`
+	Ratio    float64 `json:"ratio,omitempty"`
+	RatioLo  float64 `json:"ratio_ci_lo,omitempty"`
+	RatioHi  float64 `json:"ratio_ci_hi,omitempty"`
+	// Decided is false when the machine was too noisy to separate the counts within the round
+	// limit: the interval of the ratio still straddles 1 and is wider than the tie band. The
+	// count with the lowest median is kept all the same; Why says so.
+	Decided bool `json:"decided"`
+	// Why lists each count's p50 and p95 and how the choice was made, for reports.
 	Why string `json:"why"`
 }
 
-// ChooseThreads measures run at each thread count and returns the one with the lowest median.
-// Thread counts are switched in blocks (set, one unmeasured run to settle the OpenMP pool,
-// then block timed runs), the blocks interleaved over rounds so that machine noise hits every
-// count alike. Measured here: a small transformer is faster on 1 thread than on 2 with passive
-// waiting, resnet18 the other way round; no fixed rule gets both right.
+// ThreadOptions bound ChooseThreadsWith's measurement.
+type ThreadOptions struct {
+	// MinRounds are always measured (at least minRatioRounds, for an interval that means
+	// something); MaxRounds bound the extra rounds taken while the counts cannot be told apart
+	// (0: 4 x MinRounds).
+	MinRounds, MaxRounds int
+	// Block is the number of timed runs per count per round.
+	Block int
+	// MaxTime stops adding rounds after this much measuring (0: no limit).
+	MaxTime time.Duration
+	// Tie is the relative difference under which two counts are treated as equal, and the
+	// fewer threads kept (0: 2%).
+	Tie float64
+}
+
+// minRatioRounds is the fewest rounds for which the order-statistic interval of a median
+// (the smallest and largest of 6 ratios) covers it with >= 95% probability.
+const minRatioRounds = 6
+
+// ChooseThreads measures run at each thread count and returns the fastest by median, with
+// at least rounds interleaved rounds of block runs per count, and up to four times as many
+// while the counts cannot be told apart (see ChooseThreadsWith).
 func ChooseThreads(counts []int, set func(n int) error, run func() error, rounds, block int, c Clock) (ThreadChoice, error) {
+	if rounds < 1 || block < 1 {
+		return ThreadChoice{}, fmt.Errorf("choose threads: rounds (%d) and block (%d) must be >= 1", rounds, block)
+	}
+	return ChooseThreadsWith(counts, set, run, ThreadOptions{MinRounds: rounds, Block: block, MaxTime: 30 * time.Second}, c)
+}
+
+// ChooseThreadsWith measures run at each thread count and returns the one with the lowest
+// median. Thread counts are switched in blocks (set, one unmeasured run to settle the OpenMP
+// pool, then Block timed runs), the blocks interleaved over rounds so that machine noise hits
+// every count alike. After MinRounds it compares the fastest count with the runner-up by the
+// per-round ratio of block medians: it stops when the ratio's 95% interval excludes 1 (one is
+// faster) or lies within the tie band (equal: the fewer threads are kept, they leave a core
+// free), and otherwise adds rounds up to MaxRounds or MaxTime, then reports that the machine
+// was too noisy to decide. Measured here: a small transformer is faster on 1 thread than on 2,
+// resnet18 the other way round, and one short round on a shared machine picked 1 thread for
+// mobilenet_v2 where 2 were faster.
+func ChooseThreadsWith(counts []int, set func(n int) error, run func() error, o ThreadOptions, c Clock) (ThreadChoice, error) {
 	if len(counts) == 0 {
 		return ThreadChoice{}, errors.New("choose threads: no thread counts to try")
 	}
-	if rounds < 1 || block < 1 {
-		return ThreadChoice{}, fmt.Errorf("choose threads: rounds (%d) and block (%d) must be >= 1", rounds, block)
+	if o.MinRounds < 1 || o.Block < 1 {
+		return ThreadChoice{}, fmt.Errorf("choose threads: rounds (%d) and block (%d) must be >= 1", o.MinRounds, o.Block)
 	}
 	if c == nil {
 		c = WallClock
 	}
+	tie := o.Tie
+	if tie <= 0 {
+		tie = 0.02
+	}
+	minRounds := o.MinRounds
+	if len(counts) > 1 {
+		minRounds = max(minRounds, minRatioRounds)
+	}
+	maxRounds := o.MaxRounds
+	if maxRounds < minRounds {
+		maxRounds = 4 * minRounds
+	}
 	samples := map[int][]time.Duration{}
-	for r := 0; r < rounds; r++ {
+	blockMed := map[int][]float64{}
+	start := c.Now()
+	ch := ThreadChoice{Stats: map[int]Summary{}}
+	for r := 0; r < maxRounds; r++ {
 		for _, n := range counts {
 			if err := set(n); err != nil {
 				return ThreadChoice{}, err
@@ -39,16 +103,30 @@ func ChooseThreads(counts []int, set func(n int) error, run func() error, rounds
 			if err := run(); err != nil {
 				return ThreadChoice{}, err
 			}
-			for k := 0; k < block; k++ {
+			blk := make([]float64, 0, o.Block)
+			for k := 0; k < o.Block; k++ {
 				t0 := c.Now()
 				if err := run(); err != nil {
 					return ThreadChoice{}, err
 				}
-				samples[n] = append(samples[n], c.Now()-t0)
+				d := c.Now() - t0
+				samples[n] = append(samples[n], d)
+				blk = append(blk, float64(d))
 			}
+			slices.Sort(blk)
+			blockMed[n] = append(blockMed[n], Percentile(blk, 0.5))
+		}
+		ch.Rounds = r + 1
+		if ch.Rounds < minRounds {
+			continue
+		}
+		if len(counts) == 1 || decide(&ch, counts, samples, blockMed, tie) {
+			break
+		}
+		if o.MaxTime > 0 && c.Now()-start >= o.MaxTime {
+			break
 		}
 	}
-	ch := ThreadChoice{Stats: map[int]Summary{}}
 	var parts []string
 	for _, n := range counts {
 		s, err := Summarize(samples[n])
@@ -57,12 +135,86 @@ func ChooseThreads(counts []int, set func(n int) error, run func() error, rounds
 		}
 		ch.Stats[n] = s
 		parts = append(parts, fmt.Sprintf("%d: p50 %s p95 %s", n, FormatDuration(s.P50), FormatDuration(s.P95)))
-		if ch.Threads == 0 || s.P50 < ch.Stats[ch.Threads].P50 {
-			ch.Threads = n
-		}
+	}
+	if len(counts) == 1 {
+		ch.Threads, ch.Decided = counts[0], true
+	} else if !decide(&ch, counts, samples, blockMed, tie) {
+		parts = append(parts, fmt.Sprintf("too noisy to decide after %d rounds: %d/%d threads p50 ratio %.3f (95%% CI %.3f-%.3f); kept the lower median",
+			ch.Rounds, ch.RunnerUp, ch.Threads, ch.Ratio, ch.RatioLo, ch.RatioHi))
+	} else {
+		parts = append(parts, fmt.Sprintf("%d/%d threads p50 ratio %.3f (95%% CI %.3f-%.3f, %d rounds)",
+			ch.RunnerUp, ch.Threads, ch.Ratio, ch.RatioLo, ch.RatioHi, ch.Rounds))
 	}
 	ch.Why = strings.Join(parts, "; ")
 	return ch, set(ch.Threads)
+}
+
+// decide fills ch with the fastest count, the runner-up and their per-round ratio, and says
+// whether the difference is settled: the interval lies within the tie band (then the fewer
+// threads win, even when the difference is significant: it is too small to matter), or
+// excludes 1.
+func decide(ch *ThreadChoice, counts []int, samples map[int][]time.Duration, blockMed map[int][]float64, tie float64) bool {
+	med := map[int]float64{}
+	for _, n := range counts {
+		xs := toFloats(samples[n])
+		slices.Sort(xs)
+		med[n] = Percentile(xs, 0.5)
+	}
+	order := slices.Clone(counts)
+	slices.SortStableFunc(order, func(a, b int) int {
+		switch {
+		case med[a] < med[b]:
+			return -1
+		case med[a] > med[b]:
+			return 1
+		}
+		return a - b
+	})
+	best, next := order[0], order[1]
+	ratios := make([]float64, 0, len(blockMed[best]))
+	for i, b := range blockMed[best] {
+		if b > 0 {
+			ratios = append(ratios, blockMed[next][i]/b)
+		}
+	}
+	if len(ratios) == 0 {
+		// A clock too coarse to see the runs: nothing to separate the counts by.
+		ch.Threads, ch.RunnerUp, ch.Ratio, ch.RatioLo, ch.RatioHi, ch.Decided = best, next, 1, 1, 1, false
+		return false
+	}
+	ch.Threads, ch.RunnerUp = best, next
+	ch.Ratio, ch.RatioLo, ch.RatioHi = medianInterval(ratios)
+	switch {
+	case ch.RatioLo >= 1-tie && ch.RatioHi <= 1+tie:
+		ch.Decided = true
+		if next < best {
+			// Equal within the band: fewer threads leave a core to the rest of the machine.
+			ch.Threads, ch.RunnerUp = next, best
+			ch.Ratio, ch.RatioLo, ch.RatioHi = 1/ch.Ratio, 1/ch.RatioHi, 1/ch.RatioLo
+		}
+	case ch.RatioLo > 1:
+		ch.Decided = true
+	default:
+		ch.Decided = false
+	}
+	return ch.Decided
+}
+
+// medianInterval returns the median of xs and a distribution-free 95% interval for it from
+// order statistics (normal approximation to the binomial); with fewer than minRatioRounds
+// values the interval is the whole range.
+func medianInterval(xs []float64) (m, lo, hi float64) {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	n := len(s)
+	if n == 0 {
+		return math.NaN(), math.NaN(), math.NaN()
+	}
+	k := 0
+	if n >= minRatioRounds {
+		k = max(0, int(math.Floor(float64(n)/2-0.98*math.Sqrt(float64(n)))))
+	}
+	return Percentile(s, 0.5), s[k], s[n-1-k]
 }
 
 // ThreadCandidates are the counts worth trying on a machine with cores usable cores: 1, half

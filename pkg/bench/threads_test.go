@@ -2,6 +2,8 @@ package bench
 
 import (
 	"errors"
+	"math"
+	"strings"
 	"testing"
 	"time"
 )
@@ -17,14 +19,22 @@ func TestChooseThreads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ch.Threads != 4 || cur != 4 {
-		t.Fatalf("chose %d (current %d), want 4: %s", ch.Threads, cur, ch.Why)
+	if ch.Threads != 4 || cur != 4 || !ch.Decided || ch.RunnerUp != 1 {
+		t.Fatalf("chose %d (current %d, decided %v, runner-up %d), want 4 over 1: %s", ch.Threads, cur, ch.Decided, ch.RunnerUp, ch.Why)
 	}
-	if ch.Stats[2].N != 12 {
-		t.Fatalf("samples per count: %d, want 12", ch.Stats[2].N)
+	// A clear difference stops at the fewest rounds an interval needs (6), not the 3 asked.
+	if ch.Rounds != minRatioRounds || ch.Stats[2].N != 4*minRatioRounds {
+		t.Fatalf("rounds %d, samples per count %d; want %d and %d", ch.Rounds, ch.Stats[2].N, minRatioRounds, 4*minRatioRounds)
+	}
+	if math.Abs(ch.Ratio-1.5) > 1e-9 || ch.RatioLo <= 1 {
+		t.Fatalf("ratio %v (%v-%v), want 1.5 above 1", ch.Ratio, ch.RatioLo, ch.RatioHi)
 	}
 	// Blocks interleave: 1,2,4,1,2,4,... then the final set.
-	want := []int{1, 2, 4, 1, 2, 4, 1, 2, 4, 4}
+	var want []int
+	for r := 0; r < minRatioRounds; r++ {
+		want = append(want, 1, 2, 4)
+	}
+	want = append(want, 4)
 	if len(sets) != len(want) {
 		t.Fatalf("sets %v", sets)
 	}
@@ -45,5 +55,73 @@ func TestChooseThreads(t *testing.T) {
 	}
 	if got := ThreadCandidates(16); len(got) != 3 || got[1] != 8 {
 		t.Fatalf("candidates(16) = %v", got)
+	}
+}
+
+// noisyRun costs base[cur] scaled by a repeating pattern of factors: the per-round ratio of two
+// counts then wanders around base's ratio as it does on a shared machine.
+func noisyRun(clock *SimClock, base map[int]time.Duration, cur *int, factors []float64) func() error {
+	i := 0
+	return func() error {
+		f := factors[i%len(factors)]
+		i++
+		clock.Advance(time.Duration(float64(base[*cur]) * f))
+		return nil
+	}
+}
+
+func TestChooseThreadsTieKeepsFewerThreads(t *testing.T) {
+	clock := &SimClock{}
+	cur := 0
+	set := func(n int) error { cur = n; return nil }
+	// 2 threads 0.5% faster than 1: within the 2% band, so the single thread is kept.
+	base := map[int]time.Duration{1: 1000 * time.Microsecond, 2: 995 * time.Microsecond}
+	ch, err := ChooseThreads([]int{1, 2}, set, noisyRun(clock, base, &cur, []float64{1, 1.003, 0.998, 1.001, 0.999}), 4, 5, clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ch.Threads != 1 || cur != 1 || !ch.Decided {
+		t.Fatalf("chose %d (decided %v), want 1 thread on a tie: %s", ch.Threads, ch.Decided, ch.Why)
+	}
+}
+
+func TestChooseThreadsTooNoisy(t *testing.T) {
+	clock := &SimClock{}
+	cur := 0
+	set := func(n int) error { cur = n; return nil }
+	// Equal costs, but each block lands on a different load: +-30% by block, so the per-round
+	// ratio swings both ways and never settles.
+	base := map[int]time.Duration{1: time.Millisecond, 2: time.Millisecond}
+	pattern := []float64{}
+	for _, f := range []float64{1, 1.3, 0.7, 1.2, 0.8, 1.25, 1, 0.75, 1.3} {
+		for k := 0; k < 6; k++ { // one unmeasured + 5 timed runs per block
+			pattern = append(pattern, f)
+		}
+	}
+	ch, err := ChooseThreadsWith([]int{1, 2}, set, noisyRun(clock, base, &cur, pattern), ThreadOptions{MinRounds: 4, MaxRounds: 10, Block: 5}, clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ch.Decided || ch.Rounds != 10 || !strings.Contains(ch.Why, "too noisy to decide") {
+		t.Fatalf("decided %v after %d rounds (%s); want undecided after 10", ch.Decided, ch.Rounds, ch.Why)
+	}
+	if cur != ch.Threads {
+		t.Fatalf("left %d threads set, chose %d", cur, ch.Threads)
+	}
+}
+
+func TestChooseThreadsMaxTime(t *testing.T) {
+	clock := &SimClock{}
+	cur := 0
+	set := func(n int) error { cur = n; return nil }
+	base := map[int]time.Duration{1: time.Millisecond, 2: time.Millisecond}
+	pattern := []float64{1, 1, 1, 1, 1, 1, 1.3, 1.3, 1.3, 1.3, 1.3, 1.3, 0.7, 0.7, 0.7, 0.7, 0.7, 0.7}
+	ch, err := ChooseThreadsWith([]int{1, 2}, set, noisyRun(clock, base, &cur, pattern), ThreadOptions{MinRounds: 6, MaxRounds: 1000, Block: 5, MaxTime: 100 * time.Millisecond}, clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each round measures 2 x 6 runs of ~1 ms: the time limit stops it near 100 ms.
+	if ch.Decided || ch.Rounds > 10 {
+		t.Fatalf("decided %v after %d rounds; want the time limit to stop an undecided choice", ch.Decided, ch.Rounds)
 	}
 }

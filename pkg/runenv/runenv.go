@@ -22,11 +22,11 @@ type Mode string
 // Modes.
 const (
 	// ModeDefault uses the given instance count (1), one node's worth of cores per
-	// instance, and passive waiting on few cores.
+	// instance, and the OpenMP runtime's own wait policy.
 	ModeDefault Mode = ""
 	// ModeLatency is for one request at a time: one instance on the physical cores of one
-	// NUMA node, one inter-op thread, and passive waiting on up to 4 threads, where
-	// spinning workers were measured to cause tail spikes.
+	// NUMA node, one inter-op thread, and the OpenMP runtime's own wait policy (the other
+	// policies are Candidates, to be measured: see defaultWaitNote).
 	ModeLatency Mode = "latency"
 	// ModeThroughput is for many requests: one instance per NUMA node (unless
 	// Instances says otherwise), each on all of its node's physical cores, with workers
@@ -132,18 +132,21 @@ type Settings struct {
 	Notes []string `json:"notes,omitempty"`
 }
 
-// fewThreads is the thread count up to which Compute picks a passive wait policy in
-// latency and default modes: with libtorch 1.13 on 2 cores, two spinning workers gave
-// p95 2-10x the median in 4 ms steps; passive waiting removed them.
-const fewThreads = 4
+// defaultWaitNote says why latency and default modes leave the wait policy to the OpenMP
+// runtime. A preset of passive waiting after a short spin (GOMP_SPINCOUNT=3000) was
+// measured on a quiet Zen 5 against libtorch's defaults at the same thread count (2): INT8
+// resnet18 4.47 vs 3.81 ms, mobilenet_v2 12.05 vs 8.98 ms; it only looked faster when
+// compared with libtorch's default of 1 thread. On a busy shared VM the same preset had
+// removed tail spikes of spinning workers. No fixed policy wins on both, so the others are
+// Candidates that a caller measures on its own machine.
+const defaultWaitNote = "wait policy: the OpenMP runtime's default; passive and spinning policies are candidates to measure (runenv.Candidates)"
 
-// shortSpinCount is GOMP_SPINCOUNT for the latency preset: long enough to carry a worker
-// from one parallel region to the next within an inference (tens of microseconds), short
-// enough that it sleeps soon after the inference ends. Measured with libtorch 1.13,
-// resnet18 at 2 threads on 2 CPUs, against sleeping at once (GOMP_SPINCOUNT=0), interleaved:
-// p50 13% lower with 1000-3000 spins, 12-19% with 10000-30000, which raised p95/p50 from
-// 1.2 to 1.25-1.4. Waking a sleeping worker for each of a CNN's many parallel regions is
-// what sleeping at once costs.
+// shortSpinCount is GOMP_SPINCOUNT for the short-spin candidate: long enough to carry a
+// worker from one parallel region to the next within an inference (tens of microseconds),
+// short enough that it sleeps soon after the inference ends. Measured with libtorch 1.13,
+// resnet18 at 2 threads on 2 CPUs of a busy VM, against sleeping at once
+// (GOMP_SPINCOUNT=0), interleaved: p50 13% lower with 1000-3000 spins, 12-19% with
+// 10000-30000, which raised p95/p50 from 1.2 to 1.25-1.4.
 const shortSpinCount = 3000
 
 // Compute works out the settings of each instance. It checks every choice against the
@@ -365,11 +368,11 @@ func Compute(p *cpu.Probe, o Options) ([]Settings, error) {
 		case "passive":
 			s.WaitPolicy = "PASSIVE"
 		default:
-			switch {
-			case o.Mode == ModeThroughput:
+			if o.Mode == ModeThroughput {
+				// Instances busy all the time on cores of their own: nothing to yield to.
 				s.WaitPolicy = "ACTIVE"
-			case s.Threads <= fewThreads && s.Threads > 1:
-				s.WaitPolicy, s.SpinCount = "PASSIVE", shortSpinCount
+			} else if s.Threads > 1 {
+				s.Notes = append(s.Notes, defaultWaitNote)
 			}
 		}
 		s.Vars = vars(s, places)
@@ -445,26 +448,7 @@ func vars(s Settings, places []string) []Var {
 	default:
 		v = append(v, Var{"OMP_PROC_BIND", "close"}, Var{"OMP_PLACES", strings.Join(places, ",")})
 	}
-	if s.WaitPolicy != "" {
-		v = append(v, Var{"OMP_WAIT_POLICY", s.WaitPolicy})
-		switch s.OpenMP {
-		case "gnu":
-			// libgomp polls GOMP_SPINCOUNT times before sleeping; PASSIVE alone sets it to
-			// 0, spell it out so the exports show what happens.
-			if s.WaitPolicy == "PASSIVE" {
-				v = append(v, Var{"GOMP_SPINCOUNT", strconv.Itoa(s.SpinCount)})
-			}
-		case "intel", "llvm":
-			// KMP_BLOCKTIME counts milliseconds in every version (microseconds only in recent
-			// LLVM ones): 1 ms is far longer than the short spin measured with libgomp, and
-			// long spins are what gave the tail spikes, so PASSIVE sleeps at once here.
-			bt := "0"
-			if s.WaitPolicy == "ACTIVE" {
-				bt = "infinite"
-			}
-			v = append(v, Var{"KMP_BLOCKTIME", bt})
-		}
-	}
+	v = append(v, waitVars(s)...)
 	node := strconv.Itoa(s.NUMANode)
 	v = append(v,
 		Var{"TORCHSPEED_INSTANCE", strconv.Itoa(s.Instance)},
@@ -473,5 +457,34 @@ func vars(s Settings, places []string) []Var {
 		Var{"TORCHSPEED_NUMA_NODE", node},
 		Var{"TORCHSPEED_INTEROP_THREADS", strconv.Itoa(s.InteropThreads)},
 	)
+	return v
+}
+
+// waitVarNames are the variables waitVars may set.
+var waitVarNames = []string{"OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME"}
+
+// waitVars are the variables of the instance's wait policy; none for the runtime's default.
+func waitVars(s Settings) []Var {
+	if s.WaitPolicy == "" {
+		return nil
+	}
+	v := []Var{{"OMP_WAIT_POLICY", s.WaitPolicy}}
+	switch s.OpenMP {
+	case "gnu":
+		// libgomp polls GOMP_SPINCOUNT times before sleeping; PASSIVE alone sets it to
+		// 0, spell it out so the exports show what happens.
+		if s.WaitPolicy == "PASSIVE" {
+			v = append(v, Var{"GOMP_SPINCOUNT", strconv.Itoa(s.SpinCount)})
+		}
+	case "intel", "llvm":
+		// KMP_BLOCKTIME counts milliseconds in every version (microseconds only in recent
+		// LLVM ones): 1 ms is far longer than the short spin measured with libgomp, and
+		// long spins are what gave the tail spikes, so PASSIVE sleeps at once here.
+		bt := "0"
+		if s.WaitPolicy == "ACTIVE" {
+			bt = "infinite"
+		}
+		v = append(v, Var{"KMP_BLOCKTIME", bt})
+	}
 	return v
 }

@@ -1,0 +1,111 @@
+package runenv
+
+import (
+	"fmt"
+	"slices"
+)
+
+// Candidate is one runtime setting to measure against the OpenMP runtime's own defaults at
+// the same thread count: an OpenMP wait policy (with GNU's spin count) and an allocator.
+// Settings the runtime reads at start differ only between processes, so a caller measures a
+// candidate in a process started with Apply's settings (Settings.Environ), interleaved with
+// one started with the defaults, and keeps it only when it wins at p50 without a worse p95.
+type Candidate struct {
+	// Name identifies the candidate in reports: "default" is the runtime's own.
+	Name string `json:"name"`
+	// WaitPolicy is "", "PASSIVE" or "ACTIVE"; SpinCount is GOMP_SPINCOUNT with PASSIVE
+	// and GNU OpenMP.
+	WaitPolicy string `json:"wait_policy"`
+	SpinCount  int    `json:"spin_count,omitempty"`
+	// Allocator is "" (keep the settings' own), "default" (glibc), "jemalloc" or "tcmalloc";
+	// AllocatorPath is the library to preload.
+	Allocator     string `json:"allocator,omitempty"`
+	AllocatorPath string `json:"allocator_path,omitempty"`
+	// Why says what the candidate is for.
+	Why string `json:"why"`
+}
+
+// DefaultCandidate is the OpenMP runtime's own behaviour: always one of the candidates, and
+// the one to keep unless another is measured faster.
+const DefaultCandidate = "default"
+
+// Candidates lists the runtime settings worth measuring for s, the defaults first. With one
+// thread the wait policy has nothing to wait for, so only allocators vary. Allocators are
+// offered when their library is found (libDirs nil: the system's).
+func Candidates(s Settings, libDirs []string) []Candidate {
+	out := []Candidate{{Name: DefaultCandidate, Allocator: "default", Why: "the OpenMP runtime's own wait policy and glibc malloc, as plain libtorch runs"}}
+	if s.Threads > 1 {
+		switch s.OpenMP {
+		case "gnu", "":
+			out = append(out,
+				Candidate{Name: "passive-short-spin", WaitPolicy: "PASSIVE", SpinCount: shortSpinCount,
+					Why: "workers spin briefly between parallel regions, then sleep: removed tail spikes on a busy shared VM"},
+				Candidate{Name: "passive", WaitPolicy: "PASSIVE", SpinCount: 0,
+					Why: "workers sleep at once: frees the CPUs between requests, costs a wake-up per parallel region"})
+		default:
+			out = append(out, Candidate{Name: "passive", WaitPolicy: "PASSIVE",
+				Why: "workers sleep at once (KMP_BLOCKTIME=0): frees the CPUs between requests"})
+		}
+		out = append(out, Candidate{Name: "active", WaitPolicy: "ACTIVE",
+			Why: "workers never sleep: for cores that serve nothing else"})
+	}
+	for _, a := range []string{"jemalloc", "tcmalloc"} {
+		if path, err := FindAllocator(a, libDirs); err == nil {
+			out = append(out, Candidate{Name: a, Allocator: a, AllocatorPath: path,
+				Why: "preloaded " + a + ": fewer page faults on large activations"})
+		}
+	}
+	return out
+}
+
+// Apply returns s with the candidate's wait policy and allocator in place of its own (the
+// CPUs, thread counts and bindings are kept). Start a process with the result's Environ: the
+// OpenMP runtime reads these variables when it starts.
+func (c Candidate) Apply(s Settings) (Settings, error) {
+	switch c.WaitPolicy {
+	case "", "PASSIVE", "ACTIVE":
+	default:
+		return s, fmt.Errorf("runtime candidate %q: wait policy %q: want \"\", PASSIVE or ACTIVE", c.Name, c.WaitPolicy)
+	}
+	if c.SpinCount < 0 {
+		return s, fmt.Errorf("runtime candidate %q: spin count %d: must be >= 0", c.Name, c.SpinCount)
+	}
+	out := s
+	out.Notes = slices.Clone(s.Notes)
+	out.WaitPolicy, out.SpinCount = c.WaitPolicy, 0
+	if c.WaitPolicy == "PASSIVE" {
+		out.SpinCount = c.SpinCount
+	}
+	switch c.Allocator {
+	case "":
+	case "default":
+		out.Allocator, out.AllocatorPath = "", ""
+	default:
+		if c.AllocatorPath == "" {
+			return s, fmt.Errorf("runtime candidate %q: allocator %s without a library path: take candidates from runenv.Candidates", c.Name, c.Allocator)
+		}
+		out.Allocator, out.AllocatorPath = c.Allocator, c.AllocatorPath
+	}
+	// Replace the wait variables where they were (or where they go: before TORCHSPEED_*), so
+	// the exports keep their order.
+	at := -1
+	vars := make([]Var, 0, len(s.Vars)+2)
+	for _, v := range s.Vars {
+		if slices.Contains(waitVarNames, v.Name) {
+			if at < 0 {
+				at = len(vars)
+			}
+			continue
+		}
+		if at < 0 && v.Name == "TORCHSPEED_INSTANCE" {
+			at = len(vars)
+		}
+		vars = append(vars, v)
+	}
+	if at < 0 {
+		at = len(vars)
+	}
+	out.Vars = slices.Insert(vars, at, waitVars(out)...)
+	out.Notes = append(out.Notes, "runtime candidate: "+c.Name)
+	return out, nil
+}

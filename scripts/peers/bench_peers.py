@@ -1,0 +1,557 @@
+#!/usr/bin/python3
+"""`make bench-peers`: torchspeed's artifact against what users do by hand, timed side by side.
+
+Usage: /usr/bin/python3 scripts/peers/bench_peers.py [--models a,b] [--threads 2] [--rounds 12]
+           [--block-s 0.25] [--fixtures DIR] [--work build/peers] [--out build/peers/peers.json]
+
+For each model (a fixture from `make fixtures`) it prepares every contender, then times them in
+one run: long-lived worker processes keep their model loaded and answer "run K" requests
+(scripts/peers/*_worker.*, `torchspeed bench --serve`, goworker), and the driver asks each in
+turn for a block of K runs, round after round, in a fresh random order every round (a fixed
+order biases small models timed right after large ones). All at batch 1 and --threads threads.
+
+Contenders:
+  py-jit, py-freeze-ofi, py-cl-freeze-ofi (CNNs), py-int8 (quantize_jit static for CNNs on the
+      fixture's calibration data, quantize_dynamic_jit for transformers; engine onednn)
+      -- plain PyTorch in Debian's /usr/bin/python3 (torch_worker.py)
+  ort-fp32 -- ONNX Runtime 1.30 FP32 (onnxruntime-node), the fixture exported by torch.onnx.export
+  ts-bench, ts-bench-default -- the artifact of `torchspeed optimize -c scripts/peers/configs/M.yaml`
+      through `torchspeed bench --serve`, with torchspeed's runtime settings and with libtorch's own
+  ts-go -- the same artifact through the Go API (torchspeed.Load + Predict)
+  ts-go-locked, ts-go-cxx (diagnostics, --diagnostics) -- the artifact called on the locked
+      thread without the hop, and timed by the C++ loop: the per-call cost from Go
+
+For each block it reads /proc/stat and the CPU time of its own process tree: what other
+processes used during the block is reported, and a warning is printed when it is more than
+--noise-cpu CPUs. Prints median/p95 per contender and each torchspeed contender's ratio to the
+best peer (with a 95% interval over rounds), and writes JSON and Markdown.
+"""
+
+import argparse
+import json
+import math
+import os
+import random
+import select
+import shutil
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+PY = "/usr/bin/python3"
+DEFAULT_MODELS = "resnet18,resnet50,mobilenet_v2,transformer_traced,transformer_scripted,digits"
+SCHEMA_VERSION = 1
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def log(msg):
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- machine and load
+
+
+def cpu_info():
+    model, flags = "unknown", set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name") and model == "unknown":
+                    model = line.split(":", 1)[1].strip()
+                elif line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    break
+    except OSError:
+        pass
+    wanted = ["avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni", "avx512_bf16",
+              "amx_bf16", "amx_int8"]
+    return {"model": model, "isa": [f for f in wanted if f in flags], "cpus": os.cpu_count(),
+            "usable_cpus": len(os.sched_getaffinity(0))}
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return [float(x) for x in f.read().split()[:3]]
+
+
+def system_jiffies():
+    """Busy and steal jiffies of the whole machine (all CPUs) from /proc/stat."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    user, nice, system, _idle, _iowait, irq, softirq = v[:7]
+    steal = v[7] if len(v) > 7 else 0
+    return user + nice + system + irq + softirq, steal
+
+
+def tree_pids(root):
+    """root and all its descendants, from /proc (workers may re-exec or spawn helpers)."""
+    children = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                s = f.read()
+        except OSError:
+            continue
+        ppid = int(s[s.rindex(")") + 2:].split()[1])
+        children.setdefault(ppid, []).append(int(d))
+    out, todo = [], [root]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
+def tree_jiffies(pids):
+    total = 0
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                s = f.read()
+        except OSError:
+            continue
+        fields = s[s.rindex(")") + 2:].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime (all threads)
+    return total
+
+
+# ---------------------------------------------------------------- statistics
+
+
+def quantile(xs, q):
+    s = sorted(xs)
+    if not s:
+        return math.nan
+    pos = q * (len(s) - 1)
+    lo = int(math.floor(pos))
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def median_ci(xs):
+    """Distribution-free 95% interval for the median of xs (order statistics)."""
+    s = sorted(xs)
+    n = len(s)
+    if n < 6:
+        return (math.nan, math.nan)
+    k = max(0, int(math.floor(n / 2 - 0.98 * math.sqrt(n))))
+    return (s[k], s[n - 1 - k])
+
+
+# ---------------------------------------------------------------- workers
+
+
+class Worker:
+    """One long-lived contender process speaking the "run K" protocol; its stderr goes to a log
+    file (a pipe nobody reads while others are timed could fill and stall it)."""
+
+    def __init__(self, name, argv, log_path, env=None, cwd=None):
+        self.name, self.argv, self.log_path = name, argv, log_path
+        self.ready, self.error = None, None
+        self.log = open(log_path, "w")
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self.log, text=True, env=env, cwd=cwd, bufsize=1)
+
+    def stderr_tail(self, n=5):
+        try:
+            with open(self.log_path) as f:
+                lines = [ln.rstrip() for ln in f if ln.strip()]
+        except OSError:
+            return ""
+        return " | ".join(lines[-n:])
+
+    def _readline(self, timeout):
+        r, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        if not r:
+            raise TimeoutError(f"{self.name}: no answer in {timeout:.0f} s")
+        line = self.proc.stdout.readline()
+        if not line:
+            raise EOFError(f"{self.name}: exited (rc {self.proc.wait()}): {self.stderr_tail()}")
+        return line.rstrip("\n")
+
+    def wait_ready(self, timeout):
+        try:
+            while True:
+                line = self._readline(timeout)
+                if line.startswith("ready"):
+                    self.ready = json.loads(line[5:].strip() or "{}")
+                    return True
+                if line.startswith("error"):
+                    self.error = line[5:].strip()
+                    return False
+        except (TimeoutError, EOFError, ValueError) as e:
+            self.error = str(e)
+            return False
+
+    def run(self, k, timeout):
+        self.proc.stdin.write(f"run {k}\n")
+        self.proc.stdin.flush()
+        line = self._readline(timeout)
+        if not line.startswith("ns"):
+            raise RuntimeError(f"{self.name}: {line}")
+        return [int(x) for x in line.split()[1:]]
+
+    def close(self):
+        self.log.close()
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.write("quit\n")
+                self.proc.stdin.flush()
+                self.proc.wait(timeout=20)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait()
+
+
+# ---------------------------------------------------------------- preparation
+
+
+def load_manifest(fixtures):
+    path = os.path.join(fixtures, "manifest.json")
+    try:
+        with open(path) as f:
+            m = json.load(f)
+    except OSError:
+        sys.exit(f"bench-peers: {path} missing: run `make fixtures` (or set TORCHSPEED_FIXTURES)")
+    return {e["name"]: e for e in m["fixtures"]}
+
+
+def stale(target, *sources):
+    if not os.path.exists(target):
+        return True
+    t = os.path.getmtime(target)
+    return any(os.path.getmtime(s) > t for s in sources if os.path.exists(s))
+
+
+def calib_file(args, entry):
+    """The fixture's calibration set, or 16 random-normal inputs (what the CNN fixtures' inputs
+    are and what their BatchNorm statistics were re-estimated on) written once."""
+    if entry.get("calib"):
+        return os.path.join(args.fixtures, entry["calib"]["inputs"][0]["file"])
+    import numpy as np
+    spec = entry["inputs"][0]
+    path = os.path.join(args.work, f"{entry['name']}_calib.npy")
+    if not os.path.exists(path):
+        rng = np.random.default_rng(0)
+        np.save(path, rng.standard_normal([16] + spec["shape"][1:]).astype(np.float32))
+    return path
+
+
+def export_onnx(args, entry):
+    """torch.onnx.export of the fixture (needs no onnx package in torch 1.13); None and the
+    reason when the model does not export."""
+    path = os.path.join(args.work, f"{entry['name']}.onnx")
+    src = os.path.join(args.fixtures, entry["file"])
+    if not stale(path, src):
+        return path, None
+    code = (
+        "import sys, warnings, numpy as np, torch\n"
+        "warnings.simplefilter('ignore')\n"
+        "m = torch.jit.load(sys.argv[1]).eval()\n"
+        "x = torch.from_numpy(np.load(sys.argv[2]))\n"
+        "torch.onnx.export(m, (x,), sys.argv[3] + '.tmp', opset_version=14, input_names=['x'],\n"
+        "                  output_names=['y'], do_constant_folding=True)\n"
+    )
+    r = subprocess.run([PY, "-c", code, src, os.path.join(args.fixtures, entry["inputs"][0]["file"]), path],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        last = [ln for ln in r.stderr.strip().splitlines() if ln.strip()][-1:] or ["?"]
+        return None, "torch.onnx.export failed: " + last[0][:300]
+    os.replace(path + ".tmp", path)
+    return path, None
+
+
+def optimize(args, entry):
+    """`torchspeed optimize` with the peer config; returns (artifact, report) or raises."""
+    name = entry["name"]
+    cfg = os.path.join(HERE, "configs", f"{name}.yaml")
+    out = os.path.join(args.work, name)
+    report = os.path.join(out, "report.json")
+    src = os.path.join(args.fixtures, entry["file"])
+    if args.reoptimize or stale(report, cfg, src, args.torchspeed):
+        # The config's paths are relative to a checkout's build/: point them at the fixtures and
+        # the work folder in use, in a copy the report can name.
+        with open(cfg) as f:
+            text = f.read()
+        text = text.replace("../../../build/fixtures", args.fixtures).replace("../../../build/peers", args.work)
+        resolved = os.path.join(args.work, f"{name}.yaml")
+        with open(resolved, "w") as f:
+            f.write(text)
+        cmd = [args.torchspeed, "optimize", "-c", resolved, "-m", src, "-o", out, "--threads", str(args.threads),
+               "--overwrite", "--quiet"]
+        log(f"{name}: {' '.join(cmd)}")
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"torchspeed optimize failed (rc {r.returncode}): {r.stderr.strip()[-600:]}")
+    with open(report) as f:
+        rep = json.load(f)
+    arts = [p for p in os.listdir(out) if p.endswith(".torchspeed.pt")]
+    if len(arts) != 1:
+        raise RuntimeError(f"{out}: want one *.torchspeed.pt, found {arts}")
+    return os.path.join(out, arts[0]), rep
+
+
+def contenders(args, entry):
+    """(name, argv, kind) for every contender of one model; kind is peer, torchspeed or diagnostic."""
+    name, kind = entry["name"], entry["kind"]
+    model = os.path.join(args.fixtures, entry["file"])
+    x = os.path.join(args.fixtures, entry["inputs"][0]["file"])
+    ref = os.path.join(args.fixtures, entry["outputs"][0]["file"])
+    t = str(args.threads)
+    cnn = kind in ("cnn", "digits")
+    calib = calib_file(args, entry) if cnn else None
+    out, skipped = [], []
+    pyw = [PY, os.path.join(HERE, "torch_worker.py"), "--model", model, "--input", x, "--threads", t, "--ref", ref]
+    recipes = ["jit", "freeze_ofi"] + (["cl_freeze_ofi", "int8_static"] if cnn else ["int8_dynamic"])
+    for r in recipes:
+        argv = pyw + ["--recipe", r] + (["--calib", calib] if r == "int8_static" else [])
+        out.append(("py-" + r.replace("_static", "").replace("_dynamic", "").replace("_", "-"), argv, "peer"))
+    onnx, why = export_onnx(args, entry)
+    if onnx:
+        out.append(("ort-fp32", ["node", os.path.join(HERE, "ort_worker.js"), onnx, x, t, ref], "peer"))
+    else:
+        skipped.append({"contender": "ort-fp32", "why": why})
+    try:
+        art, rep = optimize(args, entry)
+    except (RuntimeError, OSError, ValueError) as e:
+        skipped.append({"contender": "ts-*", "why": str(e)})
+        return out, skipped, None
+    tsb = [args.torchspeed, "bench", "--serve", "-m", art, "--threads", t, "--warmup", "10"]
+    out.append(("ts-bench", tsb + ["--runtime", "torchspeed"], "torchspeed"))
+    out.append(("ts-bench-default", tsb + ["--runtime", "default"], "torchspeed"))
+    gow = [args.goworker, "-model", art, "-input", x, "-threads", t, "-ref", ref]
+    out.append(("ts-go", gow + ["-mode", "predict"], "torchspeed"))
+    if args.diagnostics:
+        out.append(("ts-go-locked", gow + ["-mode", "locked"], "diagnostic"))
+        out.append(("ts-go-cxx", gow + ["-mode", "cxx"], "diagnostic"))
+    val = rep.get("validation") or {}
+    summary = {"artifact": art, "precision": (rep.get("manifest") or {}).get("precision"),
+               "decisions": rep.get("decisions"), "validation_passed": val.get("passed"),
+               "validation_metrics": val.get("metrics"), "validation_data": val.get("data"),
+               "report": os.path.join(os.path.dirname(art), "report.json")}
+    return out, skipped, summary
+
+
+# ---------------------------------------------------------------- timing
+
+
+def bench_model(args, entry, rng):
+    name = entry["name"]
+    cands, skipped, ts_info = contenders(args, entry)
+    if args.contenders:
+        cands = [c for c in cands if c[0] in args.contenders]
+    workers, kinds = [], {}
+    env = dict(os.environ)
+    logs = os.path.join(os.path.dirname(args.out_path), "logs")
+    os.makedirs(logs, exist_ok=True)
+    live = []
+    for cname, argv, kind in cands:
+        # One at a time: preparing (quantize_jit, freezing) while another warms up slows both.
+        w = Worker(cname, argv, os.path.join(logs, f"{name}.{cname}.log"), env=env, cwd=HERE)
+        workers.append(w)
+        kinds[cname] = kind
+        if w.wait_ready(args.ready_timeout):
+            live.append(w)
+            log(f"{name}: {w.name} ready {json.dumps(w.ready)[:200]}")
+        else:
+            skipped.append({"contender": w.name, "why": w.error})
+            log(f"{name}: {w.name} FAILED: {w.error}")
+            w.close()
+    result = {"model": name, "kind": entry["kind"], "input_shape": entry["inputs"][0]["shape"],
+              "torchspeed_artifact": ts_info, "skipped": skipped, "contenders": [], "interrupted": False}
+    try:
+        ks = {}
+        for w in live:
+            ns = w.run(3, args.ready_timeout)
+            est = max(1e-6, sorted(ns)[1] / 1e9)
+            ks[w.name] = int(min(args.max_block, max(args.min_block, args.block_s / est)))
+        samples = {w.name: [] for w in live}
+        round_medians = {w.name: [] for w in live}
+        other = {w.name: [] for w in live}
+        me = os.getpid()
+        interrupted = False
+        for r in range(args.rounds):
+            if interrupted:
+                break
+            order = list(live)
+            rng.shuffle(order)
+            pids = tree_pids(me)
+            done = []
+            for w in order:
+                b0, s0 = system_jiffies()
+                o0 = tree_jiffies(pids)
+                t0 = time.monotonic()
+                try:
+                    ns = w.run(ks[w.name], args.ready_timeout + 60)
+                except KeyboardInterrupt:
+                    # Keep the complete rounds: a partial one would pair some contenders only.
+                    log(f"{name}: interrupted in round {r + 1}: keeping the {r} complete round(s)")
+                    for d in done:
+                        del samples[d][-ks[d]:], round_medians[d][-1], other[d][-1]
+                    interrupted = True
+                    break
+                done.append(w.name)
+                el = time.monotonic() - t0
+                b1, s1 = system_jiffies()
+                o1 = tree_jiffies(pids)
+                others = max(0.0, ((b1 - b0) - (o1 - o0)) / CLK_TCK / el)
+                other[w.name].append({"cpus": round(others, 3), "steal_cpus": round((s1 - s0) / CLK_TCK / el, 3)})
+                samples[w.name].extend(ns)
+                round_medians[w.name].append(quantile(ns, 0.5))
+            log(f"{name}: round {r + 1}/{args.rounds} done (load {loadavg()[0]:.2f})")
+    finally:
+        for w in workers:
+            w.close()
+
+    result["interrupted"] = interrupted
+    stats = {}
+    for w in live:
+        if not samples[w.name]:
+            continue
+        s = [x / 1e6 for x in samples[w.name]]
+        oc = [o["cpus"] for o in other[w.name]]
+        stats[w.name] = {
+            "contender": w.name, "kind": kinds[w.name], "runs": len(s), "block": ks[w.name],
+            "rounds": len(round_medians[w.name]),
+            "p50_ms": quantile(s, 0.5), "p95_ms": quantile(s, 0.95), "p99_ms": quantile(s, 0.99),
+            "min_ms": min(s), "mean_ms": sum(s) / len(s),
+            "other_cpu_median": quantile(oc, 0.5), "other_cpu_max": max(oc),
+            "noisy_blocks": sum(1 for c in oc if c > args.noise_cpu),
+            "ready": w.ready,
+        }
+    peers = [n for n in stats if stats[n]["kind"] == "peer"]
+    best = min(peers, key=lambda n: stats[n]["p50_ms"]) if peers else None
+    for n, st in stats.items():
+        if best and st["kind"] != "peer":
+            ratios = [a / b for a, b in zip(round_medians[n], round_medians[best])]
+            lo, hi = median_ci(ratios)
+            st["ratio_to_best"] = st["p50_ms"] / stats[best]["p50_ms"]
+            st["ratio_rounds_median"] = quantile(ratios, 0.5)
+            st["ratio_ci95"] = [lo, hi]
+            st["p95_over_p50"] = st["p95_ms"] / st["p50_ms"]
+        result["contenders"].append(st)
+    result["best_peer"] = best
+    if best:
+        result["best_peer_p95_over_p50"] = stats[best]["p95_ms"] / stats[best]["p50_ms"]
+    return result
+
+
+# ---------------------------------------------------------------- output
+
+
+def fmt(x, nd=3):
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{nd}f}"
+
+
+def markdown(doc):
+    m = doc["machine"]
+    lines = [f"# bench-peers {doc['started']}", "",
+             f"CPU {m['model']} ({', '.join(m['isa'])}), {m['usable_cpus']} usable CPUs; batch 1, "
+             f"{doc['threads']} threads; {doc['rounds']} rounds, shuffled; load average before "
+             f"{doc['load_before']}, after {doc['load_after']}.", "",
+             "| model | contender | p50 ms | p95 ms | p95/p50 | vs best peer (p50) | 95% CI | others' CPU (median/max) | cosine vs FP32 |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in doc["models"]:
+        for c in sorted(r["contenders"], key=lambda c: c["p50_ms"]):
+            best = " **best peer**" if c["contender"] == r["best_peer"] else ""
+            ratio = f"{c['ratio_to_best']:.2f}x" if "ratio_to_best" in c else ""
+            ci = (f"{c['ratio_ci95'][0]:.2f}-{c['ratio_ci95'][1]:.2f}"
+                  if "ratio_ci95" in c and not math.isnan(c["ratio_ci95"][0]) else "")
+            cos = (c.get("ready") or {}).get("cosine_vs_fp32")
+            lines.append(f"| {r['model']} | {c['contender']}{best} | {fmt(c['p50_ms'])} | {fmt(c['p95_ms'])} | "
+                         f"{c['p95_ms'] / c['p50_ms']:.2f} | {ratio} | {ci} | "
+                         f"{c['other_cpu_median']:.2f}/{c['other_cpu_max']:.2f} | {fmt(cos, 4)} |")
+        for s in r["skipped"]:
+            lines.append(f"| {r['model']} | {s['contender']} | not run: {s['why']} | | | | | | |")
+    lines += ["", "Ratios: torchspeed contender p50 / best peer p50 over all runs; the CI is over per-round "
+              "ratios. 'others' CPU' is what processes outside this benchmark used during the contender's "
+              "blocks (CPUs); warnings below name blocks above the threshold."]
+    if doc["warnings"]:
+        lines += [""] + [f"- warning: {w}" for w in doc["warnings"]]
+    return "\n".join(lines) + "\n"
+
+
+def write(doc, out):
+    with open(out + ".tmp", "w") as f:
+        json.dump(doc, f, indent=1)
+    os.replace(out + ".tmp", out)
+    md = markdown(doc)
+    with open(os.path.splitext(out)[0] + ".md", "w") as f:
+        f.write(md)
+    return md
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default=DEFAULT_MODELS)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=12)
+    ap.add_argument("--block-s", type=float, default=0.25, help="target seconds per timed block")
+    ap.add_argument("--min-block", type=int, default=5)
+    ap.add_argument("--max-block", type=int, default=2000)
+    ap.add_argument("--noise-cpu", type=float, default=0.1,
+                    help="warn when other processes used more than this many CPUs during a block")
+    ap.add_argument("--fixtures", default=os.environ.get("TORCHSPEED_FIXTURES") or os.path.join(ROOT, "build", "fixtures"))
+    ap.add_argument("--work", default=os.path.join(ROOT, "build", "peers"))
+    ap.add_argument("--out", help="JSON result (default WORK/peers.json; Markdown beside it)")
+    ap.add_argument("--torchspeed", default=os.path.join(ROOT, "build", "torchspeed"))
+    ap.add_argument("--goworker", default=os.path.join(ROOT, "build", "peers", "goworker"))
+    ap.add_argument("--diagnostics", action="store_true", help="also time ts-go-locked and ts-go-cxx")
+    ap.add_argument("--contenders", help="only these contenders (comma-separated names, e.g. ts-bench,ts-bench-default)")
+    ap.add_argument("--reoptimize", action="store_true", help="re-run torchspeed optimize even if its report is newer")
+    ap.add_argument("--ready-timeout", type=float, default=600)
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+    for tool, hint in ((args.torchspeed, "make build"), (args.goworker, "make bench-peers builds it")):
+        if not os.access(tool, os.X_OK):
+            sys.exit(f"bench-peers: {tool} missing: {hint}")
+    if not os.path.isdir(os.path.join(HERE, "node_modules", "onnxruntime-node")):
+        sys.exit("bench-peers: onnxruntime-node missing: run `make bench-peers` (it runs npm ci in scripts/peers)")
+    if shutil.which("node") is None:
+        sys.exit("bench-peers: node not on PATH: apt-get install nodejs npm")
+    args.work = os.path.abspath(args.work)
+    args.torchspeed, args.goworker = os.path.abspath(args.torchspeed), os.path.abspath(args.goworker)
+    os.makedirs(args.work, exist_ok=True)
+    args.fixtures = os.path.abspath(args.fixtures)
+    man = load_manifest(args.fixtures)
+    names = [n.strip() for n in args.models.split(",") if n.strip()]
+    for n in names:
+        if n not in man:
+            sys.exit(f"bench-peers: fixture {n!r} not in {args.fixtures}/manifest.json (have: {', '.join(man)})")
+    if args.contenders:
+        args.contenders = {c.strip() for c in args.contenders.split(",") if c.strip()}
+    args.out_path = os.path.abspath(args.out or os.path.join(args.work, "peers.json"))
+    os.makedirs(os.path.dirname(args.out_path), exist_ok=True)
+    rng = random.Random(args.seed)
+    doc = {"schema_version": SCHEMA_VERSION, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+           "machine": cpu_info(), "threads": args.threads, "batch": 1, "rounds": args.rounds,
+           "block_s": args.block_s, "noise_cpu_threshold": args.noise_cpu, "load_before": loadavg(),
+           "fixtures": args.fixtures, "models": [], "warnings": []}
+    out = args.out_path
+    for n in names:
+        log(f"{n}: preparing contenders")
+        r = bench_model(args, man[n], rng)
+        doc["models"].append(r)
+        for c in r["contenders"]:
+            if c["noisy_blocks"]:
+                doc["warnings"].append(
+                    f"{n} {c['contender']}: other processes used > {args.noise_cpu} CPU in {c['noisy_blocks']} of "
+                    f"{c['rounds']} blocks (max {c['other_cpu_max']:.2f} CPUs): compare with care")
+        # Written after every model, so a long run stopped early keeps what it measured.
+        doc["load_after"] = loadavg()
+        md = write(doc, out)
+        if r["interrupted"]:
+            log("interrupted: the remaining models were not measured")
+            break
+    print(md)
+    for w in doc["warnings"]:
+        log("warning: " + w)
+    log(f"wrote {out} and {os.path.splitext(out)[0]}.md")
+
+
+if __name__ == "__main__":
+    main()

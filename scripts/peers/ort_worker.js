@@ -1,0 +1,92 @@
+#!/usr/bin/env node
+// ONNX Runtime FP32 (CPU, through onnxruntime-node) as a contender of `make bench-peers`.
+//
+// Usage: node ort_worker.js MODEL.onnx INPUT.npy THREADS [REF.npy] [WARMUP]
+//
+// Session options as an ONNX Runtime user sets them for one request at a time: intra-op
+// threads = THREADS, one inter-op thread, sequential execution, all graph optimizations.
+// Speaks the protocol of torch_worker.py and `torchspeed bench --serve`: "ready {json}", then
+// "run K" -> "ns" and K latencies in nanoseconds (after one untimed run), "quit" stops it.
+'use strict';
+
+const fs = require('fs');
+const readline = require('readline');
+const ort = require('onnxruntime-node');
+
+// readNpy reads a little-endian float32, int64 or int32 C-order .npy file (what the fixtures
+// hold); anything else is refused by name.
+function readNpy(path) {
+  const b = fs.readFileSync(path);
+  if (b.toString('latin1', 0, 6) !== '\x93NUMPY') throw new Error(`${path}: not a .npy file`);
+  const major = b[6];
+  const hlen = major === 1 ? b.readUInt16LE(8) : b.readUInt32LE(8);
+  const start = (major === 1 ? 10 : 12);
+  const header = b.toString('latin1', start, start + hlen);
+  const descr = /'descr':\s*'([^']+)'/.exec(header);
+  const shape = /'shape':\s*\(([^)]*)\)/.exec(header);
+  if (!descr || !shape || /'fortran_order':\s*True/.test(header)) throw new Error(`${path}: unsupported npy header ${header.trim()}`);
+  const dims = shape[1].split(',').map((s) => s.trim()).filter((s) => s).map(Number);
+  const data = b.subarray(start + hlen);
+  const copy = (Ctor) => new Ctor(data.buffer.slice(data.byteOffset, data.byteOffset + data.byteLength));
+  switch (descr[1]) {
+    case '<f4': return new ort.Tensor('float32', copy(Float32Array), dims);
+    case '<i8': return new ort.Tensor('int64', copy(BigInt64Array), dims);
+    case '<i4': return new ort.Tensor('int32', copy(Int32Array), dims);
+    default: throw new Error(`${path}: dtype ${descr[1]} not supported here (want <f4, <i8 or <i4)`);
+  }
+}
+
+function cosine(a, b) {
+  let ab = 0; let aa = 0; let bb = 0;
+  for (let i = 0; i < a.length; i++) { ab += a[i] * b[i]; aa += a[i] * a[i]; bb += b[i] * b[i]; }
+  return ab / (Math.sqrt(aa) * Math.sqrt(bb) + 1e-30);
+}
+
+async function main() {
+  const [modelPath, inputPath, threadsArg, refPath, warmupArg] = process.argv.slice(2);
+  const threads = Number(threadsArg);
+  const warmup = Math.max(1, Number(warmupArg || 10));
+  const t0 = process.hrtime.bigint();
+  let session; let feeds; let out;
+  try {
+    session = await ort.InferenceSession.create(modelPath, {
+      intraOpNumThreads: threads,
+      interOpNumThreads: 1,
+      executionMode: 'sequential',
+      graphOptimizationLevel: 'all',
+      executionProviders: ['cpu'],
+    });
+    feeds = { [session.inputNames[0]]: readNpy(inputPath) };
+    for (let i = 0; i < warmup; i++) out = await session.run(feeds);
+  } catch (e) {
+    console.log(`error ${String(e.message || e).replace(/\s+/g, ' ').slice(0, 600)}`);
+    process.exit(1);
+  }
+  const info = {
+    runtime: 'onnxruntime-node', version: require('onnxruntime-node/package.json').version,
+    threads, execution_mode: 'sequential', setup_s: Number(process.hrtime.bigint() - t0) / 1e9,
+  };
+  if (refPath) info.cosine_vs_fp32 = cosine(out[session.outputNames[0]].data, readNpy(refPath).data);
+  console.log('ready ' + JSON.stringify(info));
+  const rl = readline.createInterface({ input: process.stdin, terminal: false });
+  for await (const line of rl) {
+    const f = line.trim().split(/\s+/);
+    if (f.length === 1 && f[0] === 'quit') break;
+    const k = f.length === 2 && f[0] === 'run' ? Number(f[1]) : 0;
+    if (!(Number.isInteger(k) && k >= 1)) {
+      console.log(`error ${JSON.stringify(line.trim())}: want "run K" with K >= 1, or "quit"`);
+      continue;
+    }
+    await session.run(feeds);
+    const ns = new Array(k);
+    for (let i = 0; i < k; i++) {
+      const t = process.hrtime.bigint();
+      await session.run(feeds);
+      ns[i] = process.hrtime.bigint() - t;
+    }
+    console.log('ns ' + ns.join(' '));
+  }
+  process.exit(0);
+}
+
+main();

@@ -1,0 +1,146 @@
+#!/usr/bin/python3
+"""One plain-PyTorch contender of `make bench-peers`: what a user does by hand in Python.
+
+Usage: /usr/bin/python3 torch_worker.py --model M.pt --input X.npy --recipe R --threads N
+           [--calib C.npy] [--ref OUT.npy] [--warmup W] [--save Q.pt]
+
+Recipes (each the documented way to speed a TorchScript model up in PyTorch 1.13):
+  jit             torch.jit.load, eval, no_grad
+  freeze_ofi      torch.jit.freeze + torch.jit.optimize_for_inference
+  cl_freeze_ofi   weights and input channels-last, then freeze + optimize_for_inference (CNNs)
+  int8_static     torch.ao.quantization.quantize_jit, static post-training, calibrated on
+                  --calib, engine onednn (the one torchspeed picks on this libtorch)
+  int8_dynamic    torch.ao.quantization.quantize_dynamic_jit (weights INT8, activations
+                  quantized at run time: transformers)
+
+Protocol (the same as `torchspeed bench --serve`, the ONNX Runtime and the Go workers):
+prints "ready {json}" once the model is prepared and warmed up; then answers each "run K"
+line on stdin with "ns" and K latencies in nanoseconds, after one untimed run that re-warms
+caches another process used meanwhile; "quit" or end of input stops it. A failure before
+"ready" prints "error <message>" and exits 1.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+# Debian's torch calls OpenBLAS for float matmul; torch.set_num_threads does not reach it, and
+# OpenBLAS reads this variable when torch loads it. A user who sets threads sets both.
+if "--threads" in sys.argv:
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", sys.argv[sys.argv.index("--threads") + 1])
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from torch.ao.quantization import (MinMaxObserver, PerChannelMinMaxObserver, QConfig,  # noqa: E402
+                                   default_dynamic_qconfig, quantize_dynamic_jit, quantize_jit)
+
+ENGINE = "onednn"
+# The qconfig of the fixtures' INT8 references (scripts/fixtures/quantize_reference.py), which
+# torchspeed's own quantizer matches: activations per-tensor quint8, weights per-channel qint8.
+QCONFIG = QConfig(
+    activation=MinMaxObserver.with_args(dtype=torch.quint8, qscheme=torch.per_tensor_affine,
+                                        reduce_range=False),
+    weight=PerChannelMinMaxObserver.with_args(dtype=torch.qint8, qscheme=torch.per_channel_symmetric),
+)
+CALIB_BATCH = 16
+RECIPES = ("jit", "freeze_ofi", "cl_freeze_ofi", "int8_static", "int8_dynamic")
+
+
+def cosine(a, b):
+    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-30))
+
+
+def first_tensor(out):
+    while isinstance(out, (tuple, list)):
+        out = out[0]
+    if isinstance(out, dict):
+        return first_tensor(next(iter(out.values())))
+    return out
+
+
+def prepare(args):
+    """Returns (callable taking no arguments, notes)."""
+    model = torch.jit.load(args.model).eval()
+    x = torch.from_numpy(np.load(args.input))
+    notes = []
+    if args.recipe == "jit":
+        pass
+    elif args.recipe in ("freeze_ofi", "cl_freeze_ofi"):
+        if args.recipe == "cl_freeze_ofi":
+            if x.dim() != 4:
+                raise ValueError(f"recipe cl_freeze_ofi needs a 4-D image input, {args.input} is {x.dim()}-D")
+            model = model.to(memory_format=torch.channels_last)
+            x = x.contiguous(memory_format=torch.channels_last)
+        model = torch.jit.optimize_for_inference(torch.jit.freeze(model))
+    elif args.recipe == "int8_static":
+        if not args.calib:
+            raise ValueError("recipe int8_static needs --calib (calibration inputs, npy)")
+        torch.backends.quantized.engine = ENGINE
+        calib = torch.from_numpy(np.load(args.calib))
+
+        def calibrate(m, data):
+            for i in range(0, len(data), CALIB_BATCH):
+                m(data[i:i + CALIB_BATCH])
+        model = quantize_jit(model, {"": QCONFIG}, calibrate, [calib])
+        notes.append(f"quantize_jit engine {ENGINE}, {len(calib)} calibration inputs from {os.path.basename(args.calib)}")
+    elif args.recipe == "int8_dynamic":
+        torch.backends.quantized.engine = ENGINE
+        model = quantize_dynamic_jit(model, {"": default_dynamic_qconfig})
+        notes.append(f"quantize_dynamic_jit engine {ENGINE}, default_dynamic_qconfig")
+    else:
+        raise ValueError(f"unknown recipe {args.recipe!r}: want one of {', '.join(RECIPES)}")
+    if args.save:
+        torch.jit.save(model, args.save)
+    return model, x, notes
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--input", required=True)
+    ap.add_argument("--recipe", required=True, choices=RECIPES)
+    ap.add_argument("--threads", type=int, required=True)
+    ap.add_argument("--calib")
+    ap.add_argument("--ref", help="the FP32 reference output (npy) for the cosine in the ready line")
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--save", help="save the prepared model here (to inspect its graph)")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.set_grad_enabled(False)
+    t0 = time.perf_counter()
+    try:
+        model, x, notes = prepare(args)
+        for _ in range(max(1, args.warmup)):
+            out = model(x)
+    except Exception as e:  # the driver records why this contender has no figures
+        msg = " ".join(str(e).split())[:600]
+        print(f"error {type(e).__name__}: {msg}", flush=True)
+        sys.exit(1)
+    info = {"recipe": args.recipe, "threads": torch.get_num_threads(), "torch": torch.__version__,
+            "qengine": torch.backends.quantized.engine, "setup_s": round(time.perf_counter() - t0, 3),
+            "notes": notes}
+    if args.ref:
+        info["cosine_vs_fp32"] = cosine(first_tensor(out).float().numpy(), np.load(args.ref))
+    print("ready " + json.dumps(info), flush=True)
+    clock = time.perf_counter_ns
+    for line in sys.stdin:
+        f = line.split()
+        if f == ["quit"]:
+            return
+        if len(f) != 2 or f[0] != "run" or not f[1].isdigit() or int(f[1]) < 1:
+            print(f"error {line.strip()!r}: want \"run K\" with K >= 1, or \"quit\"", flush=True)
+            continue
+        model(x)
+        ns = []
+        for _ in range(int(f[1])):
+            t = clock()
+            model(x)
+            ns.append(clock() - t)
+        print("ns " + " ".join(map(str, ns)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
