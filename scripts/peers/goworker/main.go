@@ -84,8 +84,8 @@ func run(modelPath, inputPath string, threads int, refPath, mode string, warmup 
 			return err
 		}
 		if i == 0 && len(outs) > 0 {
-			if d, err := outs[0].Tensor.Data(); err == nil {
-				first, _ = d.([]float32)
+			if d, err := torch.Data[float32](outs[0].Tensor); err == nil {
+				first = d
 			}
 		}
 		torch.CloseOutputs(outs)
