@@ -11,13 +11,13 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
+	"github.com/torchspeed/torchspeed/internal/exitcode"
 	"github.com/torchspeed/torchspeed/pkg/cpu"
 	"github.com/torchspeed/torchspeed/pkg/kernels"
 )
 
-func init() { extraCommands = append(extraCommands, newProbeCmd, newLaunchCmd) }
-
 type probeCmd struct {
+	ui      *ui
 	root    string
 	noTorch bool
 	asJSON  bool
@@ -25,8 +25,8 @@ type probeCmd struct {
 	peakDur time.Duration
 }
 
-func newProbeCmd() *cobra.Command {
-	p := &probeCmd{}
+func newProbeCmd(u *ui) *cobra.Command {
+	p := &probeCmd{ui: u}
 	c := &cobra.Command{
 		Use:   "probe",
 		Short: "Show what this machine offers to inference: ISA, cores, NUMA, cgroup limits, OpenMP, libtorch, and what hurts",
@@ -67,14 +67,14 @@ func (p *probeCmd) run(c *cobra.Command) error {
 	pr, err := cpu.Detect(opts)
 	if err != nil {
 		if !live {
-			return usageError{err}
+			return exitcode.New(exitcode.Usage, err)
 		}
 		return err
 	}
 	var peak *kernels.PeakResult
 	if p.peak {
 		if !live {
-			return usageErrorf("probe --peak measures this machine: it cannot be combined with --root")
+			return exitcode.Usagef("probe --peak measures this machine: it cannot be combined with --root")
 		}
 		res, err := kernels.MeasurePeak(kernels.PeakOptions{CPUs: pr.Usable.CPUs, Duration: p.peakDur})
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"os"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
+	"github.com/torchspeed/torchspeed/internal/exitcode"
 	"github.com/torchspeed/torchspeed/pkg/cpu"
 	"github.com/torchspeed/torchspeed/pkg/runenv"
 )
@@ -37,7 +38,7 @@ func setUpRuntime(o runenv.Options) (*cpu.Probe, runenv.Settings, []string, []st
 		o.NoThreadBind = true
 		settings, err := runenv.Compute(probe, o)
 		if err != nil {
-			return nil, s, nil, nil, usageError{fmt.Errorf("runtime settings: %w", err)}
+			return nil, s, nil, nil, exitcode.New(exitcode.Usage, fmt.Errorf("runtime settings: %w", err))
 		}
 		s = settings[0]
 		raw, err := json.Marshal(s)
