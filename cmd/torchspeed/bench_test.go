@@ -393,9 +393,9 @@ func TestCLIBenchRuntimeBadInput(t *testing.T) {
 		want string
 	}{
 		{"unknown runtime", []string{"--runtime", "fast"}, `--runtime "fast"`},
-		{"unknown mode", []string{"--mode", "fastest"}, `--mode "fastest"`},
+		{"unknown mode", []string{"--mode", "fastest"}, `bench: --mode (runtime.mode): fastest is not allowed`},
 		{"missing NUMA node", []string{"--numa-node", "63"}, "63"},
-		{"bad NUMA node", []string{"--numa-node", "-2"}, "--numa-node -2"},
+		{"bad NUMA node", []string{"--numa-node", "-2"}, "bench: --numa-node (runtime.numa_node): -2 is not allowed"},
 		{"unknown allocator", []string{"--allocator", "hoard"}, "hoard"},
 		{"settings with default runtime", []string{"--runtime", "default", "--allocator", "jemalloc"}, "--allocator"},
 		{"serve two models", []string{"--serve", "--vs", model}, "--serve"},

@@ -38,7 +38,8 @@ func completeEnums(c *cobra.Command, enums map[string][]string) {
 func loadConfig(cmd, path string, flags *pflag.FlagSet, keys map[string]string, full bool) (*config.Config, error) {
 	cfg, err := config.LoadValues(path, flags, keys, full)
 	if err != nil {
-		msg := err.Error()
+		// Without a file the values came from flags and variables, which the message names.
+		msg := strings.TrimPrefix(err.Error(), "config (flags and defaults): ")
 		for flag, key := range keys {
 			if fl := flags.Lookup(flag); fl != nil && fl.Changed {
 				msg = strings.ReplaceAll(msg, key+":", "--"+flag+" ("+key+"):")
@@ -70,7 +71,7 @@ func parseInputs(what string, shapes, dts []string) ([]benchrun.InputSpec, error
 			name = dts[i]
 		}
 		specs = append(specs, benchrun.InputSpec{Shape: shape, DType: dt})
-		checks = append(checks, config.InputSpec{Name: fmt.Sprintf("input %d (%s)", i, s), Shape: shape, DType: name})
+		checks = append(checks, config.InputSpec{Name: fmt.Sprintf("input %d", i), Shape: shape, DType: name})
 	}
 	if err := config.CheckInputs(what, checks); err != nil {
 		return nil, exitcode.New(exitcode.Usage, err)

@@ -169,5 +169,8 @@ func (o *optimizeCmd) config(c *cobra.Command) (*config.Config, error) {
 		}
 		return nil, exitcode.Usagef("optimize: %v%s", err, hint)
 	}
+	if err := cfg.CheckOutput(); err != nil {
+		return nil, exitcode.Usagef("optimize: %v", err)
+	}
 	return cfg, nil
 }

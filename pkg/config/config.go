@@ -430,7 +430,11 @@ func (c *Config) ValidateValues() error {
 	if len(errs) == 0 && len(c.Model.Inputs) > 0 {
 		specs := make([]InputSpec, len(c.Model.Inputs))
 		for i, in := range c.Model.Inputs {
-			specs[i] = InputSpec{Name: fmt.Sprintf("model.inputs[%d] (%s)", i, in.Name), Shape: in.Shape, DType: in.DType}
+			name := fmt.Sprintf("model.inputs[%d]", i)
+			if in.Name != "" {
+				name += " (" + in.Name + ")"
+			}
+			specs[i] = InputSpec{Name: name, Shape: in.Shape, DType: in.DType}
 		}
 		if err := CheckInputs("model.inputs", specs); err != nil {
 			errs = append(errs, err)
@@ -523,4 +527,39 @@ func (c *Config) ArtifactName() string {
 	}
 	b := filepath.Base(c.Model.Path)
 	return strings.TrimSuffix(b, filepath.Ext(b))
+}
+
+// ArtifactSuffix ends every artifact's file name.
+const ArtifactSuffix = ".torchspeed.pt"
+
+// ArtifactPath is where the artifact goes: output.dir/<name>.torchspeed.pt. It is the one
+// place the path is computed, so every check (exists, would overwrite the input model) looks
+// at the file that is written.
+func (c *Config) ArtifactPath() string {
+	return filepath.Join(c.Output.Dir, c.ArtifactName()+ArtifactSuffix)
+}
+
+// CheckOutput refuses a run whose artifact already exists (without output.overwrite) or
+// would replace the input model: both are the user's choice of paths, found before any work.
+func (c *Config) CheckOutput() error {
+	art := c.ArtifactPath()
+	if same(art, c.Model.Path) {
+		return fmt.Errorf("output %q would overwrite the input model: choose another output.dir or model.name", art)
+	}
+	if _, err := os.Lstat(art); err == nil && !c.Output.Overwrite {
+		return fmt.Errorf("output %q exists: remove it, choose another output.dir, or set output.overwrite: true (--overwrite)", art)
+	}
+	return nil
+}
+
+// same reports whether two paths name one file (or one absolute path, when neither exists).
+func same(a, b string) bool {
+	if fa, err := os.Stat(a); err == nil {
+		if fb, err := os.Stat(b); err == nil {
+			return os.SameFile(fa, fb)
+		}
+	}
+	aa, err1 := filepath.Abs(a)
+	ab, err2 := filepath.Abs(b)
+	return err1 == nil && err2 == nil && aa == ab
 }

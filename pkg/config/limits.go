@@ -110,6 +110,9 @@ func describeInputs(ins []InputSpec) string {
 			dt = "float32"
 		}
 		parts[i] = FormatShape(in.Shape) + " " + dt
+		if in.Name != "" {
+			parts[i] = in.Name + " " + parts[i]
+		}
 	}
 	return strings.Join(parts, ", ")
 }
