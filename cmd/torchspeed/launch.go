@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/torchspeed/torchspeed/internal/exitcode"
+	"github.com/torchspeed/torchspeed/internal/safefile"
 
 	"github.com/torchspeed/torchspeed/pkg/cpu"
 	"github.com/torchspeed/torchspeed/pkg/launch"
@@ -25,6 +28,7 @@ type launchCmd struct {
 	throughput bool // old spelling of --mode throughput
 	printEnv   bool
 	asJSON     bool
+	logDir     string
 
 	// The hidden trampoline mode (launch.SelfTrampoline) for callers of pkg/launch that
 	// want torchspeed to pin and exec inside the child.
@@ -75,6 +79,7 @@ launch says so.
 	f.StringVar(&l.mode, "mode", "", "preset: latency (one request at a time: one instance on one node, passive waiting on few cores) or throughput (many requests: one instance per NUMA node, spinning workers)")
 	f.BoolVar(&l.latency, "latency-mode", false, "same as --mode latency")
 	f.BoolVar(&l.throughput, "throughput-mode", false, "same as --mode throughput")
+	f.StringVar(&l.logDir, "log-dir", "", "write each instance's stdout and stderr to FOLDER/instance-N.log instead of this terminal (as ipexrun's --log_dir)")
 	f.BoolVar(&l.printEnv, "print-env", false, "print the settings as shell exports (JSON with --json) and start nothing")
 	f.BoolVar(&l.asJSON, "json", false, "print settings (--print-env) or the per-instance exit summary as JSON on stdout")
 	f.BoolVar(&l.internalExec, "internal-exec", false, "trampoline mode used by launch itself")
@@ -126,9 +131,13 @@ func (l *launchCmd) run(c *cobra.Command, args []string) error {
 	}
 	// Children start from pinned threads of this process (see pkg/launch): no
 	// trampoline, so an instance does not pay for loading libtorch twice.
+	command, err := l.logged(args, len(settings), l.ui.logOrDiscard(c.ErrOrStderr()))
+	if err != nil {
+		return err
+	}
 	cfg := launch.Config{
 		Settings: settings,
-		Command:  args,
+		Command:  command,
 		Stdin:    os.Stdin,
 		Stdout:   out,
 		Stderr:   c.ErrOrStderr(),
@@ -169,6 +178,28 @@ func (l *launchCmd) run(c *cobra.Command, args []string) error {
 		return exitcode.New(res.ExitCode, errors.New("launch: "+strings.Join(failed, ", ")))
 	}
 	return nil
+}
+
+// logged wraps the command so that each instance writes its output to its own file in
+// --log-dir, named by the TORCHSPEED_INSTANCE number launch gives it. The redirection happens
+// in the instance (a shell that execs the command), after launch pinned it.
+func (l *launchCmd) logged(args []string, instances int, log io.Writer) ([]string, error) {
+	if l.logDir == "" {
+		return args, nil
+	}
+	if err := os.MkdirAll(l.logDir, 0o777); err != nil {
+		return nil, exitcode.Usagef("launch: --log-dir %q: %v", l.logDir, err)
+	}
+	if err := safefile.CheckWritableDir(l.logDir); err != nil {
+		return nil, exitcode.Usagef("launch: --log-dir: %v", err)
+	}
+	dir, err := filepath.Abs(l.logDir)
+	if err != nil {
+		return nil, exitcode.Usagef("launch: --log-dir %q: %v", l.logDir, err)
+	}
+	fmt.Fprintf(log, "torchspeed launch: %d instance log(s) in %s/instance-N.log\n", instances, dir)
+	const script = `exec "$@" >>"$0/instance-$TORCHSPEED_INSTANCE.log" 2>&1`
+	return append([]string{"/bin/sh", "-c", script, dir}, args...), nil
 }
 
 // resolveMode reads --mode (or its old spellings) into the options.
