@@ -55,6 +55,7 @@ func init() {
 }
 
 func main() {
+	inheritCPUCount()
 	err := newRootCmd().Execute()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "torchspeed:", err)
