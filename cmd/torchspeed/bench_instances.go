@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/torchspeed/torchspeed/internal/exitcode"
 	"github.com/torchspeed/torchspeed/pkg/bench"
 	"github.com/torchspeed/torchspeed/pkg/benchrun"
 	"github.com/torchspeed/torchspeed/pkg/cpu"
@@ -23,24 +24,24 @@ import (
 // validateInstances checks --instances against the other flags, before anything starts.
 func (b *benchCmd) validateInstances(f *pflag.FlagSet) error {
 	if b.instances < 0 {
-		return usageErrorf("bench: --instances %d: must be 1 or more (0, the default, measures in this process)", b.instances)
+		return exitcode.Usagef("bench: --instances %d: must be 1 or more (0, the default, measures in this process)", b.instances)
 	}
 	if b.instances == 0 {
 		return nil
 	}
 	switch {
 	case b.serve:
-		return usageErrorf("bench: --instances starts --serve processes itself; drop --serve")
+		return exitcode.Usagef("bench: --instances starts --serve processes itself; drop --serve")
 	case len(b.models)+len(b.vs) > 1:
-		return usageErrorf("bench: --instances measures one model; drop --vs and the other -m, or run bench once per model")
+		return exitcode.Usagef("bench: --instances measures one model; drop --vs and the other -m, or run bench once per model")
 	case b.streams > 1:
-		return usageErrorf("bench: --instances %d and --streams %d: each instance runs one stream; use --instances for N processes or --streams for N streams in one process", b.instances, b.streams)
+		return exitcode.Usagef("bench: --instances %d and --streams %d: each instance runs one stream; use --instances for N processes or --streams for N streams in one process", b.instances, b.streams)
 	case b.sweeping():
-		return usageErrorf("bench: --instances cannot be combined with --sweep-batch, --sweep-threads or --sweep-streams; sweep with --streams in one process")
+		return exitcode.Usagef("bench: --instances cannot be combined with --sweep-batch, --sweep-threads or --sweep-streams; sweep with --streams in one process")
 	case f.Changed("duration") || b.duration > 0:
-		return usageErrorf("bench: --instances times a count of runs per instance; give --runs instead of --duration")
+		return exitcode.Usagef("bench: --instances times a count of runs per instance; give --runs instead of --duration")
 	case b.runtime != runtimeTorchspeed:
-		return usageErrorf("bench: --instances pins each instance with torchspeed's runtime settings; it cannot be combined with --runtime %s", b.runtime)
+		return exitcode.Usagef("bench: --instances pins each instance with torchspeed's runtime settings; it cannot be combined with --runtime %s", b.runtime)
 	}
 	return nil
 }
@@ -52,7 +53,7 @@ func (b *benchCmd) instanceSettings(f *pflag.FlagSet) ([]runenv.Settings, error)
 	if f.Changed("mode") || b.modeSet {
 		var err error
 		if mode, err = runenv.ParseMode(b.mode); err != nil {
-			return nil, usageErrorf("bench: --mode: %v", err)
+			return nil, exitcode.Usagef("bench: --mode: %v", err)
 		}
 	}
 	probe, err := cpu.Detect(cpu.Options{})
@@ -67,7 +68,7 @@ func (b *benchCmd) instanceSettings(f *pflag.FlagSet) ([]runenv.Settings, error)
 		NoThreadBind: true,
 	})
 	if err != nil {
-		return nil, usageError{fmt.Errorf("bench: %w", err)}
+		return nil, exitcode.New(exitcode.Usage, fmt.Errorf("bench: %w", err))
 	}
 	return settings, nil
 }
@@ -93,7 +94,7 @@ func (b *benchCmd) serveArgs(exe string, spec benchrun.ModelSpec, s runenv.Setti
 // running `bench --serve`, times --runs inferences on all at once (benchrun.RunInstances)
 // and reports the result as a throughput run of one stream per instance.
 func (b *benchCmd) runInstances(c *cobra.Command, spec benchrun.ModelSpec, outs outputs) error {
-	progress := c.ErrOrStderr()
+	progress := b.ui.logOrDiscard(c.ErrOrStderr())
 	settings, err := b.instanceSettings(c.Flags())
 	if err != nil {
 		return err
@@ -126,7 +127,7 @@ func (b *benchCmd) runInstances(c *cobra.Command, spec benchrun.ModelSpec, outs 
 	})
 	if err != nil {
 		if errors.Is(err, context.Canceled) {
-			return exitErr{code: exitInterrupt, err: errors.New("bench: interrupted; the instances were stopped")}
+			return exitcode.New(exitcode.Interrupt, errors.New("bench: interrupted; the instances were stopped"))
 		}
 		return err
 	}
@@ -167,13 +168,4 @@ func (b *benchCmd) runInstances(c *cobra.Command, spec benchrun.ModelSpec, outs 
 		rep.Settings[fmt.Sprintf("instance %d numa_node", i)] = strconv.Itoa(s.NUMANode)
 	}
 	return b.write(c.OutOrStdout(), progress, rep, outs)
-}
-
-// An instance of `bench --instances` dies with its driver, even one killed with SIGKILL.
-// In init, on the main thread: see benchrun.FollowDriver.
-func init() {
-	if err := benchrun.FollowDriver(); err != nil {
-		fmt.Fprintln(os.Stderr, "torchspeed:", err)
-		os.Exit(exitError)
-	}
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/torchspeed/torchspeed/internal/exitcode"
+
 	"bufio"
 	"bytes"
 	"encoding/json"
@@ -143,8 +145,8 @@ func TestCLIBenchInstancesBadInput(t *testing.T) {
 				args = c.args
 			}
 			_, stderr, code := runBenchCLI(t, args...)
-			if code != exitUsage || !strings.Contains(stderr, c.want) {
-				t.Errorf("exit %d (want %d), stderr lacks %q:\n%s", code, exitUsage, c.want, stderr)
+			if code != exitcode.Usage || !strings.Contains(stderr, c.want) {
+				t.Errorf("exit %d (want %d), stderr lacks %q:\n%s", code, exitcode.Usage, c.want, stderr)
 			}
 			if strings.Contains(stderr, "pid ") {
 				t.Errorf("an instance was started:\n%s", stderr)
@@ -159,8 +161,8 @@ func TestCLIBenchInstancesChildFails(t *testing.T) {
 	needCores(t, 2)
 	marker := "--seed 734000" // instance i gets seed 7340001+i
 	_, stderr, code := runBenchCLI(t, "-m", digits(t), "--input-shape", "1x3x5", "--instances", "2", "--runs", "5", "--seed", "7340001")
-	if code != exitError {
-		t.Errorf("exit %d, want %d:\n%s", code, exitError, stderr)
+	if code != exitcode.Failure {
+		t.Errorf("exit %d, want %d:\n%s", code, exitcode.Failure, stderr)
 	}
 	for _, want := range []string{"before it was ready", `first inference of "digits.pt" failed`} {
 		if !strings.Contains(stderr, want) {
@@ -180,8 +182,8 @@ func TestCLIBenchInstancesInterrupt(t *testing.T) {
 		sig  syscall.Signal
 		code int
 	}{
-		{"SIGINT", syscall.SIGINT, exitInterrupt},
-		{"SIGTERM", syscall.SIGTERM, exitInterrupt},
+		{"SIGINT", syscall.SIGINT, exitcode.Interrupt},
+		{"SIGTERM", syscall.SIGTERM, exitcode.Interrupt},
 		{"SIGKILL", syscall.SIGKILL, -1},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -1,10 +1,11 @@
 package main
 
 import (
+	"github.com/torchspeed/torchspeed/internal/exitcode"
+
 	"bufio"
 	"bytes"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -37,7 +38,7 @@ func runBench(t *testing.T, args ...string) (string, string, error) {
 	if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--runtime") }) {
 		args = append([]string{"--runtime", runtimeDefault}, args...)
 	}
-	c := newBenchCmd()
+	c := newBenchCmd(&ui{})
 	var out, errOut bytes.Buffer
 	c.SetOut(&out)
 	c.SetErr(&errOut)
@@ -173,14 +174,15 @@ func TestBenchBadInput(t *testing.T) {
 		{"no inputs", []string{"-m", model}, true, []string{"--input-shape"}},
 		{"missing model", []string{"-m", filepath.Join(dir, "nope.pt"), "--input-shape", "1"}, true, []string{"nope.pt", "no such file"}},
 		{"zero duration", append(base, "--duration", "0s"), true, []string{"--duration 0s: must be positive"}},
-		{"zero runs", append(base, "--runs", "0"), true, []string{"--runs 0"}},
+		{"zero runs", append(base, "--runs", "0"), true, []string{"--runs (bench.runs): 0 is not allowed"}},
 		{"runs and duration", append(base, "--runs", "5", "--duration", "1s"), true, []string{"choose one"}},
 		{"bad shape", []string{"-m", model, "--input-shape", "1xax8"}, true, []string{`--input-shape "1xax8"`}},
 		{"bad dtype", append(base, "--dtype", "complex"), true, []string{`--dtype "complex"`}},
 		{"dtype without random inputs", append(base, "--dtype", "int8"), true, []string{"bench: input [1 1 8 8]: random inputs of dtype int8 are not supported"}},
 		{"bad order", append(base, "--vs", model, "--order", "random"), true, []string{"--order"}},
 		{"unwritable output", append(base, "-o", filepath.Join(file, "out")), true, []string{"output folder", "a-file/out", "writable folder"}},
-		{"sweep over cores", append(base, "--sweep-threads", tooMany), true, []string{"more CPUs than the", "threads=" + tooMany}},
+		{"sweep over cores", append(base, "--sweep-threads", tooMany), true, []string{"--sweep-threads: " + tooMany + " is not allowed"}},
+		{"sweep points over cores", append(base, "--sweep-threads", "1", "--sweep-streams", tooMany), true, []string{"more CPUs than the", "streams=" + tooMany}},
 		{"streams over cores", append(base, "--streams", tooMany, "--threads", "1"), true, []string{"need " + tooMany + " CPUs"}},
 		{"sweep two models", append(base, "--vs", model, "--sweep-batch", "1"), true, []string{"one model"}},
 		{"first inference fails", []string{"-m", model, "--input-shape", "1x3x5", "--runs", "5"}, false,
@@ -196,8 +198,7 @@ func TestBenchBadInput(t *testing.T) {
 					t.Errorf("error %q lacks %q", err, w)
 				}
 			}
-			var ue usageError
-			if got := errors.As(err, &ue); got != c.usage {
+			if got := exitcode.Of(err) == exitcode.Usage; got != c.usage {
 				t.Errorf("usage error = %v, want %v (%v)", got, c.usage, err)
 			}
 		})
@@ -230,8 +231,7 @@ func TestBenchConfig(t *testing.T) {
 		t.Errorf("output.dir not used: %v", err)
 	}
 	_, _, err = runBench(t, "-c", filepath.Join(dir, "missing.yaml"))
-	var ue usageError
-	if err == nil || !errors.As(err, &ue) || !strings.Contains(err.Error(), "missing.yaml") {
+	if err == nil || exitcode.Of(err) != exitcode.Usage || !strings.Contains(err.Error(), "missing.yaml") {
 		t.Errorf("missing config: %v", err)
 	}
 }
@@ -393,17 +393,17 @@ func TestCLIBenchRuntimeBadInput(t *testing.T) {
 		want string
 	}{
 		{"unknown runtime", []string{"--runtime", "fast"}, `--runtime "fast"`},
-		{"unknown mode", []string{"--mode", "fastest"}, `--mode "fastest"`},
+		{"unknown mode", []string{"--mode", "fastest"}, `bench: --mode (runtime.mode): fastest is not allowed`},
 		{"missing NUMA node", []string{"--numa-node", "63"}, "63"},
-		{"bad NUMA node", []string{"--numa-node", "-2"}, "--numa-node -2"},
+		{"bad NUMA node", []string{"--numa-node", "-2"}, "bench: --numa-node (runtime.numa_node): -2 is not allowed"},
 		{"unknown allocator", []string{"--allocator", "hoard"}, "hoard"},
 		{"settings with default runtime", []string{"--runtime", "default", "--allocator", "jemalloc"}, "--allocator"},
 		{"serve two models", []string{"--serve", "--vs", model}, "--serve"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, stderr, code := runBenchCLI(t, append(base, c.args...)...)
-			if code != exitUsage || !strings.Contains(stderr, c.want) {
-				t.Errorf("exit %d (want %d), stderr lacks %q:\n%s", code, exitUsage, c.want, stderr)
+			if code != exitcode.Usage || !strings.Contains(stderr, c.want) {
+				t.Errorf("exit %d (want %d), stderr lacks %q:\n%s", code, exitcode.Usage, c.want, stderr)
 			}
 		})
 	}

@@ -11,56 +11,111 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
+	"github.com/torchspeed/torchspeed/internal/exitcode"
+	"github.com/torchspeed/torchspeed/internal/safefile"
+	"github.com/torchspeed/torchspeed/pkg/config"
 )
 
-func init() { extraCommands = append(extraCommands, newConfigCmd) }
-
-func newConfigCmd() *cobra.Command {
+func newConfigCmd(u *ui) *cobra.Command {
 	c := &cobra.Command{Use: "config", Short: "Work with torchspeed config files"}
-	var model, out string
-	var force bool
+	ci := &configInit{ui: u}
 	initCmd := &cobra.Command{
-		Use:   "init -m MODEL [-o config.yaml]",
+		Use:   "init -m MODEL [--input-shape 1x3x224x224]... [-o config.yaml]",
 		Short: "Write a starter config for a model, with its detected inputs",
-		Args:  cobra.NoArgs,
-		RunE: func(c *cobra.Command, _ []string) error {
-			if model == "" {
-				return usageErrorf("config init: --model is required")
-			}
-			m, err := torch.Load(model)
-			if err != nil {
-				return err
-			}
-			defer m.Close()
-			inputs, err := detectInputs(m)
-			if err != nil {
-				return err
-			}
-			body := starterConfig(model, out, inputs)
-			if out == "" || out == "-" {
-				_, err := c.OutOrStdout().Write(body)
-				return err
-			}
-			if _, err := os.Stat(out); err == nil && !force {
-				return usageErrorf("config init: %s exists: remove it or pass --force", out)
-			}
-			tmp := out + ".tmp"
-			if err := os.WriteFile(tmp, body, 0o644); err != nil {
-				return err
-			}
-			if err := os.Rename(tmp, out); err != nil {
-				os.Remove(tmp)
-				return err
-			}
-			fmt.Fprintf(c.ErrOrStderr(), "wrote %s\n", out)
-			return nil
-		},
+		Long: `config init reads the model's forward arguments from its graph (traced models record shapes
+and dtypes; scripted ones only names) and writes a config to edit. --input-shape gives the
+shapes a scripted model does not record.`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error { return ci.run(c) },
 	}
-	initCmd.Flags().StringVarP(&model, "model", "m", "", "TorchScript model")
-	initCmd.Flags().StringVarP(&out, "out", "o", "", "file to write (default: stdout)")
-	initCmd.Flags().BoolVar(&force, "force", false, "overwrite an existing file")
+	f := initCmd.Flags()
+	f.StringVarP(&ci.model, "model", "m", "", "TorchScript model")
+	f.StringArrayVar(&ci.shapes, "input-shape", nil, "shape of each input, e.g. 1x3x224x224 (repeat for several inputs, in forward's order)")
+	f.StringVarP(&ci.out, "output", "o", "", "file to write (default: stdout)")
+	f.BoolVar(&ci.force, "force", false, "overwrite an existing file")
+	f.SetNormalizeFunc(outAlias)
 	c.AddCommand(initCmd)
 	return c
+}
+
+type configInit struct {
+	ui     *ui
+	model  string
+	shapes []string
+	out    string
+	force  bool
+}
+
+func (ci *configInit) run(c *cobra.Command) error {
+	if ci.model == "" {
+		return exitcode.Usagef("config init: --model is required")
+	}
+	toFile := ci.out != "" && ci.out != "-"
+	if toFile && !ci.force {
+		if _, err := os.Lstat(ci.out); err == nil {
+			return exitcode.Usagef("config init: %s exists: remove it or pass --force", ci.out)
+		}
+	}
+	var shapes [][]int64
+	var checks []config.InputSpec
+	for i, s := range ci.shapes {
+		shape, err := config.ParseShape(s)
+		if err != nil {
+			return exitcode.Usagef("config init: --input-shape %q: %v", s, err)
+		}
+		shapes = append(shapes, shape)
+		checks = append(checks, config.InputSpec{Name: fmt.Sprintf("input %d (%s)", i, s), Shape: shape})
+	}
+	if err := config.CheckInputs("config init: --input-shape", checks); err != nil {
+		return exitcode.New(exitcode.Usage, err)
+	}
+	if _, err := os.Stat(ci.model); err != nil {
+		return exitcode.Usagef("config init: model %q: %v", ci.model, err)
+	}
+	m, err := torch.Load(ci.model)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	inputs, err := detectInputs(m)
+	if err != nil && len(shapes) == 0 {
+		return err
+	}
+	if len(shapes) > 0 {
+		if inputs, err = withShapes(inputs, err, shapes); err != nil {
+			return err
+		}
+	}
+	body := starterConfig(ci.model, ci.out, inputs)
+	if !toFile {
+		_, err := c.OutOrStdout().Write(body)
+		return err
+	}
+	// An O_EXCL temp file beside the target, renamed over it: a link planted at a
+	// predictable name cannot redirect the write.
+	if err := safefile.WriteFile(ci.out, body); err != nil {
+		return fmt.Errorf("config init: %w", err)
+	}
+	fmt.Fprintf(ci.ui.logOrDiscard(c.ErrOrStderr()), "wrote %s\n", ci.out)
+	return nil
+}
+
+// withShapes puts the --input-shape shapes on the detected inputs (names and dtypes from the
+// graph), or on inputs named input0, input1, ... when the graph did not give them all.
+func withShapes(detected []detectedInput, detectErr error, shapes [][]int64) ([]detectedInput, error) {
+	if detectErr == nil && len(detected) != len(shapes) {
+		return nil, exitcode.Usagef("config init: %d --input-shape values for the model's %d inputs; give one per input, in forward's order", len(shapes), len(detected))
+	}
+	out := make([]detectedInput, len(shapes))
+	for i, sh := range shapes {
+		in := detectedInput{name: fmt.Sprintf("input%d", i), dtype: "float32"}
+		if detectErr == nil {
+			in = detected[i]
+		}
+		in.shape = strings.Split(config.FormatShape(sh), "x")
+		out[i] = in
+	}
+	return out, nil
 }
 
 type detectedInput struct {

@@ -4,9 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/spf13/cobra"
+
+	"github.com/torchspeed/torchspeed/internal/exitcode"
 
 	"github.com/torchspeed/torchspeed/pkg/export"
 )
@@ -35,20 +36,20 @@ func (f *exportFlags) bind(c *cobra.Command) {
 
 func (f *exportFlags) check(cmd string) error {
 	if f.model == "" || f.out == "" {
-		return usageErrorf("export %s: --model (-m) and --out (-o) are required", cmd)
+		return exitcode.Usagef("export %s: --model (-m) and --out (-o) are required", cmd)
 	}
 	if f.runs < 1 {
-		return usageErrorf("export %s: --runs %d: give 1 or more", cmd, f.runs)
+		return exitcode.Usagef("export %s: --runs %d: give 1 or more", cmd, f.runs)
 	}
 	return nil
 }
 
-func newExportCmd() *cobra.Command {
+func newExportCmd(u *ui) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "export",
 		Short: "Write what production servers load: a Triton model repository or TorchServe files",
 	}
-	c.AddCommand(newExportTritonCmd(), newExportTorchServeCmd())
+	c.AddCommand(newExportTritonCmd(u), newExportTorchServeCmd(u))
 	return c
 }
 
@@ -57,7 +58,7 @@ type exportTritonOutput struct {
 	Cost *export.Cost `json:"cost"`
 }
 
-func newExportTritonCmd() *cobra.Command {
+func newExportTritonCmd(u *ui) *cobra.Command {
 	var f exportFlags
 	var o export.TritonOptions
 	var sweep string
@@ -70,13 +71,13 @@ func newExportTritonCmd() *cobra.Command {
 				return err
 			}
 			if o.Instances < 0 {
-				return usageErrorf("export triton: --instances %d: give 1 or more (0: not measured)", o.Instances)
+				return exitcode.Usagef("export triton: --instances %d: give 1 or more (0: not measured)", o.Instances)
 			}
 			o.Name, o.Overwrite = f.name, f.overwrite
 			if sweep != "" {
 				var err error
 				if o.BatchSweep, err = export.ReadBatchSweep(sweep, f.model); err != nil {
-					return usageError{err}
+					return exitcode.New(exitcode.Usage, err)
 				}
 			}
 			a, err := export.Inspect(f.model)
@@ -89,7 +90,7 @@ func newExportTritonCmd() *cobra.Command {
 			}
 			res := exportTritonOutput{TritonExport: e}
 			if f.measure {
-				fmt.Fprintln(os.Stderr, "export: timing the artifact as Triton loads it (plain torch::jit::load) against torchspeed.Load ...")
+				fmt.Fprintln(u.logOrDiscard(c.ErrOrStderr()), "export: timing the artifact as Triton loads it (plain torch::jit::load) against torchspeed.Load ...")
 				if res.Cost, err = export.MeasureCost(a, e.ModelPath, e.OptimizedSaved, export.CostOptions{Runs: f.runs, Server: "Triton"}); err != nil {
 					return err
 				}
@@ -115,7 +116,7 @@ type exportTorchServeOutput struct {
 	Cost *export.Cost `json:"cost"`
 }
 
-func newExportTorchServeCmd() *cobra.Command {
+func newExportTorchServeCmd(u *ui) *cobra.Command {
 	var f exportFlags
 	var o export.TorchServeOptions
 	var sweep string
@@ -128,13 +129,13 @@ func newExportTorchServeCmd() *cobra.Command {
 				return err
 			}
 			if o.Workers < 0 {
-				return usageErrorf("export torchserve: --workers %d: give 1 or more (0: not measured)", o.Workers)
+				return exitcode.Usagef("export torchserve: --workers %d: give 1 or more (0: not measured)", o.Workers)
 			}
 			o.Name, o.Overwrite = f.name, f.overwrite
 			if sweep != "" {
 				var err error
 				if o.BatchSweep, err = export.ReadBatchSweep(sweep, f.model); err != nil {
-					return usageError{err}
+					return exitcode.New(exitcode.Usage, err)
 				}
 			}
 			a, err := export.Inspect(f.model)
@@ -147,7 +148,7 @@ func newExportTorchServeCmd() *cobra.Command {
 			}
 			res := exportTorchServeOutput{TorchServeExport: e}
 			if f.measure {
-				fmt.Fprintln(os.Stderr, "export: timing the artifact as TorchServe loads it (plain torch.jit.load) against torchspeed.Load ...")
+				fmt.Fprintln(u.logOrDiscard(c.ErrOrStderr()), "export: timing the artifact as TorchServe loads it (plain torch.jit.load) against torchspeed.Load ...")
 				if res.Cost, err = export.MeasureCost(a, e.Files[0], e.OptimizedSaved, export.CostOptions{Runs: f.runs, Server: "TorchServe"}); err != nil {
 					return err
 				}

@@ -12,10 +12,8 @@ import (
 	"github.com/torchspeed/torchspeed/internal/mkldnncheck"
 )
 
-func init() { extraCommands = append(extraCommands, newInternalCmd) }
-
 // newInternalCmd holds hidden subcommands torchspeed runs as child processes of itself.
-func newInternalCmd() *cobra.Command {
+func newInternalCmd(*ui) *cobra.Command {
 	c := &cobra.Command{Use: "internal", Short: "torchspeed's own child processes", Hidden: true}
 	c.AddCommand(&cobra.Command{
 		Use:   "mkldnn-check",

@@ -3,11 +3,17 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/torchspeed/torchspeed/internal/exitcode"
+	"github.com/torchspeed/torchspeed/internal/safefile"
 
 	"github.com/torchspeed/torchspeed/pkg/cpu"
 	"github.com/torchspeed/torchspeed/pkg/launch"
@@ -15,12 +21,14 @@ import (
 )
 
 type launchCmd struct {
+	ui         *ui
 	opts       runenv.Options
-	latency    bool
-	throughput bool
+	mode       string
+	latency    bool // old spelling of --mode latency
+	throughput bool // old spelling of --mode throughput
 	printEnv   bool
 	asJSON     bool
-	quiet      bool
+	logDir     string
 
 	// The hidden trampoline mode (launch.SelfTrampoline) for callers of pkg/launch that
 	// want torchspeed to pin and exec inside the child.
@@ -29,17 +37,8 @@ type launchCmd struct {
 	internalMemBind int
 }
 
-// childExit makes torchspeed exit with the worst instance's code.
-type childExit struct {
-	code int
-	msg  string
-}
-
-func (e childExit) Error() string { return e.msg }
-func (e childExit) ExitCode() int { return e.code }
-
-func newLaunchCmd() *cobra.Command {
-	l := &launchCmd{}
+func newLaunchCmd(u *ui) *cobra.Command {
+	l := &launchCmd{ui: u}
 	c := &cobra.Command{
 		Use:   "launch [flags] -- COMMAND [ARGS...]",
 		Short: "Run any program pinned to cores and a NUMA node with tuned OpenMP and allocator settings, as one or many instances",
@@ -51,9 +50,12 @@ Intel runtime's KMP_* with --openmp intel), MKL_NUM_THREADS, OPENBLAS_NUM_THREAD
 TORCHSPEED_INSTANCES and, with --allocator, LD_PRELOAD. Signals (INT, TERM, HUP) go to every
 instance; the exit code is the worst instance's. numactl and taskset are not needed.
 
+A variable the command's environment already sets to another value is overridden, and
+launch says so.
+
   torchspeed launch --instances 2 -- sh -c 'grep Cpus_allowed_list /proc/self/status'
-  torchspeed launch --latency-mode --allocator jemalloc -- python serve.py
-  eval "$(torchspeed launch --print-env --latency-mode)"`,
+  torchspeed launch --mode latency --allocator jemalloc -- python serve.py
+  eval "$(torchspeed launch --print-env --mode latency)"`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(c *cobra.Command, args []string) error { return l.run(c, args) },
 	}
@@ -74,15 +76,17 @@ instance; the exit code is the worst instance's. numactl and taskset are not nee
 	f.BoolVar(&o.UseSMT, "use-smt", false, "use both hardware threads of each core")
 	f.BoolVar(&o.NoMemBind, "no-membind", false, "do not bind memory to the instance's NUMA node")
 	f.BoolVar(&o.NoThreadBind, "no-thread-bind", false, "leave out OMP_PROC_BIND/OMP_PLACES (KMP_AFFINITY): use it for Go programs, whose threads would all inherit the first CPU; affinity still confines the instance")
-	f.BoolVar(&l.latency, "latency-mode", false, "preset for one request at a time: one instance on one node, passive waiting on few cores")
-	f.BoolVar(&l.throughput, "throughput-mode", false, "preset for many requests: one instance per NUMA node, spinning workers")
+	f.StringVar(&l.mode, "mode", "", "preset: latency (one request at a time: one instance on one node, passive waiting on few cores) or throughput (many requests: one instance per NUMA node, spinning workers)")
+	f.BoolVar(&l.latency, "latency-mode", false, "same as --mode latency")
+	f.BoolVar(&l.throughput, "throughput-mode", false, "same as --mode throughput")
+	f.StringVar(&l.logDir, "log-dir", "", "write each instance's stdout and stderr to FOLDER/instance-N.log instead of this terminal (as ipexrun's --log_dir)")
 	f.BoolVar(&l.printEnv, "print-env", false, "print the settings as shell exports (JSON with --json) and start nothing")
 	f.BoolVar(&l.asJSON, "json", false, "print settings (--print-env) or the per-instance exit summary as JSON on stdout")
-	f.BoolVarP(&l.quiet, "quiet", "q", false, "do not log where each instance runs")
 	f.BoolVar(&l.internalExec, "internal-exec", false, "trampoline mode used by launch itself")
 	f.StringVar(&l.internalCPUs, "internal-cpus", "", "trampoline: CPUs to pin to")
 	f.IntVar(&l.internalMemBind, "internal-membind", -1, "trampoline: NUMA node to bind memory to")
-	for _, h := range []string{"internal-exec", "internal-cpus", "internal-membind"} {
+	completeEnums(c, map[string][]string{"mode": modes, "allocator": allocators, "wait-policy": {"active", "passive"}, "openmp": {"auto", "gnu", "intel", "llvm"}})
+	for _, h := range []string{"internal-exec", "internal-cpus", "internal-membind", "latency-mode", "throughput-mode"} {
 		_ = f.MarkHidden(h)
 	}
 	return c
@@ -93,20 +97,15 @@ func (l *launchCmd) run(c *cobra.Command, args []string) error {
 		spec := launch.Spec{MemNode: l.internalMemBind}
 		var err error
 		if spec.CPUs, err = cpu.ParseCPUList(l.internalCPUs); err != nil {
-			return usageError{err}
+			return exitcode.New(exitcode.Usage, err)
 		}
 		return launch.Exec(spec, args, c.ErrOrStderr())
 	}
-	switch {
-	case l.latency && l.throughput:
-		return usageErrorf("launch: --latency-mode and --throughput-mode exclude each other")
-	case l.latency:
-		l.opts.Mode = runenv.ModeLatency
-	case l.throughput:
-		l.opts.Mode = runenv.ModeThroughput
+	if err := l.resolveMode(); err != nil {
+		return err
 	}
 	if !l.printEnv && len(args) == 0 {
-		return usageErrorf("launch: no command; give it after --, e.g. torchspeed launch --instances 2 -- python serve.py")
+		return exitcode.Usagef("launch: no command; give it after --, e.g. torchspeed launch --instances 2 -- python serve.py")
 	}
 	probe, err := cpu.Detect(cpu.Options{})
 	if err != nil {
@@ -114,7 +113,7 @@ func (l *launchCmd) run(c *cobra.Command, args []string) error {
 	}
 	settings, err := runenv.Compute(probe, l.opts)
 	if err != nil {
-		return usageError{fmt.Errorf("launch: %w", err)}
+		return exitcode.New(exitcode.Usage, fmt.Errorf("launch: %w", err))
 	}
 	out := c.OutOrStdout()
 	if l.printEnv {
@@ -132,18 +131,27 @@ func (l *launchCmd) run(c *cobra.Command, args []string) error {
 	}
 	// Children start from pinned threads of this process (see pkg/launch): no
 	// trampoline, so an instance does not pay for loading libtorch twice.
+	command, err := l.logged(args, len(settings), l.ui.logOrDiscard(c.ErrOrStderr()))
+	if err != nil {
+		return err
+	}
 	cfg := launch.Config{
 		Settings: settings,
-		Command:  args,
+		Command:  command,
 		Stdin:    os.Stdin,
 		Stdout:   out,
 		Stderr:   c.ErrOrStderr(),
 	}
-	if !l.quiet {
-		cfg.Log = c.ErrOrStderr()
+	if log := l.ui.log(c.ErrOrStderr()); log != nil {
+		cfg.Log = log
 		for _, n := range settings[0].Notes {
-			fmt.Fprintf(c.ErrOrStderr(), "torchspeed launch: note: %s\n", n)
+			fmt.Fprintf(log, "torchspeed launch: note: %s\n", n)
 		}
+	}
+	// Always said, even with --quiet: a value the user set that silently changed would make
+	// their measurement mean something else.
+	for _, n := range overrides(settings, os.Environ()) {
+		fmt.Fprintf(c.ErrOrStderr(), "torchspeed launch: note: %s\n", n)
 	}
 	res, err := launch.Run(context.Background(), cfg)
 	if err != nil {
@@ -167,7 +175,79 @@ func (l *launchCmd) run(c *cobra.Command, args []string) error {
 				failed = append(failed, fmt.Sprintf("instance %d (%s)", r.Instance, why))
 			}
 		}
-		return childExit{code: res.ExitCode, msg: "launch: " + strings.Join(failed, ", ")}
+		return exitcode.New(res.ExitCode, errors.New("launch: "+strings.Join(failed, ", ")))
 	}
 	return nil
+}
+
+// logged wraps the command so that each instance writes its output to its own file in
+// --log-dir, named by the TORCHSPEED_INSTANCE number launch gives it. The redirection happens
+// in the instance (a shell that execs the command), after launch pinned it.
+func (l *launchCmd) logged(args []string, instances int, log io.Writer) ([]string, error) {
+	if l.logDir == "" {
+		return args, nil
+	}
+	if err := os.MkdirAll(l.logDir, 0o777); err != nil {
+		return nil, exitcode.Usagef("launch: --log-dir %q: %v", l.logDir, err)
+	}
+	if err := safefile.CheckWritableDir(l.logDir); err != nil {
+		return nil, exitcode.Usagef("launch: --log-dir: %v", err)
+	}
+	dir, err := filepath.Abs(l.logDir)
+	if err != nil {
+		return nil, exitcode.Usagef("launch: --log-dir %q: %v", l.logDir, err)
+	}
+	fmt.Fprintf(log, "torchspeed launch: %d instance log(s) in %s/instance-N.log\n", instances, dir)
+	const script = `exec "$@" >>"$0/instance-$TORCHSPEED_INSTANCE.log" 2>&1`
+	return append([]string{"/bin/sh", "-c", script, dir}, args...), nil
+}
+
+// resolveMode reads --mode (or its old spellings) into the options.
+func (l *launchCmd) resolveMode() error {
+	mode := l.mode
+	for _, old := range []struct {
+		set  bool
+		mode string
+	}{{l.latency, "latency"}, {l.throughput, "throughput"}} {
+		if !old.set {
+			continue
+		}
+		if mode != "" && mode != old.mode {
+			return exitcode.Usagef("launch: --mode %s and --%s-mode exclude each other", mode, old.mode)
+		}
+		mode = old.mode
+	}
+	if mode == "" {
+		return nil
+	}
+	m, err := runenv.ParseMode(mode)
+	if err != nil {
+		return exitcode.Usagef("launch: --mode %q: want latency or throughput", mode)
+	}
+	l.opts.Mode = m
+	return nil
+}
+
+// overrides lists the variables the user had set that the instances get with another value
+// (OMP_NUM_THREADS=7 becoming 2), each once.
+func overrides(settings []runenv.Settings, environ []string) []string {
+	user := map[string]string{}
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			user[k] = v
+		}
+	}
+	seen := map[string]bool{}
+	var notes []string
+	for _, s := range settings {
+		for _, v := range s.Vars {
+			old, set := user[v.Name]
+			if !set || old == v.Value || seen[v.Name] {
+				continue
+			}
+			seen[v.Name] = true
+			notes = append(notes, fmt.Sprintf("%s=%s from your environment is overridden: the instances get %s=%s (unset it, or pass the matching launch flag, to choose)", v.Name, old, v.Name, v.Value))
+		}
+	}
+	return notes
 }

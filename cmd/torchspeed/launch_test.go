@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,6 +29,7 @@ func TestCLIProbeLaunch(t *testing.T) {
 		"launch two instances disjoint": testLaunchTwoInstancesDisjoint,
 		"launch print-env json":         testLaunchPrintEnvJSON,
 		"launch bad input":              testLaunchBadInput,
+		"launch log dir and overrides":  testLaunchLogDir,
 		"probe":                         testProbeCommand,
 	} {
 		t.Run(name, func(t *testing.T) { f(t, bin) })
@@ -110,6 +112,9 @@ func testLaunchBadInput(t *testing.T, bin string) {
 		{[]string{"--numa-node", "63"}, "no such NUMA node"},
 		{[]string{"--allocator", "hoard"}, "want jemalloc, tcmalloc or default"},
 		{[]string{"--latency-mode", "--throughput-mode"}, "exclude each other"},
+		{[]string{"--mode", "latency", "--throughput-mode"}, "exclude each other"},
+		{[]string{"--mode", "fastest"}, `--mode "fastest"`},
+		{[]string{"--log-dir", "/proc/no/such"}, "--log-dir"},
 		{[]string{"--cores-per-instance", "-1"}, "must be 0"},
 	}
 	for _, tc := range tests {
@@ -153,5 +158,35 @@ func testProbeCommand(t *testing.T, bin string) {
 	_, _, code = runBin(t, bin, "probe", "--root", filepath.Join(t.TempDir(), "none"))
 	if code != 2 {
 		t.Errorf("bad root: exit %d, want 2", code)
+	}
+}
+
+// --log-dir gives each instance its own log file; a variable the user set that launch
+// changes is named on stderr, even with --quiet.
+func testLaunchLogDir(t *testing.T, bin string) {
+	if runtime.NumCPU() < 2 {
+		t.Skip("needs 2 CPUs")
+	}
+	dir := filepath.Join(t.TempDir(), "logs")
+	cmd := exec.Command(bin, "launch", "--quiet", "--mode", "latency", "--instances", "2", "--log-dir", dir, "--",
+		"sh", "-c", `echo "instance $TORCHSPEED_INSTANCE threads $OMP_NUM_THREADS"; echo oops >&2`)
+	cmd.Env = append(os.Environ(), "OMP_NUM_THREADS=7")
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%v\n%s", err, e.String())
+	}
+	if o.Len() != 0 {
+		t.Errorf("instances wrote to launch's stdout: %q", o.String())
+	}
+	if !strings.Contains(e.String(), "OMP_NUM_THREADS=7 from your environment is overridden") {
+		t.Errorf("no override note on stderr: %q", e.String())
+	}
+	for i := 0; i < 2; i++ {
+		b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("instance-%d.log", i)))
+		want := fmt.Sprintf("instance %d threads 1\noops\n", i)
+		if err != nil || string(b) != want {
+			t.Errorf("instance %d log: %q (%v), want %q", i, b, err, want)
+		}
 	}
 }

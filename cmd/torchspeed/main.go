@@ -1,68 +1,65 @@
 // Command torchspeed probes x86 machines, optimizes and quantizes TorchScript models, proves the
 // result against the original, and benchmarks it. Results go to stdout, progress and logs to
-// stderr.
+// stderr. Exit codes are internal/exitcode's: 0 success, 1 runtime failure, 2 bad flags, config
+// or input, 3 the optimized model failed validation, 130 interrupted.
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
 
 	"github.com/spf13/cobra"
+
+	"github.com/torchspeed/torchspeed/internal/exitcode"
+	"github.com/torchspeed/torchspeed/pkg/benchrun"
+	"github.com/torchspeed/torchspeed/pkg/version"
 )
 
-// Exit codes: scripts tell a bad config from a model that failed validation.
-const (
-	exitOK         = 0
-	exitError      = 1 // runtime failure (model, libtorch, I/O)
-	exitUsage      = 2 // bad flags or config
-	exitValidation = 3 // the optimized model failed its accuracy thresholds
-	exitInterrupt  = 130
-)
-
-// usageError marks errors caused by what the user typed or configured.
-type usageError struct{ err error }
-
-func (e usageError) Error() string { return e.err.Error() }
-func (e usageError) Unwrap() error { return e.err }
-
-func usageErrorf(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }
-
-// exitCoder lets an error choose the process exit code.
-type exitCoder interface{ ExitCode() int }
+// commands are torchspeed's subcommands, in the order help lists them.
+var commands = []func(*ui) *cobra.Command{
+	newProbeCmd,
+	newOptimizeCmd,
+	newBenchCmd,
+	newRunCmd,
+	newLaunchCmd,
+	newExportCmd,
+	newConfigCmd,
+	newVersionCmd,
+	newInternalCmd,
+}
 
 func newRootCmd() *cobra.Command {
+	u := &ui{}
 	root := &cobra.Command{
 		Use:           "torchspeed",
 		Short:         "Make TorchScript models fast on x86 CPUs, and prove it",
+		Version:       version.Version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newVersionCmd(), newRunCmd(), newOptimizeCmd(), newExportCmd())
-	for _, add := range extraCommands {
-		root.AddCommand(add())
+	root.SetVersionTemplate("torchspeed {{.Version}}\n")
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return exitcode.New(exitcode.Usage, err) })
+	u.addFlags(root)
+	for _, add := range commands {
+		root.AddCommand(add(u))
 	}
 	return root
 }
 
-// extraCommands are registered by the files that define them.
-var extraCommands []func() *cobra.Command
+// An instance of `bench --instances` dies with its driver, even one killed with SIGKILL. In
+// init, on the main thread, before any other goroutine: see benchrun.FollowDriver.
+func init() {
+	if err := benchrun.FollowDriver(); err != nil {
+		fmt.Fprintln(os.Stderr, "torchspeed:", err)
+		os.Exit(exitcode.Failure)
+	}
+}
 
 func main() {
+	inheritCPUCount()
 	err := newRootCmd().Execute()
-	if err == nil {
-		os.Exit(exitOK)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "torchspeed:", err)
 	}
-	fmt.Fprintln(os.Stderr, "torchspeed:", err)
-	var ec exitCoder
-	var ue usageError
-	switch {
-	case errors.As(err, &ec):
-		os.Exit(ec.ExitCode())
-	case errors.As(err, &ue):
-		os.Exit(exitUsage)
-	default:
-		os.Exit(exitError)
-	}
+	os.Exit(exitcode.Of(err))
 }

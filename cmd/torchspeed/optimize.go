@@ -4,15 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"syscall"
 
-	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
+	"github.com/spf13/pflag"
 
+	"github.com/torchspeed/torchspeed/internal/exitcode"
 	"github.com/torchspeed/torchspeed/pkg/bench"
 	"github.com/torchspeed/torchspeed/pkg/config"
 	"github.com/torchspeed/torchspeed/pkg/pipeline"
@@ -20,50 +19,79 @@ import (
 )
 
 type optimizeCmd struct {
+	ui         *ui
 	configPath string
+	shapes     []string
+	dtypes     []string
 	asJSON     bool
 }
 
-// Flags whose names are not dotted keys map to config keys here.
-var optimizeAliases = map[string]string{
-	"model":     "model.path",
-	"out":       "output.dir",
-	"threads":   "runtime.threads",
-	"quantize":  "quantize.mode",
-	"engine":    "quantize.engine",
-	"runs":      "bench.runs",
-	"quiet":     "output.quiet",
-	"overwrite": "output.overwrite",
-	"allocator": "runtime.allocator",
+// optimizeKeys binds optimize's flags to config keys.
+var optimizeKeys = map[string]string{
+	"model":       "model.path",
+	"name":        "model.name",
+	"output":      "output.dir",
+	"threads":     "runtime.threads",
+	"mode":        "runtime.mode",
+	"allocator":   "runtime.allocator",
+	"quantize":    "quantize.mode",
+	"engine":      "quantize.engine",
+	"calibration": "calibration.path",
+	"runs":        "bench.runs",
+	"quiet":       "output.quiet",
+	"overwrite":   "output.overwrite",
 }
 
-func newOptimizeCmd() *cobra.Command {
-	o := &optimizeCmd{}
+func newOptimizeCmd(u *ui) *cobra.Command {
+	o := &optimizeCmd{ui: u}
 	c := &cobra.Command{
-		Use:   "optimize -c config.yaml",
+		Use:   "optimize (-c config.yaml | -m model.pt --input-shape 1x3x224x224) [--quantize static --calibration data/]",
 		Short: "Optimize a TorchScript model: freeze, fold, oneDNN fusions, channels-last, INT8; validate, bench, save",
-		Args:  cobra.NoArgs,
-		RunE:  func(c *cobra.Command, _ []string) error { return o.run(c) },
+		Long: `optimize loads the model, tries each optimization on this machine, keeps what is faster and
+still answers like the original, and writes <name>.torchspeed.pt, report.json and report.md
+into the output folder.
+
+Values come from flags, then TORCHSPEED_* variables (TORCHSPEED_QUANTIZE_MODE=static), then
+the config file (-c), then defaults; without a file, -m and --input-shape are enough.`,
+		Example: `  torchspeed optimize -m resnet18.pt --input-shape 1x3x224x224 -o out
+  torchspeed optimize -m resnet18.pt --input-shape 1x3x224x224 --quantize static --calibration data/
+  torchspeed optimize -c resnet18.yaml --threads 2`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error { return o.run(c) },
 	}
 	f := c.Flags()
-	f.StringVarP(&o.configPath, "config", "c", "", "YAML config (see configs/; `torchspeed config init` writes one)")
+	f.StringVarP(&o.configPath, "config", "c", "", "YAML config (see configs/; torchspeed config init writes one)")
 	f.StringP("model", "m", "", "TorchScript model (model.path)")
-	f.StringP("out", "o", "", "output folder (output.dir)")
-	f.Int("threads", 0, "intra-op threads, 0 = measure (runtime.threads)")
-	f.String("quantize", "", "none, static, dynamic or auto (quantize.mode)")
-	f.String("engine", "", "quantized engine: auto, x86, fbgemm, onednn, qnnpack (quantize.engine)")
+	f.String("name", "", "artifact name, a file name without folders (model.name; default: the model's file name)")
+	f.StringArrayVar(&o.shapes, "input-shape", nil, "shape of an input, e.g. 1x3x224x224 (repeat for several inputs; model.inputs)")
+	f.StringArrayVar(&o.dtypes, "dtype", nil, "dtype of each --input-shape input (float32, int64, ...; default float32)")
+	f.StringP("output", "o", "", "output folder (output.dir; default out)")
+	f.Int("threads", 0, "intra-op threads, 1 to the CPUs available; 0 = measure (runtime.threads)")
+	f.String("mode", "", "runtime preset: latency or throughput (runtime.mode)")
+	f.String("quantize", "", "INT8: none, static, dynamic or auto (quantize.mode)")
+	f.String("engine", "", "quantized engine: auto, x86, fbgemm, onednn or qnnpack (quantize.engine)")
+	f.String("calibration", "", "calibration data for --quantize static: .npy, .npz or an image folder (calibration.path)")
 	f.Int("runs", 0, "final benchmark rounds (bench.runs)")
 	f.String("allocator", "", "default, jemalloc or tcmalloc (runtime.allocator)")
-	f.Bool("quiet", false, "no progress output (output.quiet)")
 	f.Bool("overwrite", false, "replace an existing artifact (output.overwrite)")
 	f.BoolVar(&o.asJSON, "json", false, "print report.json to stdout instead of the table")
+	f.SetNormalizeFunc(outAlias)
+	completeEnums(c, map[string][]string{"quantize": quantModes, "engine": engines, "allocator": allocators, "mode": modes, "dtype": dtypes})
 	return c
 }
 
+// outAlias keeps --out, the old spelling of --output, working without listing it.
+func outAlias(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+	if name == "out" {
+		name = "output"
+	}
+	return pflag.NormalizedName(name)
+}
+
 func (o *optimizeCmd) run(c *cobra.Command) error {
-	cfg, err := config.Load(o.configPath, c.Flags(), optimizeAliases)
+	cfg, err := o.config(c)
 	if err != nil {
-		return usageError{err}
+		return err
 	}
 	probe, s, applied, warnings, err := setUpRuntime(runenv.Options{
 		Threads: cfg.Runtime.Threads, InteropThreads: cfg.Runtime.InteropThreads,
@@ -72,30 +100,27 @@ func (o *optimizeCmd) run(c *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	log := c.ErrOrStderr()
-	quiet := cfg.Output.Quiet || !isTerminal(os.Stderr) && os.Getenv("TORCHSPEED_PROGRESS") == ""
+	stderr := c.ErrOrStderr()
 	for _, w := range warnings {
-		fmt.Fprintln(log, "warning:", w)
+		fmt.Fprintln(stderr, "warning:", w)
 	}
 	opts := pipeline.Options{Threads: s.Threads, Settings: settingsMap(s, applied), Machine: probe}
 	if cfg.Optimize.OptimizeForInference != config.Off {
-		opts.MKLDNNBroken = checkMKLDNN(context.Background(), func(w string) { fmt.Fprintln(log, "warning:", w) })
+		opts.MKLDNNBroken = checkMKLDNN(context.Background(), func(w string) { fmt.Fprintln(stderr, "warning:", w) })
 	}
 	if cfg.Runtime.Threads == 0 && s.Threads > 1 {
 		opts.AutoThreads = bench.ThreadCandidates(s.Threads)
 	}
-	if !quiet {
-		opts.Log = log
-		if isTerminal(os.Stderr) {
-			opts.Progress = progressBars(log)
-		}
+	if !o.ui.quiet && !cfg.Output.Quiet {
+		opts.Log = o.ui.log(stderr)
+		opts.Progress = o.ui.progressFunc(stderr)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	rep, err := pipeline.Run(ctx, cfg, opts)
 	if err != nil && rep == nil {
 		if errors.Is(err, context.Canceled) {
-			return exitErr{code: exitInterrupt, err: err}
+			return exitcode.New(exitcode.Interrupt, err)
 		}
 		return err
 	}
@@ -110,30 +135,42 @@ func (o *optimizeCmd) run(c *cobra.Command) error {
 	return err
 }
 
-type exitErr struct {
-	code int
-	err  error
-}
-
-func (e exitErr) Error() string { return e.err.Error() }
-func (e exitErr) Unwrap() error { return e.err }
-func (e exitErr) ExitCode() int { return e.code }
-
-func isTerminal(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }
-
-// progressBars draws one bar per long stage on a terminal.
-func progressBars(w io.Writer) func(stage string, done, total int) {
-	bars := map[string]*progressbar.ProgressBar{}
-	return func(stage string, done, total int) {
-		b, ok := bars[stage]
-		if !ok {
-			b = progressbar.NewOptions(total, progressbar.OptionSetWriter(w), progressbar.OptionSetDescription(stage),
-				progressbar.OptionShowCount(), progressbar.OptionClearOnFinish())
-			bars[stage] = b
-		}
-		_ = b.Set(done)
-		if done >= total {
-			_ = b.Finish()
+// config merges flags, TORCHSPEED_* variables, the file and the defaults; --input-shape
+// replaces model.inputs, so a model and its shapes are a whole job without a file.
+func (o *optimizeCmd) config(c *cobra.Command) (*config.Config, error) {
+	cfg, err := loadConfig("optimize", o.configPath, c.Flags(), optimizeKeys, false)
+	if err != nil {
+		return nil, err
+	}
+	if len(o.dtypes) > len(o.shapes) {
+		return nil, exitcode.Usagef("optimize: %d --dtype values for %d --input-shape inputs; give one per input", len(o.dtypes), len(o.shapes))
+	}
+	if len(o.shapes) > 0 {
+		cfg.Model.Inputs = nil
+		for i, s := range o.shapes {
+			shape, err := config.ParseShape(s)
+			if err != nil {
+				return nil, exitcode.Usagef("optimize: --input-shape %q: %v", s, err)
+			}
+			in := config.Input{Name: fmt.Sprintf("input%d", i), Shape: shape, DType: "float32"}
+			if i < len(o.dtypes) {
+				in.DType = o.dtypes[i]
+			}
+			cfg.Model.Inputs = append(cfg.Model.Inputs, in)
 		}
 	}
+	if err := cfg.Validate(); err != nil {
+		if len(o.shapes) > 0 {
+			err = fmt.Errorf("%w (model.inputs from --input-shape)", err)
+		}
+		hint := ""
+		if o.configPath == "" && cfg.Model.Path == "" {
+			hint = "; give -m model.pt --input-shape 1x3x224x224, or -c config.yaml"
+		}
+		return nil, exitcode.Usagef("optimize: %v%s", err, hint)
+	}
+	if err := cfg.CheckOutput(); err != nil {
+		return nil, exitcode.Usagef("optimize: %v", err)
+	}
+	return cfg, nil
 }

@@ -11,13 +11,13 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
+	"github.com/torchspeed/torchspeed/internal/exitcode"
 	"github.com/torchspeed/torchspeed/pkg/cpu"
 	"github.com/torchspeed/torchspeed/pkg/kernels"
 )
 
-func init() { extraCommands = append(extraCommands, newProbeCmd, newLaunchCmd) }
-
 type probeCmd struct {
+	ui      *ui
 	root    string
 	noTorch bool
 	asJSON  bool
@@ -25,8 +25,8 @@ type probeCmd struct {
 	peakDur time.Duration
 }
 
-func newProbeCmd() *cobra.Command {
-	p := &probeCmd{}
+func newProbeCmd(u *ui) *cobra.Command {
+	p := &probeCmd{ui: u}
 	c := &cobra.Command{
 		Use:   "probe",
 		Short: "Show what this machine offers to inference: ISA, cores, NUMA, cgroup limits, OpenMP, libtorch, and what hurts",
@@ -83,23 +83,34 @@ func (p *probeCmd) run(c *cobra.Command) error {
 	pr, err := cpu.Detect(opts)
 	if err != nil {
 		if !live {
-			return usageError{err}
+			return exitcode.New(exitcode.Usage, err)
 		}
 		return err
+	}
+	if f := isaFinding(pr); f != nil {
+		pr.Findings = append(pr.Findings, *f)
 	}
 	var peak *kernels.PeakResult
 	if p.peak {
 		if !live {
-			return usageErrorf("probe --peak measures this machine: it cannot be combined with --root")
+			return exitcode.Usagef("probe --peak measures this machine: it cannot be combined with --root")
 		}
+		log := p.ui.logOrDiscard(c.ErrOrStderr())
+		start := time.Now()
+		fmt.Fprintf(log, "probe: measuring FP32 and INT8 peaks and memory bandwidth on CPUs %v (%v per figure)...\n", pr.Usable.CPUs, p.peakDur)
 		res, err := kernels.MeasurePeak(kernels.PeakOptions{CPUs: pr.Usable.CPUs, Duration: p.peakDur})
 		if err != nil {
 			return err
 		}
+		fmt.Fprintf(log, "probe: peaks measured in %v\n", time.Since(start).Round(time.Millisecond))
 		peak = &res
 	}
 	out := c.OutOrStdout()
 	if p.asJSON {
+		emptyLists(pr)
+		if peak != nil {
+			emptyLists(peak)
+		}
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
 		if peak == nil {
@@ -124,11 +135,13 @@ func writePeak(w io.Writer, r *kernels.PeakResult) {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  kernel\tper core\tall cores\ttheoretical per core\t% of theoretical")
 	row := func(f kernels.ComputeFigure, unit string) {
-		pct := "-"
+		// No theoretical figure (the clock or the unit count is unknown) prints as "-", not 0.0.
+		theory, pct := "-", "-"
 		if f.TheoreticalPerCore > 0 {
+			theory = fmt.Sprintf("%.1f %s", f.TheoreticalPerCore/1e9, unit)
 			pct = fmt.Sprintf("%.0f%%", 100*f.PerCore/f.TheoreticalPerCore)
 		}
-		fmt.Fprintf(tw, "  %s\t%.1f %s\t%.1f %s\t%.1f %s\t%s\n", f.ISA, f.PerCore/1e9, unit, f.AllCores/1e9, unit, f.TheoreticalPerCore/1e9, unit, pct)
+		fmt.Fprintf(tw, "  %s\t%.1f %s\t%.1f %s\t%s\t%s\n", f.ISA, f.PerCore/1e9, unit, f.AllCores/1e9, unit, theory, pct)
 	}
 	for _, f := range r.FP32 {
 		row(f, "GFLOP/s")

@@ -3,20 +3,24 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
+	"io"
+	"os"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
+	"github.com/torchspeed/torchspeed/internal/exitcode"
 	"github.com/torchspeed/torchspeed/pkg/benchrun"
+	"github.com/torchspeed/torchspeed/pkg/config"
 	"github.com/torchspeed/torchspeed/pkg/npy"
+	"github.com/torchspeed/torchspeed/pkg/torchspeed"
 )
 
 type runCmd struct {
+	ui      *ui
 	model   string
 	shapes  []string
 	dtypes  []string
@@ -43,60 +47,62 @@ type topItem struct {
 	Value float32 `json:"value"`
 }
 
-func newRunCmd() *cobra.Command {
-	r := &runCmd{}
+func newRunCmd(u *ui) *cobra.Command {
+	r := &runCmd{ui: u}
 	c := &cobra.Command{
-		Use:   "run -m MODEL (--input-shape 1x3x224x224 | --input x.npy)...",
-		Short: "Load a TorchScript model, run it once, print output shapes and top-k",
-		Args:  cobra.NoArgs,
-		RunE:  func(c *cobra.Command, _ []string) error { return r.run(c) },
+		Use:   "run -m MODEL [--input-shape 1x3x224x224 | --input x.npy]...",
+		Short: "Load a TorchScript model or artifact, run it once, print output shapes and top-k",
+		Long: `run loads a model (an artifact made by optimize with its load-time passes and settings) and
+runs it once on random inputs of the given shapes, or on inputs read from .npy files. An
+artifact's manifest gives its inputs when none are given.`,
+		Example: `  torchspeed run -m out/resnet18.torchspeed.pt
+  torchspeed run -m resnet18.pt --input-shape 1x3x224x224 --topk 3
+  torchspeed run -m model.pt --input x.npy --json`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error { return r.run(c) },
 	}
 	f := c.Flags()
-	f.StringVarP(&r.model, "model", "m", "", "TorchScript file (.pt)")
-	f.StringArrayVar(&r.shapes, "input-shape", nil, "shape of a random input, e.g. 1x3x224x224 (repeat for several inputs)")
+	f.StringVarP(&r.model, "model", "m", "", "TorchScript file or torchspeed artifact (.pt)")
+	f.StringArrayVar(&r.shapes, "input-shape", nil, "shape of a random input, e.g. 1x3x224x224 (repeat for several inputs; default: the artifact's)")
 	f.StringArrayVar(&r.dtypes, "dtype", nil, "dtype of each --input-shape input (float32, int64, ...; default float32)")
 	f.StringArrayVar(&r.inputs, "input", nil, ".npy file holding an input (repeat for several inputs)")
 	f.IntVar(&r.topk, "topk", 5, "how many of the largest values of each output row to print")
-	f.IntVar(&r.threads, "threads", 0, "intra-op threads (0: libtorch's default)")
+	f.IntVar(&r.threads, "threads", 0, "intra-op threads, 1 to the CPUs available (0: the artifact's, else libtorch's default)")
 	f.Uint64Var(&r.seed, "seed", 1, "seed for random inputs")
 	f.BoolVar(&r.asJSON, "json", false, "print JSON")
+	completeEnums(c, map[string][]string{"dtype": dtypes})
 	return c
 }
 
 func (r *runCmd) run(c *cobra.Command) error {
 	if r.model == "" {
-		return usageErrorf("run: --model is required")
+		return exitcode.Usagef("run: --model is required")
 	}
 	if len(r.shapes) > 0 && len(r.inputs) > 0 {
-		return usageErrorf("run: give either --input-shape or --input, not both")
+		return exitcode.Usagef("run: give either --input-shape or --input, not both")
 	}
-	if len(r.shapes) == 0 && len(r.inputs) == 0 {
-		return usageErrorf("run: give the model's inputs with --input-shape (random data) or --input (a .npy file)")
+	if err := config.CheckThreads("run: --threads", r.threads, "the artifact's, else libtorch's default"); err != nil {
+		return exitcode.New(exitcode.Usage, err)
 	}
-	if r.threads > 0 {
-		if err := torch.SetNumThreads(r.threads); err != nil {
-			return usageError{err}
-		}
+	if _, err := os.Stat(r.model); err != nil {
+		return exitcode.Usagef("run: model %q: %v", r.model, err)
 	}
-	inputs, err := r.makeInputs()
-	if err != nil {
-		return err
-	}
-	defer func() {
-		for _, t := range inputs {
-			t.Close()
-		}
-	}()
-	m, err := torch.Load(r.model)
+	m, err := torchspeed.Load(r.model, torchspeed.LoadOptions{KeepThreads: true})
 	if err != nil {
 		return err
 	}
 	defer m.Close()
-	if err := m.Eval(); err != nil {
+	log := r.ui.logOrDiscard(c.ErrOrStderr())
+	if err := r.setThreads(m, c.ErrOrStderr()); err != nil {
 		return err
 	}
+	inputs, err := r.makeInputs(m.Manifest, log)
+	if err != nil {
+		return err
+	}
+	defer benchrun.CloseTensors(inputs)
 	start := time.Now()
-	outs, err := m.Forward(inputs...)
+	outs, err := m.Predict(inputs...)
 	if err != nil {
 		return err
 	}
@@ -110,13 +116,32 @@ func (r *runCmd) run(c *cobra.Command) error {
 		}
 		res = append(res, ro)
 	}
-	w := c.OutOrStdout()
+	return r.print(c.OutOrStdout(), elapsed, res)
+}
+
+// setThreads applies --threads, else the artifact's count bounded by the CPUs here.
+func (r *runCmd) setThreads(m *torchspeed.Model, warn io.Writer) error {
+	n := r.threads
+	if n == 0 && m.Manifest != nil && m.Manifest.Runtime.Threads != 0 {
+		var warning string
+		if n, warning = config.ClampThreads("the manifest of "+r.model, m.Manifest.Runtime.Threads); warning != "" {
+			fmt.Fprintln(warn, "run: warning:", warning)
+		}
+	}
+	if n > 0 {
+		return torch.SetNumThreads(n)
+	}
+	return nil
+}
+
+func (r *runCmd) print(w io.Writer, elapsed time.Duration, res []runOutput) error {
+	ms := float64(elapsed.Microseconds()) / 1000
 	if r.asJSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"model": r.model, "first_run_ms": float64(elapsed.Microseconds()) / 1000, "outputs": res})
+		return enc.Encode(map[string]any{"model": r.model, "first_run_ms": ms, "outputs": res})
 	}
-	fmt.Fprintf(w, "%s: %d output(s), first run %.2f ms\n", r.model, len(res), float64(elapsed.Microseconds())/1000)
+	fmt.Fprintf(w, "%s: %d output(s), first run %.2f ms\n", r.model, len(res), ms)
 	for _, o := range res {
 		fmt.Fprintf(w, "  %-8s %s%v  min %.4g max %.4g mean %.4g", o.Name, o.DType, o.Shape, o.Min, o.Max, o.Mean)
 		if o.NaNs > 0 {
@@ -134,61 +159,46 @@ func (r *runCmd) run(c *cobra.Command) error {
 	return nil
 }
 
-func (r *runCmd) makeInputs() ([]*torch.Tensor, error) {
+// makeInputs reads --input files, or makes random inputs of --input-shape, else of the shapes
+// the artifact's manifest lists; sizes are checked before anything is allocated.
+func (r *runCmd) makeInputs(man *torchspeed.Manifest, log io.Writer) ([]*torch.Tensor, error) {
 	var out []*torch.Tensor
-	fail := func(err error) ([]*torch.Tensor, error) {
-		for _, t := range out {
-			t.Close()
-		}
-		return nil, err
-	}
 	for _, path := range r.inputs {
 		a, err := npy.ReadFile(path)
 		if err != nil {
-			return fail(usageError{fmt.Errorf("--input: %w", err)})
+			benchrun.CloseTensors(out)
+			return nil, exitcode.New(exitcode.Usage, fmt.Errorf("run: --input: %w", err))
 		}
 		t, err := torch.NewTensorAny(a.Data, a.Shape)
 		if err != nil {
-			return fail(usageError{fmt.Errorf("--input %s: %w", path, err)})
+			benchrun.CloseTensors(out)
+			return nil, exitcode.New(exitcode.Usage, fmt.Errorf("run: --input %s: %w", path, err))
 		}
 		out = append(out, t)
 	}
-	rng := rand.New(rand.NewPCG(r.seed, r.seed^0x9e3779b97f4a7c15))
-	for i, s := range r.shapes {
-		shape, err := ParseShape(s)
-		if err != nil {
-			return fail(usageError{fmt.Errorf("--input-shape %q: %w", s, err)})
-		}
-		dt := torch.Float32
-		if i < len(r.dtypes) {
-			if dt, err = torch.ParseDType(r.dtypes[i]); err != nil {
-				return fail(usageError{fmt.Errorf("--dtype: %w", err)})
-			}
-		}
-		t, err := benchrun.RandomTensor(rng, shape, dt)
-		if err != nil {
-			return fail(usageError{fmt.Errorf("--input-shape %q: %w", s, err)})
-		}
-		out = append(out, t)
+	if len(r.inputs) > 0 {
+		return out, nil
 	}
-	return out, nil
-}
-
-// ParseShape reads "1x3x224x224" (also "1,3,224,224").
-func ParseShape(s string) ([]int64, error) {
-	s = strings.TrimSpace(s)
-	if s == "" {
-		return nil, fmt.Errorf("empty shape: write it like 1x3x224x224")
-	}
-	var shape []int64
-	for _, p := range strings.FieldsFunc(s, func(r rune) bool { return r == 'x' || r == ',' || r == 'X' }) {
-		v, err := strconv.ParseInt(strings.TrimSpace(p), 10, 64)
-		if err != nil || v < 0 {
-			return nil, fmt.Errorf("%q is not a dimension: write the shape like 1x3x224x224", p)
+	what, shapes, dts := "run: --input-shape", r.shapes, r.dtypes
+	if len(shapes) == 0 && man != nil {
+		for _, in := range man.Inputs {
+			shapes = append(shapes, config.FormatShape(in.Shape))
+			dts = append(dts, in.DType)
 		}
-		shape = append(shape, v)
+		what = "run: the manifest of " + r.model
+		if len(shapes) > 0 {
+			fmt.Fprintf(log, "run: inputs %s from the artifact's manifest\n", strings.Join(shapes, ", "))
+		}
 	}
-	return shape, nil
+	if len(shapes) == 0 {
+		return nil, exitcode.Usagef("run: give the model's inputs with --input-shape (random data) or --input (a .npy file); only artifacts made by torchspeed optimize list them")
+	}
+	specs, err := parseInputs(what, shapes, dts)
+	if err != nil {
+		return nil, err
+	}
+	ts, err := benchrun.MakeInputs(specs, 0, r.seed)
+	return ts, inputUsage(err)
 }
 
 func summarizeOutput(o torch.Output, k int) (runOutput, error) {

@@ -4,8 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strconv"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
+	"github.com/torchspeed/torchspeed/internal/exitcode"
+	"github.com/torchspeed/torchspeed/pkg/config"
 	"github.com/torchspeed/torchspeed/pkg/cpu"
 	"github.com/torchspeed/torchspeed/pkg/runenv"
 )
@@ -17,6 +20,21 @@ import (
 // read OMP_PROC_BIND it binds the initial thread to the first place, so a second probe there
 // would see one CPU and compute different settings.
 const settingsEnv = "TORCHSPEED_RUNTIME_SETTINGS"
+
+// cpusEnv carries the parent's count of available CPUs into the re-executed process, which
+// starts pinned to the CPUs its settings chose: its flags and config are checked again there,
+// against the count the user's values were checked against, not the smaller pinned set.
+const cpusEnv = "TORCHSPEED_AVAILABLE_CPUS"
+
+// inheritCPUCount makes a re-executed process check thread counts against its parent's CPUs.
+func inheritCPUCount() {
+	if os.Getenv(runenv.ReexecMarker) == "" {
+		return
+	}
+	if n, err := strconv.Atoi(os.Getenv(cpusEnv)); err == nil && n > 0 {
+		config.AvailableCPUs = func() int { return n }
+	}
+}
 
 // setUpRuntime computes the runtime settings for this process, re-executes it when the OpenMP
 // variables or the allocator need a fresh start, then pins and binds it and sets libtorch's
@@ -37,7 +55,7 @@ func setUpRuntime(o runenv.Options) (*cpu.Probe, runenv.Settings, []string, []st
 		o.NoThreadBind = true
 		settings, err := runenv.Compute(probe, o)
 		if err != nil {
-			return nil, s, nil, nil, usageError{fmt.Errorf("runtime settings: %w", err)}
+			return nil, s, nil, nil, exitcode.New(exitcode.Usage, fmt.Errorf("runtime settings: %w", err))
 		}
 		s = settings[0]
 		raw, err := json.Marshal(s)
@@ -45,6 +63,7 @@ func setUpRuntime(o runenv.Options) (*cpu.Probe, runenv.Settings, []string, []st
 			return nil, s, nil, nil, err
 		}
 		os.Setenv(settingsEnv, string(raw))
+		os.Setenv(cpusEnv, strconv.Itoa(config.AvailableCPUs()))
 		if _, err := runenv.EnsureEnv(s); err != nil {
 			return nil, s, nil, nil, err
 		}

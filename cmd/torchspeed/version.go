@@ -23,7 +23,7 @@ type versionInfo struct {
 	IntraThreads  int      `json:"intra_op_threads"`
 }
 
-func newVersionCmd() *cobra.Command {
+func newVersionCmd(*ui) *cobra.Command {
 	var asJSON bool
 	c := &cobra.Command{
 		Use:   "version",

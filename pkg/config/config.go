@@ -6,6 +6,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -39,6 +40,18 @@ type Config struct {
 	// File is the config file it was read from ("" when none); relative paths in it are taken
 	// relative to its folder.
 	File string `mapstructure:"-" json:"file,omitempty"`
+	// given holds the keys a file, a TORCHSPEED_* variable or a flag the user typed set (see
+	// Given); the others hold their defaults.
+	given map[string]bool
+}
+
+// Given reports whether the user set key (a dotted key such as "runtime.mode") in the file,
+// the environment or a flag, rather than leaving its default.
+func (c *Config) Given(key string) bool { return c.given[key] }
+
+// EnvName is the environment variable that sets key, e.g. TORCHSPEED_RUNTIME_THREADS.
+func EnvName(key string) string {
+	return EnvPrefix + "_" + strings.ToUpper(strings.NewReplacer(".", "_", "-", "_").Replace(key))
 }
 
 // Model is the TorchScript model to optimize and how to call it.
@@ -174,13 +187,21 @@ func Default() Config {
 // names as dotted keys (e.g. a flag named "runtime.threads"), or through aliases: flag name ->
 // key.
 func Load(path string, flags *pflag.FlagSet, aliases map[string]string) (*Config, error) {
+	return LoadValues(path, flags, aliases, true)
+}
+
+// LoadValues is Load for commands that take the model or its inputs from elsewhere (bench
+// reads them from flags or an artifact's manifest): with full false, model.path and
+// model.inputs may be missing, and every value given is still checked.
+func LoadValues(path string, flags *pflag.FlagSet, aliases map[string]string, full bool) (*Config, error) {
 	v := viper.New()
 	v.SetConfigType("yaml")
 	v.SetEnvPrefix(EnvPrefix)
 	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_", "-", "_"))
 	v.AutomaticEnv()
 	def := Default()
-	setDefaults(v, "", reflect.ValueOf(def))
+	var keys []string
+	setDefaults(v, "", reflect.ValueOf(def), &keys)
 	if path != "" {
 		f, err := os.Open(path)
 		if err != nil {
@@ -195,6 +216,7 @@ func Load(path string, flags *pflag.FlagSet, aliases map[string]string) (*Config
 			return nil, fmt.Errorf("config %q: not valid YAML: %w", path, err)
 		}
 	}
+	changed := map[string]bool{}
 	if flags != nil {
 		var bindErr error
 		flags.VisitAll(func(fl *pflag.Flag) {
@@ -206,6 +228,9 @@ func Load(path string, flags *pflag.FlagSet, aliases map[string]string) (*Config
 			}
 			if err := v.BindPFlag(key, fl); err != nil && bindErr == nil {
 				bindErr = err
+			}
+			if fl.Changed {
+				changed[key] = true
 			}
 		})
 		if bindErr != nil {
@@ -219,17 +244,56 @@ func Load(path string, flags *pflag.FlagSet, aliases map[string]string) (*Config
 		c.DecodeHook = mapstructure.ComposeDecodeHookFunc(
 			mapstructure.StringToTimeDurationHookFunc(),
 			mapstructure.StringToSliceHookFunc(","),
+			wholeNumberHook,
 		)
 	}
 	if err := v.Unmarshal(&cfg, dc); err != nil {
 		return nil, fmt.Errorf("config %s: %s", orDefaults(path), explainDecode(err, v))
 	}
 	cfg.File = path
+	cfg.given = map[string]bool{}
+	for _, k := range keys {
+		if changed[k] || v.InConfig(k) || os.Getenv(EnvName(k)) != "" {
+			cfg.given[k] = true
+		}
+	}
 	cfg.resolvePaths()
-	if err := cfg.Validate(); err != nil {
+	validate := cfg.Validate
+	if !full {
+		validate = cfg.ValidateValues
+	}
+	if err := validate(); err != nil {
 		return nil, fmt.Errorf("config %s: %w", orDefaults(path), err)
 	}
 	return &cfg, nil
+}
+
+// wholeNumberHook refuses a number with a fraction, or one beyond int64, for an integer key:
+// mapstructure would truncate threads: 1.5 to 1, and YAML reads 99999999999999999999 as a
+// float that converts to -9223372036854775808.
+func wholeNumberHook(from, to reflect.Type, data any) (any, error) {
+	switch to.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+	default:
+		return data, nil
+	}
+	if to == reflect.TypeOf(time.Duration(0)) {
+		return data, nil
+	}
+	var f float64
+	switch v := data.(type) {
+	case float64:
+		f = v
+	case float32:
+		f = float64(v)
+	default:
+		return data, nil
+	}
+	if f != math.Trunc(f) || math.IsNaN(f) || f >= math.MaxInt64 || f < math.MinInt64 {
+		return nil, fmt.Errorf("%v is not a whole number in range: give an integer", data)
+	}
+	return int64(f), nil
 }
 
 func orDefaults(path string) string {
@@ -240,7 +304,7 @@ func orDefaults(path string) string {
 }
 
 // setDefaults registers every leaf key, so environment variables reach keys the file lacks.
-func setDefaults(v *viper.Viper, prefix string, val reflect.Value) {
+func setDefaults(v *viper.Viper, prefix string, val reflect.Value, keys *[]string) {
 	t := val.Type()
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
@@ -254,13 +318,14 @@ func setDefaults(v *viper.Viper, prefix string, val reflect.Value) {
 		}
 		fv := val.Field(i)
 		if fv.Kind() == reflect.Struct && f.Type != reflect.TypeOf(time.Duration(0)) {
-			setDefaults(v, key, fv)
+			setDefaults(v, key, fv, keys)
 			continue
 		}
 		if fv.Kind() == reflect.Func {
 			continue
 		}
 		v.SetDefault(key, fv.Interface())
+		*keys = append(*keys, key)
 	}
 }
 
@@ -314,14 +379,27 @@ func (c *Config) resolvePaths() {
 // allowed.
 func (c *Config) Validate() error {
 	var errs []error
-	bad := func(key string, val any, allowed string) {
-		errs = append(errs, fmt.Errorf("%s: %v is not allowed: %s", key, val, allowed))
-	}
 	if c.Model.Path == "" {
 		errs = append(errs, errors.New("model.path: missing: give the TorchScript file to optimize"))
 	}
 	if len(c.Model.Inputs) == 0 {
 		errs = append(errs, errors.New("model.inputs: missing: list each forward argument with its shape and dtype (torchspeed config init writes them)"))
+	}
+	return errors.Join(append(errs, c.ValidateValues())...)
+}
+
+// ValidateValues checks the values that are given, as Validate does, without requiring
+// model.path and model.inputs: for commands that take them from flags or an artifact's
+// manifest (bench).
+func (c *Config) ValidateValues() error {
+	var errs []error
+	bad := func(key string, val any, allowed string) {
+		errs = append(errs, fmt.Errorf("%s: %v is not allowed: %s", key, val, allowed))
+	}
+	if c.Model.Name != "" {
+		if err := CheckName(c.Model.Name); err != nil {
+			errs = append(errs, fmt.Errorf("model.name: %w", err))
+		}
 	}
 	dtypes := []string{"float32", "float64", "int64", "int32", "uint8", "bool"}
 	for i, in := range c.Model.Inputs {
@@ -345,8 +423,21 @@ func (c *Config) Validate() error {
 		default:
 			bad(key+".layout", in.Layout, "nchw or nhwc")
 		}
-		if len(in.Range) != 0 && (len(in.Range) != 2 || in.Range[0] >= in.Range[1]) {
-			bad(key+".range", in.Range, "[low, high) with low < high")
+		if err := CheckRange(in.Range, c.Model.Inputs[i].DType); err != nil {
+			bad(key+".range", in.Range, err.Error())
+		}
+	}
+	if len(errs) == 0 && len(c.Model.Inputs) > 0 {
+		specs := make([]InputSpec, len(c.Model.Inputs))
+		for i, in := range c.Model.Inputs {
+			name := fmt.Sprintf("model.inputs[%d]", i)
+			if in.Name != "" {
+				name += " (" + in.Name + ")"
+			}
+			specs[i] = InputSpec{Name: name, Shape: in.Shape, DType: in.DType}
+		}
+		if err := CheckInputs("model.inputs", specs); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	for _, t := range []struct {
@@ -396,11 +487,11 @@ func (c *Config) Validate() error {
 	if c.Validation.MaxAccuracyDrop < 0 {
 		bad("validation.max_accuracy_drop", c.Validation.MaxAccuracyDrop, "points, >= 0")
 	}
-	if c.Runtime.Threads < 0 {
-		bad("runtime.threads", c.Runtime.Threads, "0 (auto) or a thread count")
+	if err := CheckThreads("runtime.threads", c.Runtime.Threads, "auto"); err != nil {
+		errs = append(errs, err)
 	}
-	if c.Runtime.InteropThreads < 1 {
-		bad("runtime.interop_threads", c.Runtime.InteropThreads, "1 or more")
+	if err := CheckThreads("runtime.interop_threads", c.Runtime.InteropThreads, ""); err != nil {
+		errs = append(errs, err)
 	}
 	if c.Runtime.NUMANode < -1 {
 		bad("runtime.numa_node", c.Runtime.NUMANode, "-1 (any) or a node number")
@@ -436,4 +527,39 @@ func (c *Config) ArtifactName() string {
 	}
 	b := filepath.Base(c.Model.Path)
 	return strings.TrimSuffix(b, filepath.Ext(b))
+}
+
+// ArtifactSuffix ends every artifact's file name.
+const ArtifactSuffix = ".torchspeed.pt"
+
+// ArtifactPath is where the artifact goes: output.dir/<name>.torchspeed.pt. It is the one
+// place the path is computed, so every check (exists, would overwrite the input model) looks
+// at the file that is written.
+func (c *Config) ArtifactPath() string {
+	return filepath.Join(c.Output.Dir, c.ArtifactName()+ArtifactSuffix)
+}
+
+// CheckOutput refuses a run whose artifact already exists (without output.overwrite) or
+// would replace the input model: both are the user's choice of paths, found before any work.
+func (c *Config) CheckOutput() error {
+	art := c.ArtifactPath()
+	if same(art, c.Model.Path) {
+		return fmt.Errorf("output %q would overwrite the input model: choose another output.dir or model.name", art)
+	}
+	if _, err := os.Lstat(art); err == nil && !c.Output.Overwrite {
+		return fmt.Errorf("output %q exists: remove it, choose another output.dir, or set output.overwrite: true (--overwrite)", art)
+	}
+	return nil
+}
+
+// same reports whether two paths name one file (or one absolute path, when neither exists).
+func same(a, b string) bool {
+	if fa, err := os.Stat(a); err == nil {
+		if fb, err := os.Stat(b); err == nil {
+			return os.SameFile(fa, fb)
+		}
+	}
+	aa, err1 := filepath.Abs(a)
+	ab, err2 := filepath.Abs(b)
+	return err1 == nil && err2 == nil && aa == ab
 }

@@ -31,7 +31,15 @@ func write(t *testing.T, body string) string {
 	return p
 }
 
+// withCPUs makes n CPUs available to the checks for the rest of the test.
+func withCPUs(t *testing.T, n int) {
+	old := AvailableCPUs
+	AvailableCPUs = func() int { return n }
+	t.Cleanup(func() { AvailableCPUs = old })
+}
+
 func TestLoadGoodAndPrecedence(t *testing.T) {
+	withCPUs(t, 8)
 	p := write(t, good)
 	c, err := Load(p, nil, nil)
 	if err != nil {
@@ -81,6 +89,10 @@ func TestLoadGoodAndPrecedence(t *testing.T) {
 }
 
 func TestLoadBadConfigs(t *testing.T) {
+	withCPUs(t, 8)
+	oldMem := AvailableMemory
+	AvailableMemory = func() (int64, string) { return 16 << 30, "test" }
+	t.Cleanup(func() { AvailableMemory = oldMem })
 	cases := []struct {
 		name, body string
 		want       []string
@@ -97,6 +109,17 @@ func TestLoadBadConfigs(t *testing.T) {
 		{"negative threads", strings.Replace(good, "threads: 2", "threads: -2", 1), []string{"runtime.threads", "-2"}},
 		{"bad yaml", "model: [unclosed\n", []string{"not valid YAML"}},
 		{"bad duration", good + "bench:\n  duration: soon\n", []string{"duration", "soon"}},
+		// Hostile sizes and counts: refused before anything is allocated or started.
+		{"threads above CPUs", strings.Replace(good, "threads: 2", "threads: 100000", 1), []string{"runtime.threads: 100000 is not allowed", "1 to 8"}},
+		{"fractional threads", strings.Replace(good, "threads: 2", "threads: 1.5", 1), []string{"runtime.threads", "1.5", "not a whole number"}},
+		{"threads beyond int64", strings.Replace(good, "threads: 2", "threads: 99999999999999999999", 1), []string{"runtime.threads", "not a whole number"}},
+		{"interop above CPUs", good + "  interop_threads: 9\n", []string{"runtime.interop_threads: 9 is not allowed"}},
+		{"name with a folder", strings.Replace(good, "path: model.pt", "path: model.pt\n  name: x/digits", 1), []string{"model.name", "path separator"}},
+		{"name dot-dot", strings.Replace(good, "path: model.pt", "path: model.pt\n  name: ..", 1), []string{"model.name", "not a file name"}},
+		{"huge input", strings.Replace(good, "[1, 3, 224, 224]", "[1, 3, 100000, 100000]", 1), []string{"model.inputs", "model.inputs[0] (x) 1x3x100000x100000 float32", "is available"}},
+		{"overflowing input", strings.Replace(good, "[1, 3, 224, 224]", "[4611686018427387904, 3, 1, 1]", 1), []string{"model.inputs[0] (x)", "more than 9223372036854775807 elements"}},
+		{"int64 range too wide", strings.Replace(good, "dtype: float32", "dtype: int64\n      range: [-9223372036854775808, 9223372036854775807]", 1), []string{"model.inputs[0].range", "width"}},
+		{"int32 range outside int32", strings.Replace(good, "dtype: float32", "dtype: int32\n      range: [0, 4294967296]", 1), []string{"model.inputs[0].range", "for int32"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -1,0 +1,214 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"strconv"
+	"strings"
+
+	"github.com/torchspeed/torchspeed/bindings/torch"
+	"github.com/torchspeed/torchspeed/pkg/bench"
+	"github.com/torchspeed/torchspeed/pkg/benchrun"
+	"github.com/torchspeed/torchspeed/pkg/cpu"
+	"github.com/torchspeed/torchspeed/pkg/plot"
+	"github.com/torchspeed/torchspeed/pkg/roofline"
+	"github.com/torchspeed/torchspeed/pkg/version"
+)
+
+// measure runs the sweep, the throughput streams or the latency rounds into rep.
+func (b *benchCmd) measure(rep *bench.Report, models []*benchrun.Loaded, specs []benchrun.ModelSpec, ins []benchrun.InputSpec, sweepCfg bench.SweepConfig, log io.Writer) error {
+	opts := bench.Options{Runs: b.runs, Duration: b.duration, Warmup: b.warmup}
+	var err error
+	switch {
+	case b.sweeping():
+		rep.Sweep, err = b.runSweep(models[0], ins, sweepCfg, opts, log)
+		return err
+	case b.streams > 1:
+		fmt.Fprintf(log, "bench: %s: %d streams x %d threads...\n", models[0].Spec.Name, b.streams, b.threads)
+		rep.Throughput, err = benchrun.RunStreams(models[0], ins, 0, b.threads, b.streams, opts, b.seed)
+		return err
+	}
+	inputs, err := benchrun.MakeInputs(ins, 0, b.seed)
+	if err != nil {
+		return err
+	}
+	defer benchrun.CloseTensors(inputs)
+	var targets []bench.Target
+	for _, l := range models {
+		targets = append(targets, l.Target(inputs))
+	}
+	order, _ := bench.ParseOrder(b.order)
+	fmt.Fprintf(log, "bench: %s...\n", describeRun(specs, opts, order))
+	// The whole timing loop runs on one inference worker thread, which owns the OpenMP pool
+	// the threads setting applies to.
+	torch.Do(func() {
+		if len(targets) == 1 {
+			var r *bench.Result
+			if r, err = bench.Run(targets[0], opts); err == nil {
+				rep.Results = []*bench.Result{r}
+			}
+			return
+		}
+		rep.Comparison, err = bench.Compare(targets, bench.CompareOptions{Options: opts, Order: order, Seed: b.seed})
+	})
+	if err != nil {
+		return err
+	}
+	timed := make([]roofline.Timed, len(models))
+	for i, r := range latencyResults(rep) {
+		r.Load = models[i].LoadTime
+		if len(ins) > 0 && len(ins[0].Shape) > 0 {
+			r.Batch = int(ins[0].Shape[0])
+		}
+		l := models[i]
+		timed[i] = roofline.Timed{Name: l.Spec.Name, Path: l.Spec.Path, Module: l.Model.Module(), Manifest: l.Model.Manifest,
+			SHA256: rep.Environment.ModelHashes[l.Spec.Name], P50: r.Stats.P50}
+	}
+	rep.Roofline = roofline.ForModels(timed, inputs, rep.Environment.Threads, func(name string, err error) {
+		fmt.Fprintf(log, "bench: no roofline for %s: %v\n", name, err)
+	})
+	return nil
+}
+
+func (b *benchCmd) runSweep(l *benchrun.Loaded, ins []benchrun.InputSpec, cfg bench.SweepConfig, o bench.Options, log io.Writer) (*bench.SweepResult, error) {
+	n := len(cfg.Batches) * len(cfg.Threads) * len(cfg.Streams)
+	i := 0
+	return bench.Sweep(cfg, func(p bench.Point) (*bench.ThroughputResult, error) {
+		i++
+		fmt.Fprintf(log, "bench: sweep %d/%d: %s\n", i, n, p)
+		return benchrun.RunStreams(l, ins, p.Batch, p.Threads, p.Streams, o, b.seed)
+	})
+}
+
+func latencyResults(r *bench.Report) []*bench.Result {
+	if r.Comparison != nil {
+		return r.Comparison.Results
+	}
+	return r.Results
+}
+
+func describeRun(specs []benchrun.ModelSpec, o bench.Options, order bench.Order) string {
+	names := make([]string, len(specs))
+	for i, s := range specs {
+		names[i] = s.Name
+	}
+	what := fmt.Sprintf("%d runs", o.Runs)
+	if o.Duration > 0 {
+		what = o.Duration.String()
+	}
+	if len(specs) > 1 {
+		return fmt.Sprintf("%s in %s rounds, %s", strings.Join(names, " vs "), order, what)
+	}
+	return fmt.Sprintf("%s, %s", names[0], what)
+}
+
+// settings records the run's inputs for the report.
+func (b *benchCmd) settings() map[string]string {
+	s := map[string]string{
+		"input-shape": strings.Join(b.shapes, ","),
+		"warmup":      strconv.Itoa(b.warmup),
+		"seed":        strconv.FormatUint(b.seed, 10),
+	}
+	if len(b.dtypes) > 0 {
+		s["dtype"] = strings.Join(b.dtypes, ",")
+	}
+	if b.duration > 0 {
+		s["duration"] = b.duration.String()
+	} else {
+		s["runs"] = strconv.Itoa(b.runs)
+	}
+	if len(b.models)+len(b.vs) > 1 {
+		s["order"] = b.order
+	}
+	if b.streams > 1 {
+		s["streams"] = strconv.Itoa(b.streams)
+	}
+	return s
+}
+
+// captureEnv fills the environment from Go, the machine probe (bench.Environment.AddProbe)
+// and libtorch, and returns the number of CPUs the process may keep busy.
+func captureEnv() (bench.Environment, int) {
+	env := bench.CaptureEnvironment()
+	env.TorchspeedVersion = version.Version
+	env.LibtorchVersion = torch.Version()
+	if e, err := torch.QEngine(); err == nil {
+		env.QuantizedEngine = e
+	}
+	if b, err := torch.BLAS(); err == nil && b.Library != "" {
+		env.BLAS = b.Config + ", " + b.Threading // its thread count follows Threads
+	}
+	avail := runtime.NumCPU()
+	if p, err := cpu.Detect(cpu.Options{}); err == nil {
+		if n := env.AddProbe(p); n > 0 {
+			avail = n
+		}
+	}
+	return env, avail
+}
+
+// write prints the report (table or JSON) and writes the files asked for.
+func (b *benchCmd) write(stdout, log io.Writer, rep *bench.Report, o outputs) error {
+	var errs []error
+	if o.jsonPath != "" {
+		if err := bench.WriteFileAtomic(o.jsonPath, rep.WriteJSON); err != nil {
+			errs = append(errs, err)
+		} else {
+			fmt.Fprintln(log, "wrote", o.jsonPath)
+		}
+	}
+	if o.benchfmt != "" {
+		if err := bench.WriteFileAtomic(o.benchfmt, rep.WriteBenchfmt); err != nil {
+			errs = append(errs, err)
+		} else {
+			fmt.Fprintln(log, "wrote", o.benchfmt)
+		}
+	}
+	for _, dir := range o.plotDirs {
+		paths, err := writePlots(rep, dir)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		for _, p := range paths {
+			fmt.Fprintln(log, "wrote", p)
+		}
+	}
+	var err error
+	if b.asJSON {
+		err = rep.WriteJSON(stdout)
+	} else {
+		err = rep.WriteTable(stdout)
+	}
+	return errors.Join(append([]error{err}, errs...)...)
+}
+
+// writePlots draws the latency distributions (per model, or per stream in throughput mode)
+// and the sweep curve into dir.
+func writePlots(rep *bench.Report, dir string) ([]string, error) {
+	var all []string
+	title := fmt.Sprintf("latency, %d threads", rep.Environment.Threads)
+	if rs := latencyResults(rep); len(rs) > 0 {
+		p, err := plot.Latency(plot.SeriesFromResults(rs), title, dir, "bench_latency")
+		if err != nil {
+			return all, err
+		}
+		all = append(all, p...)
+	}
+	if t := rep.Throughput; t != nil {
+		p, err := plot.Latency(plot.SeriesFromThroughput(t), fmt.Sprintf("%s: %d streams x %d threads", t.Name, t.Streams, t.Threads), dir, "bench_latency")
+		if err != nil {
+			return all, err
+		}
+		all = append(all, p...)
+	}
+	if s := rep.Sweep; s != nil {
+		p, err := plot.Sweep(s, "sweep: median latency vs throughput", dir, "bench_sweep")
+		if err != nil {
+			return all, err
+		}
+		all = append(all, p...)
+	}
+	return all, nil
+}
