@@ -87,8 +87,8 @@ func TestOptimizeFixtures(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if rep.Artifact == "" || rep.Bench == nil || len(rep.Stages) < 3 {
-				t.Fatalf("report incomplete: artifact %q, bench %v, %d stages", rep.Artifact, rep.Bench, len(rep.Stages))
+			if rep.Artifact == nil || rep.Bench == nil || len(rep.Stages) < 3 {
+				t.Fatalf("report incomplete: artifact %v, bench %v, %d stages", rep.Artifact, rep.Bench, len(rep.Stages))
 			}
 			for _, file := range []string{name + ".torchspeed.pt", "report.json", "report.md"} {
 				if _, err := os.Stat(filepath.Join(out, file)); err != nil {
@@ -104,7 +104,7 @@ func TestOptimizeFixtures(t *testing.T) {
 			if !strings.Contains(string(md), "| original |") {
 				t.Errorf("report.md has no stage table:\n%s", md)
 			}
-			m, err := torchspeed.Load(rep.Artifact, torchspeed.LoadOptions{KeepThreads: true})
+			m, err := torchspeed.Load(*rep.Artifact, torchspeed.LoadOptions{KeepThreads: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -169,8 +169,8 @@ func TestArtifactLoadsInPlainLibtorch(t *testing.T) {
 	if err := os.WriteFile(raw, buf, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	args := []string{rep.Artifact, "--input", "float32:1x3x224x224:" + raw, "--out", out, "--threads", "1"}
-	if m, _ := torchspeed.ParseManifest(mustExtra(t, rep.Artifact)); m != nil && m.ChannelsLast {
+	args := []string{*rep.Artifact, "--input", "float32:1x3x224x224:" + raw, "--out", out, "--threads", "1"}
+	if m, _ := torchspeed.ParseManifest(mustExtra(t, *rep.Artifact)); m != nil && m.ChannelsLast {
 		args = append(args, "--channels-last")
 	}
 	cmd := exec.Command(tsRun, args...)

@@ -50,6 +50,9 @@ type Manifest struct {
 	Validation map[string]float64 `json:"validation,omitempty"`
 	// Steps lists the optimization steps kept, in order.
 	Steps []string `json:"steps"`
+	// QuantizedOps counts the quantized:: operators in the saved graph, by kind (empty: no
+	// layer is quantized, whatever Precision a hand-made manifest claims).
+	QuantizedOps map[string]int `json:"quantized_ops,omitempty"`
 }
 
 // InputSpec is one forward argument.
