@@ -268,7 +268,6 @@ func (r *run) chooseThreads() error {
 	return nil
 }
 
-
 // quantizedOps counts a graph's quantized:: nodes by kind.
 func quantizedOps(nodes map[string]int) map[string]int {
 	q := map[string]int{}

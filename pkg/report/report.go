@@ -171,10 +171,10 @@ type Validation struct {
 	CheckedPrecision string `json:"checked_precision"`
 	Samples          int    `json:"samples"`
 	// Synthetic: the data was random, so the figures say nothing about real inputs.
-	Synthetic bool   `json:"synthetic"`
-	Data      string `json:"data"`
-	Metrics   Metrics `json:"metrics"`
-	Passed    bool    `json:"passed"`
+	Synthetic bool     `json:"synthetic"`
+	Data      string   `json:"data"`
+	Metrics   Metrics  `json:"metrics"`
+	Passed    bool     `json:"passed"`
 	Failures  []string `json:"failures"`
 	// Notes qualify figures (e.g. a cosine over a 1-element output means nothing).
 	Notes  []string `json:"notes"`
