@@ -7,12 +7,12 @@ import (
 	"io"
 	"math"
 	"os"
-	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
 	"unicode"
 
+	"github.com/torchspeed/torchspeed/internal/safefile"
 	"github.com/torchspeed/torchspeed/pkg/report"
 )
 
@@ -322,44 +322,12 @@ func CheckWritableDir(dir string) error {
 	return nil
 }
 
-// WriteFileAtomic writes a file by calling write on a temporary file in
-// the same folder and renaming it over path once complete, so readers never
-// see half a report and a failure leaves the old file intact.
-func WriteFileAtomic(path string, write func(io.Writer) error) (err error) {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("write %q: %w; check that the folder exists and is writable", path, err)
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			os.Remove(tmp)
-		}
-	}()
-	bw := bufio.NewWriter(f)
-	if err = write(bw); err != nil {
-		f.Close()
-		return fmt.Errorf("write %q: %w", path, err)
-	}
-	if err = bw.Flush(); err != nil {
-		f.Close()
-		return fmt.Errorf("write %q: %w", path, err)
-	}
-	if err = f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("write %q: %w", path, err)
-	}
-	if err = f.Close(); err != nil {
-		return fmt.Errorf("write %q: %w", path, err)
-	}
-	if err = os.Chmod(tmp, 0o644); err != nil {
-		return fmt.Errorf("write %q: %w", path, err)
-	}
-	if err = os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("write %q: %w", path, err)
-	}
-	return nil
+// WriteFileAtomic writes path through internal/safefile: a temporary file created with O_EXCL
+// in the same folder, synced, given the umask's ordinary-file mode (as every file torchspeed
+// writes), and renamed over path, so readers never see half a report and a failure leaves the
+// old file intact.
+func WriteFileAtomic(path string, write func(io.Writer) error) error {
+	return safefile.Write(path, write)
 }
 
 // Empty reports whether the report holds no measurement.

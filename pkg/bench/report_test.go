@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 	"unicode"
+
+	"github.com/torchspeed/torchspeed/internal/safefile"
 )
 
 func sampleReport(t *testing.T) *Report {
@@ -197,8 +199,8 @@ func TestWriteFileAtomic(t *testing.T) {
 	if b, _ := os.ReadFile(path); string(b) != "new" {
 		t.Errorf("file = %q, want new", b)
 	}
-	if st, _ := os.Stat(path); st.Mode().Perm() != 0o644 {
-		t.Errorf("mode %v, want 0644", st.Mode().Perm())
+	if st, _ := os.Stat(path); st.Mode().Perm() != safefile.FileMode() {
+		t.Errorf("mode %v, want %v (0666 less the umask, as every file torchspeed writes)", st.Mode().Perm(), safefile.FileMode())
 	}
 	if err := WriteFileAtomic(filepath.Join(dir, "missing", "x.json"), func(io.Writer) error { return nil }); err == nil ||
 		!strings.Contains(err.Error(), "folder exists and is writable") {

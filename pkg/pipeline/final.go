@@ -116,7 +116,7 @@ func settingsOf(m map[string]string, threads int) report.Settings {
 		case strings.HasPrefix(k, "env "):
 			name := strings.TrimPrefix(k, "env ")
 			if (name == "OMP_NUM_THREADS" || name == "OPENBLAS_NUM_THREADS" || name == "MKL_NUM_THREADS") && v != strconv.Itoa(threads) {
-				s.Notes = append(s.Notes, fmt.Sprintf("%s=%s was set at start; the final benchmark ran %d intra-op thread(s) (at::set_num_threads overrides it)", name, v, threads))
+				s.Notes = append(s.Notes, fmt.Sprintf("%s=%s was set at start; the final benchmark ran %d intra-op thread(s) (set at run time with at::set_num_threads and openblas_set_num_threads)", name, v, threads))
 			}
 			s.Env = append(s.Env, report.EnvVar{Name: name, Value: v})
 		case strings.HasPrefix(k, "applied "):

@@ -20,6 +20,7 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 
+	"github.com/torchspeed/torchspeed/internal/safefile"
 	"github.com/torchspeed/torchspeed/pkg/bench"
 )
 
@@ -177,7 +178,7 @@ func save(p *plot.Plot, w, h vg.Length, dir, base string) ([]string, error) {
 			return paths, fmt.Errorf("render %s.%s: %w", base, ext, err)
 		}
 		path := filepath.Join(dir, base+"."+ext)
-		err = bench.WriteFileAtomic(path, func(out io.Writer) error {
+		err = safefile.Write(path, func(out io.Writer) error {
 			_, err := wt.WriteTo(out)
 			return err
 		})

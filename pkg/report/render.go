@@ -156,7 +156,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintf(w, "roofline: %s\n", rf.Summary())
 	}
 	if v := r.Validation; v != nil {
-		fmt.Fprintf(w, "validation of %s (%s, %d samples of %s%s): %s  %s\n", v.Checked, v.CheckedPrecision, v.Samples, v.Data,
+		fmt.Fprintf(w, "validation of %s (%s, %d samples: %s%s): %s  %s\n", v.Checked, v.CheckedPrecision, v.Samples, v.Data,
 			synth(v.Synthetic), passWord(v.Passed), metricLine(v.Metrics))
 	}
 	for _, warn := range r.Warnings {
@@ -267,7 +267,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	}
 	if v := r.Validation; v != nil {
 		p("\n## Validation against the FP32 original\n\n")
-		p("Checked: %s (%s), %d samples of %s%s: **%s**\n\n", v.Checked, v.CheckedPrecision, v.Samples, v.Data, synth(v.Synthetic), passWord(v.Passed))
+		p("Checked: %s (%s), %d samples: %s%s: **%s**\n\n", v.Checked, v.CheckedPrecision, v.Samples, v.Data, synth(v.Synthetic), passWord(v.Passed))
 		p("| metric | value |\n|---|---:|\n")
 		for _, row := range metricRows(v.Metrics) {
 			p("| %s | %s |\n", row[0], row[1])
@@ -352,8 +352,11 @@ func (r *Report) writeSettings(p func(string, ...any)) {
 	for _, a := range s.Applied {
 		p("| applied | %s |\n", a)
 	}
+	if len(s.Notes) > 0 {
+		p("\n")
+	}
 	for _, n := range s.Notes {
-		p("\n- %s\n", n)
+		p("- %s\n", n)
 	}
 }
 

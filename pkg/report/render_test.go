@@ -60,7 +60,7 @@ func TestRenderings(t *testing.T) {
 			t.Errorf("markdown lacks %q:\n%s", want, md.String())
 		}
 	}
-	if !strings.Contains(tbl.String(), "validation of freeze (fp32, 16 samples of calib.npy): FAIL") {
+	if !strings.Contains(tbl.String(), "validation of freeze (fp32, 16 samples: calib.npy): FAIL") {
 		t.Errorf("table:\n%s", tbl.String())
 	}
 	var back map[string]any

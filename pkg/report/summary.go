@@ -48,7 +48,7 @@ func (r *Report) summaryLines() []string {
 		}
 	}
 	if v != nil {
-		how := fmt.Sprintf("Accuracy: %s checked against the original on %d samples of %s", v.Checked, v.Samples, v.Data)
+		how := fmt.Sprintf("Accuracy: %s checked against the original on %s", v.Checked, v.Data)
 		if v.Synthetic {
 			how += " (random data: unverified on real inputs)"
 		}
@@ -60,12 +60,23 @@ func (r *Report) summaryLines() []string {
 	if q := r.Quantize; q != nil && q.QuantizedOpCount == 0 {
 		out = append(out, "INT8: no layer was quantized; the result is not called INT8.")
 	}
+	// The loudest warning first: a load change makes the figures themselves doubtful.
+	first := ""
+	for _, w := range r.Warnings {
+		if strings.Contains(w, "load changed") {
+			first = w
+			break
+		}
+	}
+	if first == "" && len(r.Warnings) > 0 {
+		first = r.Warnings[0]
+	}
 	switch n := len(r.Warnings); n {
 	case 0:
 	case 1:
-		out = append(out, "Warning: "+r.Warnings[0])
+		out = append(out, "Warning: "+first)
 	default:
-		out = append(out, fmt.Sprintf("Warnings (%d, listed below): %s", n, r.Warnings[0]))
+		out = append(out, fmt.Sprintf("Warnings (%d, listed below): %s", n, first))
 	}
 	return out
 }
