@@ -219,7 +219,17 @@ func (o *output) write(r *run, final *candidate, passed bool) (err error) {
 		retire = []string{filepath.Join(o.dir, failedReportJSON), filepath.Join(o.dir, failedReportMD),
 			filepath.Join(o.dir, failedPlotBase+".png"), filepath.Join(o.dir, failedPlotBase+".svg")}
 	}
-	return commit(o.dir, stage, moves, retire)
+	if err := commit(o.dir, stage, moves, retire); err != nil {
+		return err
+	}
+	if r.opts.written != nil {
+		var paths []string
+		for _, m := range moves {
+			paths = append(paths, m.to)
+		}
+		r.opts.written(paths)
+	}
+	return nil
 }
 
 // move is one staged file and where it goes.

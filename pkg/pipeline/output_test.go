@@ -14,6 +14,7 @@ import (
 
 	"github.com/torchspeed/torchspeed/internal/exitcode"
 	"github.com/torchspeed/torchspeed/internal/safefile"
+	"github.com/torchspeed/torchspeed/internal/schemacheck"
 	"github.com/torchspeed/torchspeed/pkg/config"
 	"github.com/torchspeed/torchspeed/pkg/fixtures"
 	"github.com/torchspeed/torchspeed/pkg/report"
@@ -234,4 +235,26 @@ func TestOutputsAllOrNothing(t *testing.T) {
 			t.Errorf("output folder created: %v", err)
 		}
 	})
+}
+
+// The reports of a passing and of a failing run match docs/schema/report.schema.json (every
+// other test's reports are checked too, through testOptions).
+func TestReportsMatchSchema(t *testing.T) {
+	f := fixtures.Load(t).Get(t, "digits")
+	out := t.TempDir()
+	if _, err := Run(context.Background(), quickConfig(t, f, out), testOptions()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Run(context.Background(), failingConfig(t, f, out), testOptions()); err == nil {
+		t.Fatal("the failing config passed")
+	}
+	for _, n := range []string{"report.json", "report.failed.json"} {
+		if err := schemacheck.CheckFile("report.schema.json", filepath.Join(out, n)); err != nil {
+			t.Error(err)
+		}
+	}
+	// The schema is strict enough to catch a mistyped report.
+	if err := schemacheck.Check("report.schema.json", []byte(`{"schema_version": 1, "stages": [{"name": "x", "speedup": "2x"}]}`)); err == nil {
+		t.Error("a report with a string speedup and missing keys matched the schema")
+	}
 }

@@ -49,6 +49,9 @@ type Options struct {
 
 	// slow simulates a load change in one measurement (tests).
 	slow slowRound
+	// written hears the paths of every file a run committed (tests check them against the
+	// documented schema).
+	written func(paths []string)
 }
 
 // ValidationError means the result failed its accuracy thresholds.

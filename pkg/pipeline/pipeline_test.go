@@ -8,9 +8,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
+	"github.com/torchspeed/torchspeed/internal/schemacheck"
 	"github.com/torchspeed/torchspeed/pkg/config"
 	"github.com/torchspeed/torchspeed/pkg/fixtures"
 	"github.com/torchspeed/torchspeed/pkg/mkldnncheck"
@@ -36,11 +38,42 @@ func TestMain(m *testing.M) {
 	if err := torch.SetNumThreads(1); err != nil {
 		panic(err)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	schemaMu.Lock()
+	for _, e := range schemaErrs {
+		fmt.Fprintln(os.Stderr, "report does not match docs/schema/report.schema.json:", e)
+		code = 1
+	}
+	fmt.Fprintf(os.Stderr, "pipeline tests: %d report.json files checked against docs/schema/report.schema.json\n", schemaChecked)
+	schemaMu.Unlock()
+	os.Exit(code)
+}
+
+var (
+	schemaMu      sync.Mutex
+	schemaErrs    []error
+	schemaChecked int
+)
+
+// checkWritten validates every report a run wrote against the documented schema; TestMain
+// fails the package when any does not match.
+func checkWritten(paths []string) {
+	for _, p := range paths {
+		if filepath.Ext(p) != ".json" {
+			continue
+		}
+		err := schemacheck.CheckFile("report.schema.json", p)
+		schemaMu.Lock()
+		schemaChecked++
+		if err != nil {
+			schemaErrs = append(schemaErrs, err)
+		}
+		schemaMu.Unlock()
+	}
 }
 
 // testOptions are the Options every in-process Run of these tests uses.
-func testOptions() Options { return Options{MKLDNNBroken: mkldnnBroken} }
+func testOptions() Options { return Options{MKLDNNBroken: mkldnnBroken, written: checkWritten} }
 
 // testConfig is a quick config for a fixture: few runs, everything else default.
 func testConfig(t testing.TB, f fixtures.Fixture, out string) *config.Config {
@@ -292,7 +325,9 @@ func TestMKLDNNBrokenSkipsOFI(t *testing.T) {
 	cfg := testConfig(t, f, t.TempDir())
 	cfg.Quantize.Mode = "none"
 	const reason = "oneDNN crashes here (test)"
-	rep, err := Run(context.Background(), cfg, Options{MKLDNNBroken: reason})
+	opts := testOptions()
+	opts.MKLDNNBroken = reason
+	rep, err := Run(context.Background(), cfg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
