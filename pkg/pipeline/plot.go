@@ -21,6 +21,7 @@ func (r *run) writePlot(dir, base string) ([]string, error) {
 			name = "original"
 		}
 		if res := c.meas.result(name); res != nil {
+			label = fmt.Sprintf("%s\n%s, %s", label, c.precision, threadWords(c.meas.threads))
 			series = append(series, plot.Series{Name: label, Samples: res.Samples})
 		}
 	}
@@ -29,15 +30,15 @@ func (r *run) writePlot(dir, base string) ([]string, error) {
 		add(c, shortName(c.name))
 	}
 	if m := r.finalMeas; m != nil {
-		series = append(series, plot.Series{Name: "final: original", Samples: m.cmp.Results[0].Samples},
-			plot.Series{Name: "final: optimized", Samples: m.cmp.Results[1].Samples})
+		series = append(series, plot.Series{Name: "final: original\nfp32, " + threadWords(m.threads), Samples: m.cmp.Results[0].Samples},
+			plot.Series{Name: fmt.Sprintf("final: optimized\n%s, %s", r.best().precision, threadWords(m.threads)), Samples: m.cmp.Results[1].Samples})
 	}
 	if len(series) == 0 {
 		return nil, nil
 	}
 	title := fmt.Sprintf("%s: latency per inference", r.cfg.ArtifactName())
 	if b := r.rep.Bench; b != nil {
-		title = fmt.Sprintf("%s: latency per inference (optimized: %s, %s, %d thread(s), batch %s)", r.cfg.ArtifactName(), b.Optimized, b.Precision, b.Threads, batchWords(r))
+		title = fmt.Sprintf("%s: latency per inference, batch %s (optimized: %s, %s, %s)", r.cfg.ArtifactName(), batchWords(r), b.Optimized, b.Precision, threadWords(b.Threads))
 	}
 	files, err := plot.Latency(series, title, dir, base)
 	if err != nil {
@@ -61,4 +62,11 @@ func batchWords(r *run) string {
 // shortName keeps plot labels from running into each other.
 func shortName(s string) string {
 	return strings.NewReplacer("optimize_for_inference", "ofi", "channels-last", "CL", " + ", "+", "fold conv+bn", "fold").Replace(s)
+}
+
+func threadWords(n int) string {
+	if n == 1 {
+		return "1 thread"
+	}
+	return fmt.Sprintf("%d threads", n)
 }
