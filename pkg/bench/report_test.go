@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"unicode"
 
 	"github.com/torchspeed/torchspeed/internal/safefile"
+	"github.com/torchspeed/torchspeed/internal/schemacheck"
 )
 
 func sampleReport(t *testing.T) *Report {
@@ -285,4 +287,55 @@ func TestHashFile(t *testing.T) {
 	if _, err := HashFile(p + ".missing"); err == nil || !strings.Contains(err.Error(), "m.pt.missing") {
 		t.Errorf("missing file: err = %v", err)
 	}
+}
+
+// bench.json matches docs/schema/bench.schema.json for a comparison, a single model and an
+// empty report, and reads back into the same Report (settings included).
+func TestBenchJSONSchema(t *testing.T) {
+	cmp := sampleReport(t)
+	cmp.Settings["env GOMP_SPINCOUNT"] = "3000"
+	cmp.Settings["runs"], cmp.Settings["order"] = "30", "shuffled"
+	cmp.Settings["instance 1 cpus"], cmp.Settings["instance 1 numa_node"] = "1", "0"
+	cmp.Settings["applied 1"], cmp.Settings["applied 2"] = "affinity 0-1", "OMP_PROC_BIND unset"
+	single := sampleReport(t)
+	single.Results, single.Comparison, single.Sweep = single.Comparison.Results[:1], nil, nil
+	single.Results[0].Load = 0 // not timed: null
+	for name, r := range map[string]*Report{"comparison": cmp, "single": single, "empty": {Settings: map[string]string{}}} {
+		var b bytes.Buffer
+		if err := r.WriteJSON(&b); err != nil {
+			t.Fatal(err)
+		}
+		if err := schemacheck.Check("bench.schema.json", b.Bytes()); err != nil {
+			t.Errorf("%s: %v\n%.2000s", name, err, b.String())
+		}
+		var back Report
+		if err := json.Unmarshal(b.Bytes(), &back); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(back.Settings, r.Settings) && len(r.Settings) > 0 {
+			t.Errorf("%s: settings %v, read back %v", name, r.Settings, back.Settings)
+		}
+		if len(back.latencyResults()) != len(r.latencyResults()) {
+			t.Errorf("%s: %d models read back, want %d", name, len(back.latencyResults()), len(r.latencyResults()))
+		}
+		if strings.Contains(b.String(), `"env GOMP`) || strings.Contains(b.String(), `"N1"`) {
+			t.Errorf("%s: a key with a space or a Go field name:\n%.1000s", name, b.String())
+		}
+	}
+	var b bytes.Buffer
+	single.WriteJSON(&b)
+	if !strings.Contains(b.String(), `"load_ns": null`) {
+		t.Errorf("not-timed load is not null:\n%.800s", b.String())
+	}
+	if !strings.Contains(cmpJSON(t, cmp), `"runs": 30`) {
+		t.Error("runs is not a number")
+	}
+}
+
+func cmpJSON(t *testing.T, r *Report) string {
+	var b bytes.Buffer
+	if err := r.WriteJSON(&b); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
 }
