@@ -48,7 +48,11 @@ func (r *Report) summaryLines() []string {
 		}
 	}
 	if v != nil {
-		how := fmt.Sprintf("Accuracy: %s checked against the original on %s", v.Checked, v.Data)
+		data := v.Data
+		if data != "" && (data[0] < '0' || data[0] > '9') {
+			data = fmt.Sprintf("%d samples of %s", v.Samples, data) // Describe() already counts them
+		}
+		how := fmt.Sprintf("Accuracy: %s checked against the original on %s", v.Checked, data)
 		if v.Synthetic {
 			how += " (random data: unverified on real inputs)"
 		}
