@@ -14,7 +14,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"time"
 
@@ -371,8 +370,6 @@ func (r *run) best() *candidate {
 	}
 	return b
 }
-
-func numCPU() int { return runtime.NumCPU() }
 
 // stageOptions is the short measurement of all candidates: every candidate runs once per
 // round, in a shuffled order, since a fixed order measured a small model 12-20% slow when it
