@@ -339,3 +339,23 @@ func cmpJSON(t *testing.T, r *Report) string {
 	}
 	return b.String()
 }
+
+// A verdict never contradicts its interval, in the table or in bench.json.
+func TestVerdictAgreesWithInterval(t *testing.T) {
+	r := sampleReport(t)
+	p := &r.Comparison.Pairs[0]
+	p.Significant, p.Verdict, p.RatioLo, p.RatioHi, p.UTest.P = true, "x is 9.5% faster (p=0.015)", 0.57, 1.47, 0.015
+	var tbl bytes.Buffer
+	if err := r.WriteTable(&tbl); err != nil {
+		t.Fatal(err)
+	}
+	js := cmpJSON(t, r)
+	for name, out := range map[string]string{"table": tbl.String(), "json": js} {
+		if strings.Contains(out, "9.5% faster") || !strings.Contains(out, "includes 1") {
+			t.Errorf("%s keeps a verdict its interval contradicts:\n%.3000s", name, out)
+		}
+	}
+	if !strings.Contains(js, `"significant": false`) {
+		t.Error("bench.json calls it significant")
+	}
+}
