@@ -113,6 +113,8 @@ type target struct {
 	inputs []*torch.Tensor
 	// delay, if set, is added to every run (tests: a simulated load change).
 	delay time.Duration
+	// onRun, if set, hears about every run (progress: the original runs once per round).
+	onRun func()
 }
 
 func (t *target) Name() string { return t.name }
@@ -120,6 +122,9 @@ func (t *target) Name() string { return t.name }
 func (t *target) Run() error {
 	if err := t.ctx.Err(); err != nil {
 		return err
+	}
+	if t.onRun != nil {
+		t.onRun()
 	}
 	if t.delay > 0 {
 		time.Sleep(t.delay)

@@ -119,3 +119,21 @@ func checkRowsAgree(t *testing.T, rep *report.Report, md string) {
 		t.Errorf("markdown has %d timed rows, the report %d:\n%s", rows, timed, md)
 	}
 }
+
+// Every measurement reports its rounds through Options.Progress, ending at its total.
+func TestMeasurementProgress(t *testing.T) {
+	f := fixtures.Load(t).Get(t, "digits")
+	cfg := testConfig(t, f, t.TempDir())
+	cfg.Quantize.Mode = "none"
+	last := map[string][2]int{}
+	opts := testOptions()
+	opts.Progress = func(stage string, done, total int) { last[stage] = [2]int{done, total} }
+	if _, err := Run(context.Background(), cfg, opts); err != nil {
+		t.Fatal(err)
+	}
+	for _, stage := range []string{"measuring: stages", "measuring: final"} {
+		if got := last[stage]; got[1] == 0 || got[0] != got[1] {
+			t.Errorf("%s: last progress %d of %d (all: %v)", stage, got[0], got[1], last)
+		}
+	}
+}

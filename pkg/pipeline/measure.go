@@ -62,7 +62,16 @@ func (r *run) delayFor(meas, target string) time.Duration {
 // measure runs the original and cands interleaved (shuffled rounds) and records the
 // measurement; a candidate not timed before takes its stage row's figures from it.
 func (r *run) measure(name string, cands []*candidate, opts bench.CompareOptions) (*measurement, error) {
-	targets := []bench.Target{&target{ctx: r.ctx, name: "original", c: r.orig, inputs: r.inputs, delay: r.delayFor(name, "original")}}
+	orig := &target{ctx: r.ctx, name: "original", c: r.orig, inputs: r.inputs, delay: r.delayFor(name, "original")}
+	if p := r.opts.Progress; p != nil && opts.Runs > 0 {
+		// The original runs once per round: first run, warm-up rounds, timed rounds.
+		total, done := 1+opts.Warmup+opts.Runs, 0
+		orig.onRun = func() {
+			done++
+			p("measuring: "+name, min(done, total), total)
+		}
+	}
+	targets := []bench.Target{orig}
 	for _, c := range cands {
 		targets = append(targets, &target{ctx: r.ctx, name: c.name, c: c, inputs: r.inputs, delay: r.delayFor(name, c.name)})
 	}

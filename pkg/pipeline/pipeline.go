@@ -39,7 +39,9 @@ type Options struct {
 	Machine *cpu.Probe
 	// AutoThreads lists thread counts to try when the config leaves threads to auto.
 	AutoThreads []int
-	// Progress, if set, hears about long stages (calibration): done of total samples.
+	// Progress, if set, hears about long stages: calibration (done of total samples) and each
+	// interleaved measurement ("measuring: stages", "measuring: final", ...; done of total
+	// rounds, warm-up included).
 	Progress func(stage string, done, total int)
 	// MKLDNNBroken, when set, says why libtorch's oneDNN kernels cannot be used on this
 	// machine (pkg/mkldnncheck, run in a child process): the optimize_for_inference candidates,
