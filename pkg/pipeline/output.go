@@ -133,8 +133,13 @@ func (o *output) abandon() {
 	}
 }
 
+// replacedDir, inside a staging folder, holds the files a commit replaces until it succeeds.
+const replacedDir = "replaced"
+
 // cleanStaleStaging removes staging folders of runs that are no longer alive (killed during
-// their write phase). Folders of live runs, and names it cannot read a pid from, are kept.
+// their write phase). A file such a run had moved aside to replace it, and whose name is free
+// again (the kill came before its replacement was moved in), is put back first rather than
+// lost. Folders of live runs, and names it cannot read a pid from, are kept.
 func cleanStaleStaging(dir string) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -151,7 +156,16 @@ func cleanStaleStaging(dir string) {
 			continue
 		}
 		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-			os.RemoveAll(filepath.Join(dir, e.Name()))
+			stale := filepath.Join(dir, e.Name())
+			if old, err := os.ReadDir(filepath.Join(stale, replacedDir)); err == nil {
+				for _, f := range old {
+					back := filepath.Join(dir, f.Name())
+					if _, err := os.Lstat(back); errors.Is(err, os.ErrNotExist) {
+						os.Rename(filepath.Join(stale, replacedDir, f.Name()), back)
+					}
+				}
+			}
+			os.RemoveAll(stale)
 		}
 	}
 }
@@ -266,7 +280,7 @@ func commit(dir, stage string, moves []move, retire []string) (err error) {
 			return exitcode.New(exitcode.Usage, fmt.Errorf("output %q appeared while this run worked (another run into the same folder?): nothing was written; remove it or set output.overwrite: true (--overwrite)", m.to))
 		}
 	}
-	aside := filepath.Join(stage, "replaced")
+	aside := filepath.Join(stage, replacedDir)
 	if err := os.Mkdir(aside, 0o700); err != nil {
 		return fmt.Errorf("output.dir %q: %w", dir, err)
 	}
@@ -287,11 +301,13 @@ func commit(dir, stage string, moves []move, retire []string) (err error) {
 	for _, m := range moves {
 		targets = append(targets, m.to)
 	}
-	for i, t := range targets {
+	for _, t := range targets {
 		if _, err := os.Lstat(t); err != nil {
 			continue
 		}
-		keep := filepath.Join(aside, strconv.Itoa(i))
+		// Kept under its own name: a run killed here leaves it where the next run's
+		// cleanStaleStaging can put it back.
+		keep := filepath.Join(aside, filepath.Base(t))
 		if err := os.Rename(t, keep); err != nil {
 			return fmt.Errorf("output %q: %w; nothing was changed", t, err)
 		}

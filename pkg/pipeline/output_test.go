@@ -179,11 +179,16 @@ func TestOutputsAllOrNothing(t *testing.T) {
 		dead := filepath.Join(out, stagingPrefix+"999999999-1")
 		live := filepath.Join(out, stagingPrefix+"1-2") // pid 1 is alive
 		for _, d := range []string{dead, live} {
-			os.MkdirAll(d, 0o755)
+			os.MkdirAll(filepath.Join(d, replacedDir), 0o755)
 			os.WriteFile(filepath.Join(d, "x.pt"), []byte("x"), 0o644)
 		}
+		// The dead run was killed after moving an earlier run's file aside: it comes back.
+		os.WriteFile(filepath.Join(dead, replacedDir, "notes.txt"), []byte("earlier"), 0o644)
 		if _, err := Run(context.Background(), quickConfig(t, f, out), testOptions()); err != nil {
 			t.Fatal(err)
+		}
+		if b, err := os.ReadFile(filepath.Join(out, "notes.txt")); string(b) != "earlier" {
+			t.Errorf("file moved aside by the dead run not restored: %q, %v", b, err)
 		}
 		if _, err := os.Stat(dead); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("dead run's staging folder kept: %v", err)
