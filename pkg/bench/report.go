@@ -2,17 +2,20 @@ package bench
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math"
 	"os"
-	"path/filepath"
+	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 	"unicode"
 
+	"github.com/torchspeed/torchspeed/internal/safefile"
 	"github.com/torchspeed/torchspeed/pkg/report"
 )
 
@@ -119,7 +122,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintln(tw, "other / base\tratio of medians [95% CI]\tU test\tverdict")
 		for _, p := range c.Pairs {
 			fmt.Fprintf(tw, "%s / %s\t%.3f [%.3f, %.3f]\tp=%s (%s)\t%s\n", p.Other, p.Base, p.Ratio, p.RatioLo, p.RatioHi,
-				formatP(p.UTest.P), p.UTest.Method, p.Verdict)
+				formatP(p.UTest.P), p.UTest.Method, consistent(p).Verdict)
 			for _, m := range p.Warnings {
 				warnings = append(warnings, p.Other+" vs "+p.Base+": "+m)
 			}
@@ -184,6 +187,254 @@ func (r *Report) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(r)
+}
+
+// SchemaVersion is bench.json's schema_version (docs/schema/bench.schema.json): raised on any
+// change an older reader would misread.
+const SchemaVersion = 1
+
+// reportJSON is bench.json's shape: every latency result in "models", whether one model was
+// measured or several were compared (the comparison then holds the pairs), settings with
+// snake_case keys and typed values, null for what was not measured.
+type reportJSON struct {
+	SchemaVersion int                `json:"schema_version"`
+	Environment   Environment        `json:"environment"`
+	Settings      map[string]any     `json:"settings"`
+	Models        []json.RawMessage  `json:"models"`
+	Comparison    *comparisonJSON    `json:"comparison"`
+	Throughput    *ThroughputResult  `json:"throughput"`
+	Sweep         *SweepResult       `json:"sweep"`
+	Roofline      []*report.Roofline `json:"roofline"`
+}
+
+type comparisonJSON struct {
+	Order  string `json:"order"`
+	Seed   uint64 `json:"seed"`
+	Rounds int    `json:"rounds"`
+	Pairs  []Pair `json:"pairs"`
+}
+
+// MarshalJSON writes bench.json (see reportJSON).
+func (r Report) MarshalJSON() ([]byte, error) {
+	out := reportJSON{SchemaVersion: SchemaVersion, Environment: r.Environment, Settings: settingsJSON(r.Settings),
+		Models: []json.RawMessage{}, Throughput: r.Throughput, Sweep: r.Sweep, Roofline: r.Roofline}
+	if out.Roofline == nil {
+		out.Roofline = []*report.Roofline{}
+	}
+	if c := r.Comparison; c != nil {
+		out.Comparison = &comparisonJSON{Order: c.Order, Seed: c.Seed, Rounds: c.Rounds}
+		for _, p := range c.Pairs {
+			out.Comparison.Pairs = append(out.Comparison.Pairs, consistent(p))
+		}
+	}
+	for _, res := range r.latencyResults() {
+		b, err := resultJSON(res)
+		if err != nil {
+			return nil, err
+		}
+		out.Models = append(out.Models, b)
+	}
+	return json.Marshal(out)
+}
+
+// UnmarshalJSON reads bench.json back into a Report (the inverse of MarshalJSON).
+func (r *Report) UnmarshalJSON(b []byte) error {
+	var in struct {
+		reportJSON
+		Settings json.RawMessage `json:"settings"`
+		Models   []*Result       `json:"models"`
+	}
+	if err := json.Unmarshal(b, &in); err != nil {
+		return err
+	}
+	*r = Report{Environment: in.Environment, Throughput: in.Throughput, Sweep: in.Sweep, Roofline: in.Roofline}
+	if len(in.Settings) > 0 && string(in.Settings) != "null" {
+		dec := json.NewDecoder(bytes.NewReader(in.Settings))
+		dec.UseNumber()
+		var m map[string]any
+		if err := dec.Decode(&m); err != nil {
+			return fmt.Errorf("bench.json settings: %w", err)
+		}
+		r.Settings = settingsFromJSON(m)
+	}
+	if c := in.Comparison; c != nil {
+		r.Comparison = &Comparison{Order: c.Order, Seed: c.Seed, Rounds: c.Rounds, Pairs: c.Pairs, Results: in.Models}
+	} else {
+		r.Results = in.Models
+	}
+	return nil
+}
+
+// consistent makes a pair's verdict agree with its interval: a U test below alpha next to a
+// ratio interval that includes 1 is not called a difference (the digits run printed
+// "1.10x [0.68, 1.75]" beside "9.5% faster (p=0.015)").
+func consistent(p Pair) Pair {
+	if p.Significant && p.RatioLo <= 1 && p.RatioHi >= 1 {
+		p.Significant = false
+		p.Verdict = fmt.Sprintf("no clear difference: the ratio's 95%% interval [%.3f, %.3f] includes 1 (U test p=%s)", p.RatioLo, p.RatioHi, formatP(p.UTest.P))
+	}
+	return p
+}
+
+// resultJSON writes a result with null for figures that were not measured: the load time when
+// the caller did not time it, the median's interval when there were too few runs for one.
+func resultJSON(res *Result) (json.RawMessage, error) {
+	b, err := json.Marshal(res)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	null := json.RawMessage("null")
+	if res.Load == 0 {
+		m["load_ns"] = null
+	}
+	if !res.Stats.MedianCIOK {
+		var st map[string]json.RawMessage
+		if err := json.Unmarshal(m["stats"], &st); err != nil {
+			return nil, err
+		}
+		st["median_ci_lo_ns"], st["median_ci_hi_ns"], st["median_ci_coverage"] = null, null, null
+		if m["stats"], err = json.Marshal(st); err != nil {
+			return nil, err
+		}
+	}
+	return json.Marshal(m)
+}
+
+// dashedKeys are the settings keys whose JSON name (snake_case) differs by more than "-" -> "_".
+var dashedKeys = map[string]string{"input_shape": "input-shape"}
+
+// settingsJSON types the settings: snake_case keys; integers, decimals and booleans as JSON
+// values; "env NAME" keys as an env list; "applied N" as a list; "instance N cpus" and
+// "instance N numa_node" as a per_instance list.
+func settingsJSON(s map[string]string) map[string]any {
+	out := map[string]any{}
+	var env []map[string]string
+	applied := map[int]string{}
+	per := map[int]map[string]any{}
+	for k, v := range s {
+		if name, ok := strings.CutPrefix(k, "env "); ok {
+			env = append(env, map[string]string{"name": name, "value": v})
+			continue
+		}
+		if n, ok := strings.CutPrefix(k, "applied "); ok {
+			if i, err := strconv.Atoi(n); err == nil {
+				applied[i] = v
+				continue
+			}
+		}
+		var i int
+		var field string
+		if _, err := fmt.Sscanf(k, "instance %d %s", &i, &field); err == nil && (field == "cpus" || field == "numa_node") {
+			if per[i] == nil {
+				per[i] = map[string]any{"instance": i}
+			}
+			per[i][field] = typed(v)
+			continue
+		}
+		out[strings.NewReplacer("-", "_", " ", "_").Replace(strings.ToLower(k))] = typed(v)
+	}
+	if len(env) > 0 {
+		sort.Slice(env, func(a, b int) bool { return env[a]["name"] < env[b]["name"] })
+		out["env"] = env
+	}
+	if len(applied) > 0 {
+		list := make([]string, 0, len(applied))
+		for _, i := range sortedInts(applied) {
+			list = append(list, applied[i])
+		}
+		out["applied"] = list
+	}
+	if len(per) > 0 {
+		list := make([]map[string]any, 0, len(per))
+		for _, i := range sortedInts(per) {
+			list = append(list, per[i])
+		}
+		out["per_instance"] = list
+	}
+	return out
+}
+
+func sortedInts[V any](m map[int]V) []int {
+	keys := make([]int, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Ints(keys)
+	return keys
+}
+
+// typed turns a setting's text into a JSON number or boolean when it is exactly one (so it
+// reads back as the same text), else leaves it a string.
+func typed(v string) any {
+	if i, err := strconv.ParseInt(v, 10, 64); err == nil && strconv.FormatInt(i, 10) == v {
+		return json.Number(v)
+	}
+	if f, err := strconv.ParseFloat(v, 64); err == nil && strconv.FormatFloat(f, 'g', -1, 64) == v && !math.IsInf(f, 0) && !math.IsNaN(f) {
+		return json.Number(v)
+	}
+	if v == "true" || v == "false" {
+		return v == "true"
+	}
+	return v
+}
+
+func settingsFromJSON(m map[string]any) map[string]string {
+	out := map[string]string{}
+	text := func(v any) string {
+		switch x := v.(type) {
+		case json.Number:
+			return x.String()
+		case bool:
+			return strconv.FormatBool(x)
+		case string:
+			return x
+		}
+		b, _ := json.Marshal(v)
+		return string(b)
+	}
+	for k, v := range m {
+		switch k {
+		case "env":
+			for _, e := range asList(v) {
+				out["env "+text(e["name"])] = text(e["value"])
+			}
+		case "applied":
+			if l, ok := v.([]any); ok {
+				for i, a := range l {
+					out[fmt.Sprintf("applied %d", i+1)] = text(a)
+				}
+			}
+		case "per_instance":
+			for _, e := range asList(v) {
+				for f, fv := range e {
+					if f != "instance" {
+						out[fmt.Sprintf("instance %s %s", text(e["instance"]), f)] = text(fv)
+					}
+				}
+			}
+		default:
+			if orig, ok := dashedKeys[k]; ok {
+				k = orig
+			}
+			out[k] = text(v)
+		}
+	}
+	return out
+}
+
+func asList(v any) []map[string]any {
+	l, _ := v.([]any)
+	var out []map[string]any
+	for _, e := range l {
+		if m, ok := e.(map[string]any); ok {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // BenchName makes s usable as one part of a Go benchmark name: no spaces
@@ -322,44 +573,12 @@ func CheckWritableDir(dir string) error {
 	return nil
 }
 
-// WriteFileAtomic writes a file by calling write on a temporary file in
-// the same folder and renaming it over path once complete, so readers never
-// see half a report and a failure leaves the old file intact.
-func WriteFileAtomic(path string, write func(io.Writer) error) (err error) {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("write %q: %w; check that the folder exists and is writable", path, err)
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			os.Remove(tmp)
-		}
-	}()
-	bw := bufio.NewWriter(f)
-	if err = write(bw); err != nil {
-		f.Close()
-		return fmt.Errorf("write %q: %w", path, err)
-	}
-	if err = bw.Flush(); err != nil {
-		f.Close()
-		return fmt.Errorf("write %q: %w", path, err)
-	}
-	if err = f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("write %q: %w", path, err)
-	}
-	if err = f.Close(); err != nil {
-		return fmt.Errorf("write %q: %w", path, err)
-	}
-	if err = os.Chmod(tmp, 0o644); err != nil {
-		return fmt.Errorf("write %q: %w", path, err)
-	}
-	if err = os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("write %q: %w", path, err)
-	}
-	return nil
+// WriteFileAtomic writes path through internal/safefile: a temporary file created with O_EXCL
+// in the same folder, synced, given the umask's ordinary-file mode (as every file torchspeed
+// writes), and renamed over path, so readers never see half a report and a failure leaves the
+// old file intact.
+func WriteFileAtomic(path string, write func(io.Writer) error) error {
+	return safefile.Write(path, write)
 }
 
 // Empty reports whether the report holds no measurement.

@@ -9,11 +9,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 	"unicode"
+
+	"github.com/torchspeed/torchspeed/internal/safefile"
+	"github.com/torchspeed/torchspeed/internal/schemacheck"
 )
 
 func sampleReport(t *testing.T) *Report {
@@ -197,8 +201,8 @@ func TestWriteFileAtomic(t *testing.T) {
 	if b, _ := os.ReadFile(path); string(b) != "new" {
 		t.Errorf("file = %q, want new", b)
 	}
-	if st, _ := os.Stat(path); st.Mode().Perm() != 0o644 {
-		t.Errorf("mode %v, want 0644", st.Mode().Perm())
+	if st, _ := os.Stat(path); st.Mode().Perm() != safefile.FileMode() {
+		t.Errorf("mode %v, want %v (0666 less the umask, as every file torchspeed writes)", st.Mode().Perm(), safefile.FileMode())
 	}
 	if err := WriteFileAtomic(filepath.Join(dir, "missing", "x.json"), func(io.Writer) error { return nil }); err == nil ||
 		!strings.Contains(err.Error(), "folder exists and is writable") {
@@ -282,5 +286,76 @@ func TestHashFile(t *testing.T) {
 	}
 	if _, err := HashFile(p + ".missing"); err == nil || !strings.Contains(err.Error(), "m.pt.missing") {
 		t.Errorf("missing file: err = %v", err)
+	}
+}
+
+// bench.json matches docs/schema/bench.schema.json for a comparison, a single model and an
+// empty report, and reads back into the same Report (settings included).
+func TestBenchJSONSchema(t *testing.T) {
+	cmp := sampleReport(t)
+	cmp.Settings["env GOMP_SPINCOUNT"] = "3000"
+	cmp.Settings["runs"], cmp.Settings["order"] = "30", "shuffled"
+	cmp.Settings["instance 1 cpus"], cmp.Settings["instance 1 numa_node"] = "1", "0"
+	cmp.Settings["applied 1"], cmp.Settings["applied 2"] = "affinity 0-1", "OMP_PROC_BIND unset"
+	single := sampleReport(t)
+	single.Results, single.Comparison, single.Sweep = single.Comparison.Results[:1], nil, nil
+	single.Results[0].Load = 0 // not timed: null
+	for name, r := range map[string]*Report{"comparison": cmp, "single": single, "empty": {Settings: map[string]string{}}} {
+		var b bytes.Buffer
+		if err := r.WriteJSON(&b); err != nil {
+			t.Fatal(err)
+		}
+		if err := schemacheck.Check("bench.schema.json", b.Bytes()); err != nil {
+			t.Errorf("%s: %v\n%.2000s", name, err, b.String())
+		}
+		var back Report
+		if err := json.Unmarshal(b.Bytes(), &back); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(back.Settings, r.Settings) && len(r.Settings) > 0 {
+			t.Errorf("%s: settings %v, read back %v", name, r.Settings, back.Settings)
+		}
+		if len(back.latencyResults()) != len(r.latencyResults()) {
+			t.Errorf("%s: %d models read back, want %d", name, len(back.latencyResults()), len(r.latencyResults()))
+		}
+		if strings.Contains(b.String(), `"env GOMP`) || strings.Contains(b.String(), `"N1"`) {
+			t.Errorf("%s: a key with a space or a Go field name:\n%.1000s", name, b.String())
+		}
+	}
+	var b bytes.Buffer
+	single.WriteJSON(&b)
+	if !strings.Contains(b.String(), `"load_ns": null`) {
+		t.Errorf("not-timed load is not null:\n%.800s", b.String())
+	}
+	if !strings.Contains(cmpJSON(t, cmp), `"runs": 30`) {
+		t.Error("runs is not a number")
+	}
+}
+
+func cmpJSON(t *testing.T, r *Report) string {
+	var b bytes.Buffer
+	if err := r.WriteJSON(&b); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+// A verdict never contradicts its interval, in the table or in bench.json.
+func TestVerdictAgreesWithInterval(t *testing.T) {
+	r := sampleReport(t)
+	p := &r.Comparison.Pairs[0]
+	p.Significant, p.Verdict, p.RatioLo, p.RatioHi, p.UTest.P = true, "x is 9.5% faster (p=0.015)", 0.57, 1.47, 0.015
+	var tbl bytes.Buffer
+	if err := r.WriteTable(&tbl); err != nil {
+		t.Fatal(err)
+	}
+	js := cmpJSON(t, r)
+	for name, out := range map[string]string{"table": tbl.String(), "json": js} {
+		if strings.Contains(out, "9.5% faster") || !strings.Contains(out, "includes 1") {
+			t.Errorf("%s keeps a verdict its interval contradicts:\n%.3000s", name, out)
+		}
+	}
+	if !strings.Contains(js, `"significant": false`) {
+		t.Error("bench.json calls it significant")
 	}
 }

@@ -8,7 +8,8 @@ import (
 
 // UTestResult is the outcome of a two-sided Mann-Whitney U test.
 type UTestResult struct {
-	N1, N2 int
+	N1 int `json:"n1"`
+	N2 int `json:"n2"`
 	// U1 is the U statistic of the first sample: the number of pairs
 	// (x, y) with x > y, ties counting one half.
 	U1 float64 `json:"u1"`

@@ -37,7 +37,7 @@ const (
 type Source struct {
 	// Kind is "npy", "npz", "images" or "random". Empty: inferred from Path (a .npy or
 	// .npz file, or a directory holding images, .npy or .npz files).
-	Kind string `mapstructure:"kind"`
+	Kind string `mapstructure:"kind" json:"kind"`
 	// Path is a file or directory, depending on Kind:
 	//   npy:    an N x ... .npy file (one-input model); or a directory holding either
 	//           <input name>.npy (N x ...) or <input name>/ (one .npy per sample) for each
@@ -46,29 +46,29 @@ type Source struct {
 	//           one per sample.
 	//   images: a directory of .jpg/.jpeg/.png files, or of class subdirectories
 	//           (torchvision ImageFolder: classes sorted by name, label = index).
-	Path string `mapstructure:"path"`
+	Path string `mapstructure:"path" json:"path"`
 	// Inputs names the data for each model input, in the model's input order: for npz
 	// the member names; for npy the .npy files (N x ...) or directories (one .npy per
 	// sample). Empty: matched by input name, or by order.
-	Inputs []string `mapstructure:"inputs"`
+	Inputs []string `mapstructure:"inputs" json:"inputs"`
 	// Labels gives integer class labels: a .npy file (N integers, in sample order), an
 	// npz member name (default: the member "labels" if present), or for images a text
 	// file with "<file> <label>" lines (or a .npy). ImageFolder layouts label
 	// themselves.
-	Labels string `mapstructure:"labels"`
+	Labels string `mapstructure:"labels" json:"labels"`
 	// Limit caps the number of samples (0: all; random: DefaultRandomSamples). A limit
 	// smaller than the set picks samples evenly spread over it (index k*N/limit), so a
 	// class-sorted set is still covered.
-	Limit int `mapstructure:"limit"`
+	Limit int `mapstructure:"limit" json:"limit"`
 	// BatchSize is the number of samples per batch (0: DefaultBatchSize). The last batch
 	// may be smaller.
-	BatchSize int `mapstructure:"batch_size"`
+	BatchSize int `mapstructure:"batch_size" json:"batch_size"`
 	// MaxMemoryMB refuses data sets whose decoded tensors exceed this (0:
 	// DefaultMaxMemoryMB); lower Limit instead of running out of memory.
-	MaxMemoryMB int `mapstructure:"max_memory_mb"`
+	MaxMemoryMB int `mapstructure:"max_memory_mb" json:"max_memory_mb"`
 
-	Image  ImageOptions  `mapstructure:"image"`
-	Random RandomOptions `mapstructure:"random"`
+	Image  ImageOptions  `mapstructure:"image" json:"image"`
+	Random RandomOptions `mapstructure:"random" json:"random"`
 
 	// Progress, if set, is called as samples are loaded by Open: done of total. It may
 	// be called from other goroutines than Open's, but never concurrently.
@@ -81,43 +81,43 @@ type Source struct {
 type ImageOptions struct {
 	// Resize scales the shorter side to this many pixels, keeping the aspect ratio
 	// (torchvision Resize(int)). 0: no resize.
-	Resize int `mapstructure:"resize"`
+	Resize int `mapstructure:"resize" json:"resize"`
 	// CropSize takes a centered CropSize x CropSize crop (torchvision CenterCrop),
 	// zero-padded if the image is smaller. 0: no crop.
-	CropSize int `mapstructure:"crop_size"`
+	CropSize int `mapstructure:"crop_size" json:"crop_size"`
 	// Mean and Std normalize each channel after scaling: (x*scale - mean) / std, one
 	// value per output channel (in ColorOrder) or one for all. Default 0 and 1.
-	Mean []float32 `mapstructure:"mean"`
-	Std  []float32 `mapstructure:"std"`
+	Mean []float32 `mapstructure:"mean" json:"mean"`
+	Std  []float32 `mapstructure:"std" json:"std"`
 	// Scale multiplies the 0..255 pixel values before normalization. 0: divide by 255
 	// (torchvision ToTensor). Use 1 for models that expect 0..255 (Caffe-style).
-	Scale float32 `mapstructure:"scale"`
+	Scale float32 `mapstructure:"scale" json:"scale"`
 	// ColorOrder is "RGB" (default) or "BGR".
-	ColorOrder string `mapstructure:"color_order"`
+	ColorOrder string `mapstructure:"color_order" json:"color_order"`
 	// Layout is "NCHW" (default) or "NHWC".
-	Layout string `mapstructure:"layout"`
+	Layout string `mapstructure:"layout" json:"layout"`
 }
 
 // RandomOptions describes synthetic data. It is used only with Kind "random".
 type RandomOptions struct {
 	// Dist is "normal" (default: mean 0, std 1) or "uniform" ([Low, High)).
-	Dist string `mapstructure:"dist"`
+	Dist string `mapstructure:"dist" json:"dist"`
 	// Seed makes the data reproducible; the same seed gives the same data.
-	Seed int64 `mapstructure:"seed"`
+	Seed int64 `mapstructure:"seed" json:"seed"`
 	// Low and High bound uniform floats (default [0, 1)) and integer inputs ([Low,
 	// High), required for integer inputs: e.g. the vocabulary size for token ids).
-	Low  float64 `mapstructure:"low"`
-	High float64 `mapstructure:"high"`
+	Low  float64 `mapstructure:"low" json:"low"`
+	High float64 `mapstructure:"high" json:"high"`
 	// PerInput overrides Dist, Low and High for the named model inputs, e.g.
 	// {input_ids: {low: 0, high: 30522}, token_type_ids: {low: 0, high: 2}}.
-	PerInput map[string]RandomRange `mapstructure:"per_input"`
+	PerInput map[string]RandomRange `mapstructure:"per_input" json:"per_input"`
 }
 
 // RandomRange is the distribution for one input (see RandomOptions).
 type RandomRange struct {
-	Dist string  `mapstructure:"dist"`
-	Low  float64 `mapstructure:"low"`
-	High float64 `mapstructure:"high"`
+	Dist string  `mapstructure:"dist" json:"dist"`
+	Low  float64 `mapstructure:"low" json:"low"`
+	High float64 `mapstructure:"high" json:"high"`
 }
 
 // InputSpec is one model input as the data must match it.

@@ -16,10 +16,10 @@ import (
 	"testing"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
-	"github.com/torchspeed/torchspeed/pkg/config"
-	"github.com/torchspeed/torchspeed/pkg/export/tritonpb"
 	"github.com/torchspeed/torchspeed/internal/fixtures"
 	"github.com/torchspeed/torchspeed/internal/mkldnncheck"
+	"github.com/torchspeed/torchspeed/pkg/config"
+	"github.com/torchspeed/torchspeed/pkg/export/tritonpb"
 	"github.com/torchspeed/torchspeed/pkg/pipeline"
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
 )
@@ -90,8 +90,11 @@ func artifact(t *testing.T, name string) (string, fixtures.Fixture) {
 	if err != nil {
 		t.Fatalf("optimize %s: %v", name, err)
 	}
-	artifacts[name] = rep.Artifact
-	return rep.Artifact, f
+	if rep.Artifact == nil {
+		t.Fatalf("optimize %s wrote no artifact", name)
+	}
+	artifacts[name] = *rep.Artifact
+	return *rep.Artifact, f
 }
 
 // The fixtures the issue names: a CNN, a transformer, the small trained CNN.

@@ -28,7 +28,7 @@ func BenchmarkArtifactVsHandMade(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			art, err := torchspeed.Load(rep.Artifact, torchspeed.LoadOptions{KeepThreads: true})
+			art, err := torchspeed.Load(*rep.Artifact, torchspeed.LoadOptions{KeepThreads: true})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -7,12 +7,58 @@ import (
 	"time"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
+	"github.com/torchspeed/torchspeed/pkg/report"
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
+)
+
+// state is where a candidate stands in the pipeline's decisions.
+type state int
+
+const (
+	stCandidate  state = iota // built, outputs match, not yet decided
+	stBaseline                // the original
+	stKept                    // the chain's last kept step
+	stSuperseded              // kept, then built upon by a later kept step
+	stRejected                // measured or checked, not kept
+	stSkipped                 // not built
+	stFailed                  // building or running it failed
+)
+
+// String is the report's status word.
+func (s state) String() string {
+	switch s {
+	case stBaseline:
+		return report.StatusBaseline
+	case stKept:
+		return report.StatusKept
+	case stSuperseded:
+		return report.StatusSuperseded
+	case stRejected:
+		return report.StatusRejected
+	case stSkipped:
+		return report.StatusSkipped
+	case stFailed:
+		return report.StatusFailed
+	}
+	return "candidate"
+}
+
+// kind is which step made a candidate, so decisions never depend on display names.
+type kind int
+
+const (
+	kindOriginal kind = iota
+	kindFold
+	kindFreeze
+	kindOFI
+	kindChannelsLast
+	kindINT8
 )
 
 // candidate is one version of the model the pipeline may keep.
 type candidate struct {
 	name string
+	kind kind
 	mod  *torch.Module // what runs
 	// save is what goes into the archive when mod cannot be saved as is (the frozen module
 	// under an optimize_for_inference one). nil: mod.
@@ -27,8 +73,13 @@ type candidate struct {
 	nodes        map[string]int
 	maxAbs       float64
 	cosine       float64
-	status       string
+	status       state
 	reason       string
+	// meas is the measurement this candidate's stage row takes its timings from (the one
+	// its keep-or-reject decision was made on); nil: not timed.
+	meas *measurement
+	// quantizedOps counts quantized:: nodes in the graph, by kind.
+	quantizedOps map[string]int
 }
 
 func (c *candidate) close() {
@@ -60,6 +111,10 @@ type target struct {
 	name   string
 	c      *candidate
 	inputs []*torch.Tensor
+	// delay, if set, is added to every run (tests: a simulated load change).
+	delay time.Duration
+	// onRun, if set, hears about every run (progress: the original runs once per round).
+	onRun func()
 }
 
 func (t *target) Name() string { return t.name }
@@ -67,6 +122,12 @@ func (t *target) Name() string { return t.name }
 func (t *target) Run() error {
 	if err := t.ctx.Err(); err != nil {
 		return err
+	}
+	if t.onRun != nil {
+		t.onRun()
+	}
+	if t.delay > 0 {
+		time.Sleep(t.delay)
 	}
 	outs, err := t.c.forward(t.inputs)
 	if err != nil {
@@ -103,7 +164,9 @@ func outputsOf(c *candidate, sets [][]*torch.Tensor) ([][]float64, error) {
 }
 
 // agreement is the largest absolute difference and the smallest per-output cosine similarity
-// between two output lists.
+// between two output lists. NaN and infinities are compared explicitly: the same non-finite
+// value on both sides agrees (and is left out of the sums), any other pairing with a
+// non-finite value is an infinite difference.
 func agreement(ref, got [][]float64) (maxAbs, minCos float64, err error) {
 	if len(ref) != len(got) {
 		return 0, 0, fmt.Errorf("%d outputs, the original gives %d", len(got), len(ref))
@@ -115,14 +178,18 @@ func agreement(ref, got [][]float64) (maxAbs, minCos float64, err error) {
 		}
 		var dot, na, nb float64
 		for j := range ref[i] {
-			d := math.Abs(ref[i][j] - got[i][j])
-			if math.IsNaN(d) {
-				return math.Inf(1), 0, nil
+			a, b := ref[i][j], got[i][j]
+			if !finite(a) || !finite(b) {
+				same := (math.IsNaN(a) && math.IsNaN(b)) || (math.IsInf(a, 0) && a == b)
+				if !same {
+					maxAbs = math.Inf(1)
+				}
+				continue
 			}
-			maxAbs = max(maxAbs, d)
-			dot += ref[i][j] * got[i][j]
-			na += ref[i][j] * ref[i][j]
-			nb += got[i][j] * got[i][j]
+			maxAbs = max(maxAbs, math.Abs(a-b))
+			dot += a * b
+			na += a * a
+			nb += b * b
 		}
 		cos := 1.0
 		if na > 0 || nb > 0 {
@@ -131,4 +198,29 @@ func agreement(ref, got [][]float64) (maxAbs, minCos float64, err error) {
 		minCos = min(minCos, cos)
 	}
 	return maxAbs, minCos, nil
+}
+
+func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+
+// nonFiniteCount counts the NaN and infinite values in outputs.
+func nonFiniteCount(outs [][]float64) int {
+	n := 0
+	for _, o := range outs {
+		for _, v := range o {
+			if !finite(v) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// cosineMeaningful: a cosine over 1-element outputs is only their signs' agreement.
+func cosineMeaningful(outs [][]float64) bool {
+	for _, o := range outs {
+		if len(o) > 1 {
+			return true
+		}
+	}
+	return false
 }

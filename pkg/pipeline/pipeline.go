@@ -21,6 +21,7 @@ import (
 	"github.com/torchspeed/torchspeed/pkg/bench"
 	"github.com/torchspeed/torchspeed/pkg/calib"
 	"github.com/torchspeed/torchspeed/pkg/config"
+	"github.com/torchspeed/torchspeed/pkg/cpu"
 	"github.com/torchspeed/torchspeed/pkg/npy"
 	"github.com/torchspeed/torchspeed/pkg/report"
 	"github.com/torchspeed/torchspeed/pkg/version"
@@ -35,15 +36,23 @@ type Options struct {
 	// Settings are the runtime settings applied to this process, for the report.
 	Settings map[string]string
 	// Machine is the probe, for the report.
-	Machine any
+	Machine *cpu.Probe
 	// AutoThreads lists thread counts to try when the config leaves threads to auto.
 	AutoThreads []int
-	// Progress, if set, hears about long stages (calibration): done of total samples.
+	// Progress, if set, hears about long stages: calibration (done of total samples) and each
+	// interleaved measurement ("measuring: stages", "measuring: final", ...; done of total
+	// rounds, warm-up included).
 	Progress func(stage string, done, total int)
 	// MKLDNNBroken, when set, says why libtorch's oneDNN kernels cannot be used on this
 	// machine (internal/mkldnncheck, run in a child process): the optimize_for_inference candidates,
 	// which run on them, are skipped with this reason instead of crashing the process.
 	MKLDNNBroken string
+
+	// slow simulates a load change in one measurement (tests).
+	slow slowRound
+	// written hears the paths of every file a run committed (tests check them against the
+	// documented schema).
+	written func(paths []string)
 }
 
 // ValidationError means the result failed its accuracy thresholds.
@@ -70,9 +79,12 @@ type run struct {
 	// unfrozen is the folded, not frozen module: what static quantization starts from.
 	unfrozen      *torch.Module
 	unfrozenSteps []string
-	stageCmp      *bench.Comparison
-	extraCmps     []*bench.Comparison // later measurements (INT8 vs best FP32)
-	threads       int
+	// measurements are every interleaved timing taken, in order; stageMeas is the FP32
+	// stages' one and finalMeas the final benchmark's.
+	measurements []*measurement
+	stageMeas    *measurement
+	finalMeas    *measurement
+	threads      int
 }
 
 func (r *run) logf(format string, a ...any) {
@@ -81,14 +93,15 @@ func (r *run) logf(format string, a ...any) {
 	}
 }
 
-// Run optimizes cfg.Model and writes the artifact and reports into cfg.Output.Dir. Nothing is
-// written unless the whole run succeeds (or fails only validation: then the reports are written
-// and the artifact is not); the input model is never modified.
+// Run optimizes cfg.Model and writes the artifact and reports into cfg.Output.Dir, all together
+// or none (see output). Nothing is written unless the whole run succeeds, or fails only
+// validation: then report.failed.json/.md are written and no artifact; a failed run leaves no
+// folder it created. The input model is never modified.
 func Run(ctx context.Context, cfg *config.Config, opts Options) (*report.Report, error) {
 	start := time.Now()
 	r := &run{ctx: ctx, cfg: cfg, opts: opts, rep: &report.Report{
-		Torchspeed: version.Version, Libtorch: torch.Version(), Started: start, Config: cfg,
-		Machine: opts.Machine, Settings: opts.Settings,
+		SchemaVersion: report.SchemaVersion, Torchspeed: version.Version, Libtorch: torch.Version(), Started: start, Config: cfg,
+		Machine: opts.Machine,
 	}}
 	defer func() {
 		for i := len(r.closes) - 1; i >= 0; i-- {
@@ -99,6 +112,17 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (*report.Report,
 	if err != nil {
 		return nil, err
 	}
+	rep, err := r.steps(start, out)
+	if err != nil && rep == nil {
+		out.abandon()
+	}
+	return rep, err
+}
+
+// steps runs the pipeline and writes its outputs. A nil report with an error means nothing
+// was written.
+func (r *run) steps(start time.Time, out *output) (*report.Report, error) {
+	ctx := r.ctx
 	steps := []func() error{r.load, r.fp32Stages, r.measureStages, r.chooseThreads, r.quantize, r.finalBench}
 	for _, step := range steps {
 		if err := ctx.Err(); err != nil {
@@ -150,10 +174,12 @@ func (r *run) load() error {
 		return fmt.Errorf("model %q: forward takes %d input(s), the config lists %d (model.inputs): fix model.inputs", cfg.Model.Path, n, len(cfg.Model.Inputs))
 	}
 	var specs []string
+	var ins []report.InputSpec
 	for _, in := range cfg.Model.Inputs {
 		specs = append(specs, fmt.Sprintf("%s %s%v", in.Name, in.DType, in.Shape))
+		ins = append(ins, report.InputSpec{Name: in.Name, DType: in.DType, Shape: in.Shape})
 	}
-	r.rep.Model = report.ModelInfo{Path: cfg.Model.Path, SHA256: sum, Bytes: size, Inputs: specs}
+	r.rep.Model = report.ModelInfo{Path: cfg.Model.Path, SHA256: sum, Bytes: size, Inputs: ins}
 	if r.inputs, err = r.makeInputs(cfg.Bench.Seed); err != nil {
 		return err
 	}
@@ -163,11 +189,14 @@ func (r *run) load() error {
 	} else {
 		r.checks = append(r.checks, extra...)
 	}
-	r.orig = &candidate{name: "original", mod: m, precision: "fp32", status: "baseline", wall: time.Since(t0)}
+	r.orig = &candidate{name: "original", kind: kindOriginal, mod: m, precision: "fp32", status: stBaseline, wall: time.Since(t0)}
 	r.orig.nodes, _ = m.NodeCounts()
 	r.rep.Model.Nodes = total(r.orig.nodes)
 	if r.ref, err = outputsOf(r.orig, r.checks); err != nil {
 		return fmt.Errorf("model %q rejects the configured inputs (model.inputs: %s): %w", cfg.Model.Path, strings.Join(specs, ", "), err)
+	}
+	if n := nonFiniteCount(r.ref); n > 0 {
+		r.warn(fmt.Sprintf("the original model's outputs hold %d NaN or infinite value(s) on the check inputs: candidates are held to the same values at the same places, and those figures are written as null", n))
 	}
 	r.logf("loaded %s: %d graph nodes, inputs %s", cfg.Model.Path, r.rep.Model.Nodes, strings.Join(specs, ", "))
 	return nil
@@ -337,7 +366,7 @@ func (r *run) inputArrays() ([]*npy.Array, error) {
 func (r *run) best() *candidate {
 	b := r.orig
 	for _, c := range r.cands {
-		if c.status == "kept" {
+		if c.status == stKept {
 			b = c
 		}
 	}

@@ -8,11 +8,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/internal/fixtures"
 	"github.com/torchspeed/torchspeed/internal/mkldnncheck"
+	"github.com/torchspeed/torchspeed/internal/schemacheck"
 	"github.com/torchspeed/torchspeed/pkg/config"
 	"github.com/torchspeed/torchspeed/pkg/npy"
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
@@ -36,11 +38,42 @@ func TestMain(m *testing.M) {
 	if err := torch.SetNumThreads(1); err != nil {
 		panic(err)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	schemaMu.Lock()
+	for _, e := range schemaErrs {
+		fmt.Fprintln(os.Stderr, "report does not match docs/schema/report.schema.json:", e)
+		code = 1
+	}
+	fmt.Fprintf(os.Stderr, "pipeline tests: %d report.json files checked against docs/schema/report.schema.json\n", schemaChecked)
+	schemaMu.Unlock()
+	os.Exit(code)
+}
+
+var (
+	schemaMu      sync.Mutex
+	schemaErrs    []error
+	schemaChecked int
+)
+
+// checkWritten validates every report a run wrote against the documented schema; TestMain
+// fails the package when any does not match.
+func checkWritten(paths []string) {
+	for _, p := range paths {
+		if filepath.Ext(p) != ".json" {
+			continue
+		}
+		err := schemacheck.CheckFile("report.schema.json", p)
+		schemaMu.Lock()
+		schemaChecked++
+		if err != nil {
+			schemaErrs = append(schemaErrs, err)
+		}
+		schemaMu.Unlock()
+	}
 }
 
 // testOptions are the Options every in-process Run of these tests uses.
-func testOptions() Options { return Options{MKLDNNBroken: mkldnnBroken} }
+func testOptions() Options { return Options{MKLDNNBroken: mkldnnBroken, written: checkWritten} }
 
 // testConfig is a quick config for a fixture: few runs, everything else default.
 func testConfig(t testing.TB, f fixtures.Fixture, out string) *config.Config {
@@ -87,8 +120,8 @@ func TestOptimizeFixtures(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if rep.Artifact == "" || rep.Bench == nil || len(rep.Stages) < 3 {
-				t.Fatalf("report incomplete: artifact %q, bench %v, %d stages", rep.Artifact, rep.Bench, len(rep.Stages))
+			if rep.Artifact == nil || rep.Bench == nil || len(rep.Stages) < 3 {
+				t.Fatalf("report incomplete: artifact %v, bench %v, %d stages", rep.Artifact, rep.Bench, len(rep.Stages))
 			}
 			for _, file := range []string{name + ".torchspeed.pt", "report.json", "report.md"} {
 				if _, err := os.Stat(filepath.Join(out, file)); err != nil {
@@ -104,7 +137,7 @@ func TestOptimizeFixtures(t *testing.T) {
 			if !strings.Contains(string(md), "| original |") {
 				t.Errorf("report.md has no stage table:\n%s", md)
 			}
-			m, err := torchspeed.Load(rep.Artifact, torchspeed.LoadOptions{KeepThreads: true})
+			m, err := torchspeed.Load(*rep.Artifact, torchspeed.LoadOptions{KeepThreads: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -169,8 +202,8 @@ func TestArtifactLoadsInPlainLibtorch(t *testing.T) {
 	if err := os.WriteFile(raw, buf, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	args := []string{rep.Artifact, "--input", "float32:1x3x224x224:" + raw, "--out", out, "--threads", "1"}
-	if m, _ := torchspeed.ParseManifest(mustExtra(t, rep.Artifact)); m != nil && m.ChannelsLast {
+	args := []string{*rep.Artifact, "--input", "float32:1x3x224x224:" + raw, "--out", out, "--threads", "1"}
+	if m, _ := torchspeed.ParseManifest(mustExtra(t, *rep.Artifact)); m != nil && m.ChannelsLast {
 		args = append(args, "--channels-last")
 	}
 	cmd := exec.Command(tsRun, args...)
@@ -292,7 +325,9 @@ func TestMKLDNNBrokenSkipsOFI(t *testing.T) {
 	cfg := testConfig(t, f, t.TempDir())
 	cfg.Quantize.Mode = "none"
 	const reason = "oneDNN crashes here (test)"
-	rep, err := Run(context.Background(), cfg, Options{MKLDNNBroken: reason})
+	opts := testOptions()
+	opts.MKLDNNBroken = reason
+	rep, err := Run(context.Background(), cfg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/torchspeed/torchspeed/pkg/bench"
+	"github.com/torchspeed/torchspeed/internal/exitcode"
 	"github.com/torchspeed/torchspeed/pkg/calib"
 	"github.com/torchspeed/torchspeed/pkg/quant"
 	"github.com/torchspeed/torchspeed/pkg/report"
@@ -13,7 +13,8 @@ import (
 
 // quantize is the INT8 stage: static (calibrated) or dynamic quantization of the folded,
 // unfrozen model, validated against the original with per-layer FP32 fallback, then measured
-// against the best FP32 candidate; INT8 is kept only when faster (or forced).
+// against the best FP32 candidate; INT8 is kept only when it quantized something, passed, and
+// is faster (or forced).
 func (r *run) quantize() error {
 	q := r.cfg.Quantize
 	mode := q.Mode
@@ -35,18 +36,24 @@ func (r *run) quantize() error {
 	if mode == quant.ModeStatic {
 		ds, err := calib.Open(r.cfg.Calibration, specs)
 		if err != nil {
-			return fmt.Errorf("calibration data: %w", err)
+			return exitcode.New(exitcode.Usage, fmt.Errorf("calibration data: %w", err))
+		}
+		if err := r.checkCalibration(ds); err != nil {
+			return err
 		}
 		calibB = validate.FromDataset(ds)
 		synthetic = ds.Synthetic()
 		if synthetic {
-			r.rep.Warnings = append(r.rep.Warnings, "calibration used random data: the INT8 result is unverified on real inputs")
+			r.warn("calibration used random data: the INT8 result is unverified on real inputs")
 		}
 	}
 	if src := r.validationSource(); src != nil {
 		ds, err := calib.Open(*src, specs)
 		if err != nil {
-			return fmt.Errorf("validation data: %w", err)
+			return exitcode.New(exitcode.Usage, fmt.Errorf("validation data: %w", err))
+		}
+		if err := r.checkLabels(ds, "validation data"); err != nil {
+			return err
 		}
 		valB, valDesc = validate.FromDataset(ds), ds.Describe()
 		synthetic = synthetic || ds.Synthetic()
@@ -60,7 +67,7 @@ func (r *run) quantize() error {
 			return err
 		}
 		valDesc, synthetic = "the random bench inputs", true
-		r.rep.Warnings = append(r.rep.Warnings, "no validation data: INT8 was checked on random inputs only; set validation.data for a real check")
+		r.warn("no validation data: INT8 was checked on random inputs only; set validation.data for a real check")
 	}
 	opts := quant.Options{
 		Mode: mode, Engine: q.Engine, Activation: q.Observer, Percentile: q.Percentile,
@@ -85,7 +92,8 @@ func (r *run) quantize() error {
 		qrep *quant.Report
 		qerr error
 	)
-	c := r.addCandidate("INT8 "+mode, append(append([]string{}, r.unfrozenSteps...), "quantize_"+mode), func() (*candidate, error) {
+	name := "INT8 " + mode
+	c := r.addCandidate(name, kindINT8, append(append([]string{}, r.unfrozenSteps...), "quantize_"+mode), func() (*candidate, error) {
 		m, rep, err := quant.QuantizeChecked(r.ctx, r.unfrozen, calibB, valB, opts, fb)
 		qrep, qerr = rep, err
 		if err != nil {
@@ -94,16 +102,25 @@ func (r *run) quantize() error {
 		return &candidate{mod: m, precision: "int8-" + mode, engine: rep.Engine, fp32Layers: rep.FP32Layers}, nil
 	})
 	if qrep != nil {
-		r.rep.Quantize = qrep
-		r.rep.Validation = validationOf(qrep, valDesc, synthetic)
+		r.rep.Quantize = quantizeInfo(qrep)
+		v := validationOf(qrep, valDesc, synthetic, cosineMeaningful(r.ref))
+		v.Checked, v.CheckedPrecision = name, "int8-"+mode
+		r.rep.Validation = v
 	}
-	if c == nil {
+	if c != nil && total(c.quantizedOps) == 0 {
+		// Every layer stayed FP32 (degenerate calibration, or nothing the passes recognize):
+		// this is not an INT8 model, whatever it passed.
+		c.status, c.reason, c.precision = stRejected, "no layer quantized: the graph holds no quantized:: op (every layer stayed FP32)", "fp32"
+		r.warn(fmt.Sprintf("%s quantized no layer: the result is not INT8 and is not used; check the calibration data (%s)", name, orNone(r.cfg.Calibration.Path)))
+		return r.validateFP32()
+	}
+	if c == nil || c.status != stCandidate {
 		var te *quant.ThresholdError
 		last := r.cands[len(r.cands)-1]
-		if errors.As(qerr, &te) {
+		if errors.As(qerr, &te) || (c != nil && c.status == stRejected) {
 			// Validation failed even with fallback: the run fails (exit 3), reports written.
 			if r.rep.Validation == nil {
-				r.rep.Validation = &report.Validation{Data: valDesc, Synthetic: synthetic}
+				r.rep.Validation = &report.Validation{Data: valDesc, Synthetic: synthetic, Checked: name, CheckedPrecision: "int8-" + mode}
 			}
 			r.rep.Validation.Passed = false
 			if len(r.rep.Validation.Failures) == 0 {
@@ -115,40 +132,40 @@ func (r *run) quantize() error {
 	}
 	// Guard: INT8 must beat the best FP32 model on this machine.
 	fp32 := r.best()
-	cmp, err := r.measure(uniq(fp32, c), r.cfg.Bench.StageRuns)
+	m, err := r.measure("INT8 vs FP32", uniq(fp32, c), r.stageOptions(r.cfg.Bench.StageRuns))
 	if err != nil {
 		return fmt.Errorf("measuring INT8: %w", err)
 	}
-	r.extraCmps = append(r.extraCmps, cmp)
-	p50 := map[string]bench.Summary{}
-	for _, res := range cmp.Results {
-		p50[res.Name] = res.Stats
+	if shift := r.baselineShift(m); shift != "" {
+		r.warn("the machine's load changed during the run: " + shift + "; rows from different measurements are not comparable")
 	}
-	fpName := fp32.name
-	if fp32 == r.orig {
-		fpName = "original"
+	var fp32P50 = m.baselineP50()
+	if res := m.result(fp32.name); fp32 != r.orig && res != nil {
+		fp32P50 = res.Stats.P50
 	}
-	d := quant.DecideINT8(p50[c.name].P50, p50[fpName].P50, r.cfg.Optimize.MinSpeedup, q.Force)
+	d := quant.DecideINT8(m.result(c.name).Stats.P50, fp32P50, r.cfg.Optimize.MinSpeedup, q.Force)
 	r.rep.Decisions = append(r.rep.Decisions, "INT8: "+d.Reason)
-	if d.UseINT8 {
-		c.status, c.reason = "kept", d.Reason
-		if fp32 != r.orig {
-			fp32.status = "superseded"
-		}
-	} else {
-		c.status, c.reason = "rejected", d.Reason
-		r.rep.Warnings = append(r.rep.Warnings, d.Reason)
+	if !d.UseINT8 {
+		c.status, c.reason = stRejected, d.Reason
+		r.warn(d.Reason)
 		// The artifact is FP32 now: its validation is the FP32 one.
 		return r.validateFP32()
+	}
+	c.status, c.reason = stKept, d.Reason
+	r.rep.Quantize.Kept = true
+	if fp32 != r.orig {
+		fp32.status = stSuperseded
 	}
 	return nil
 }
 
-func uniq(a, b *candidate) []*candidate {
-	if a.name == "original" || a.status == "baseline" {
-		return []*candidate{b}
+// uniq is the INT8 measurement's candidates: the best FP32 one (unless it is the original,
+// which every measurement runs first) and the INT8 one.
+func uniq(fp32, int8 *candidate) []*candidate {
+	if fp32.kind == kindOriginal {
+		return []*candidate{int8}
 	}
-	return []*candidate{a, b}
+	return []*candidate{fp32, int8}
 }
 
 func orNone(s string) string {
@@ -158,53 +175,109 @@ func orNone(s string) string {
 	return s
 }
 
-// validationOf turns the quantizer's comparison into the report's validation section.
-func validationOf(q *quant.Report, data string, synthetic bool) *report.Validation {
-	v := &report.Validation{Data: data, Synthetic: synthetic, Passed: len(q.Failures) == 0, Layers: q.Sensitivity}
+// quantizeInfo is the report's record of the INT8 step.
+func quantizeInfo(q *quant.Report) *report.Quantize {
+	n := 0
+	for _, v := range q.QuantizedOps {
+		n += v
+	}
+	out := &report.Quantize{Mode: q.Mode, Engine: q.Engine, ReduceRange: q.ReduceRange, Activation: q.Activation, Weight: q.Weight,
+		FP32Layers: q.FP32Layers, QuantizedOps: q.QuantizedOps, QuantizedOpCount: n, DurationMs: msOf(q.Duration), Warnings: q.Warnings}
+	if q.CalibrationSamples > 0 {
+		out.CalibrationSamples = intp(q.CalibrationSamples)
+	}
+	return out
+}
+
+// validationOf turns a comparison with the original into the report's validation section.
+// On random data a threshold that could not be measured fails: random inputs cannot vouch for
+// it, and a figure that was never measured must not read as a pass.
+func validationOf(q *quant.Report, data string, synthetic, cosOK bool) *report.Validation {
+	v := &report.Validation{Data: data, Synthetic: synthetic, Passed: len(q.Failures) == 0}
+	for _, l := range q.Sensitivity {
+		v.Layers = append(v.Layers, report.Layer{Layer: l.Layer, Type: l.Type, Cosine: f64(l.Cosine), MeanAbsError: f64(l.MeanAbsError), Top1Agreement: f64(l.Top1Agreement)})
+	}
 	if res := q.Validation; res != nil {
 		v.Samples = res.Samples
-		v.Metrics = map[string]float64{
-			"cosine": res.Cosine, "min_sample_cosine": res.MinSampleCosine, "max_abs_error": res.MaxAbsError,
-			"mean_abs_error": res.MeanAbsError,
-		}
-		if res.Top1Agreement >= 0 {
-			v.Metrics["top1_agreement"] = res.Top1Agreement
-			v.Metrics["kl_divergence"] = res.KLDivergence
-		}
-		if res.AccuracyDrop >= 0 {
-			v.Metrics["top1_fp32"], v.Metrics["top1_int8"] = res.RefTop1, res.Top1
-			v.Metrics["top5_fp32"], v.Metrics["top5_int8"] = res.RefTop5, res.Top5
-			v.Metrics["accuracy_drop_points"] = res.AccuracyDrop * 100
+		v.Metrics = metricsOf(res)
+		if !cosOK {
+			v.Metrics.Cosine, v.Metrics.MinSampleCosine = nil, nil
+			v.Notes = append(v.Notes, "the output has 1 element per sample: a cosine over it is only the sign's agreement, not meaningful; judged by max_abs_error")
 		}
 	}
 	for _, f := range q.Failures {
 		v.Failures = append(v.Failures, f.String())
 	}
+	if synthetic {
+		for _, f := range q.Unchecked {
+			v.Failures = append(v.Failures, f.String()+" (random data cannot check it: set validation.data to real samples)")
+			v.Passed = false
+		}
+	}
 	return v
+}
+
+func metricsOf(res *validate.Result) report.Metrics {
+	m := report.Metrics{
+		Cosine: f64(res.Cosine), MinSampleCosine: f64(res.MinSampleCosine),
+		MaxAbsError: f64(res.MaxAbsError), MeanAbsError: f64(res.MeanAbsError),
+	}
+	if res.Top1Agreement >= 0 {
+		m.Top1Agreement, m.KLDivergence = f64(res.Top1Agreement), f64(res.KLDivergence)
+	}
+	if res.AccuracyDrop >= 0 {
+		m.Top1Original, m.Top1Checked = f64(res.RefTop1), f64(res.Top1)
+		m.Top5Original, m.Top5Checked = f64(res.RefTop5), f64(res.Top5)
+		m.AccuracyDropPoints = f64(res.AccuracyDrop * 100)
+	}
+	return m
 }
 
 // validateFP32 compares the chosen FP32 model with the original on the validation data.
 func (r *run) validateFP32() error {
 	best := r.best()
-	src := r.validationSource()
-	if src == nil || best == r.orig {
+	if best == r.orig {
 		r.rep.Validation = &report.Validation{
-			Samples: len(r.checks), Data: "the bench inputs", Synthetic: true, Passed: true,
-			Metrics: map[string]float64{"max_abs_error": best.maxAbs, "cosine": best.cosine},
+			Checked: best.name, CheckedPrecision: "fp32", Data: "none needed", Passed: true,
+			Notes: []string{"no step was kept: the artifact is the original model, so there is nothing to compare"},
 		}
+		return nil
+	}
+	src := r.validationSource()
+	if src == nil {
+		v := &report.Validation{
+			Checked: best.name, CheckedPrecision: "fp32", Samples: len(r.checks), Data: "the random bench inputs", Synthetic: true,
+			Metrics: report.Metrics{MaxAbsError: f64(best.maxAbs)},
+		}
+		if cosineMeaningful(r.ref) {
+			v.Metrics.Cosine = f64(best.cosine)
+		} else {
+			v.Notes = append(v.Notes, "the output has 1 element: a cosine over it is not meaningful; judged by max_abs_error")
+		}
+		v.Passed = best.maxAbs <= r.cfg.Optimize.MaxAbsError && (!cosineMeaningful(r.ref) || best.cosine >= r.cfg.Optimize.MinCosine)
+		if !v.Passed {
+			v.Failures = append(v.Failures, fmt.Sprintf("FP32 result moved on the bench inputs: max abs error %.3g (allowed %.3g), cosine %.6f (required %.6f)",
+				best.maxAbs, r.cfg.Optimize.MaxAbsError, best.cosine, r.cfg.Optimize.MinCosine))
+		}
+		r.rep.Validation = v
 		return nil
 	}
 	ds, err := calib.Open(*src, r.inputSpecs())
 	if err != nil {
-		return fmt.Errorf("validation data: %w", err)
+		return exitcode.New(exitcode.Usage, fmt.Errorf("validation data: %w", err))
+	}
+	if err := r.checkLabels(ds, "validation data"); err != nil {
+		return err
 	}
 	// validate runs plain forwards; channels-last weights accept contiguous inputs too.
 	res, err := validate.Compare(r.ctx, r.orig.mod, best.mod, validate.FromDataset(ds))
 	if err != nil {
 		return fmt.Errorf("validating %s: %w", best.name, err)
 	}
-	v := validationOf(&quant.Report{Validation: res}, ds.Describe(), ds.Synthetic())
-	v.Passed = res.MaxAbsError <= r.cfg.Optimize.MaxAbsError && res.Cosine >= r.cfg.Optimize.MinCosine
+	cosOK := cosineMeaningful(r.ref)
+	v := validationOf(&quant.Report{Validation: res}, ds.Describe(), ds.Synthetic(), cosOK)
+	v.Checked, v.CheckedPrecision = best.name, "fp32"
+	v.Passed = finite(res.MaxAbsError) && res.MaxAbsError <= r.cfg.Optimize.MaxAbsError && (!cosOK || res.Cosine >= r.cfg.Optimize.MinCosine)
 	if !v.Passed {
 		v.Failures = append(v.Failures, fmt.Sprintf("FP32 result moved: max abs error %.3g (allowed %.3g), cosine %.6f (required %.6f)", res.MaxAbsError, r.cfg.Optimize.MaxAbsError, res.Cosine, r.cfg.Optimize.MinCosine))
 	}

@@ -3,30 +3,31 @@ package pipeline
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/pkg/bench"
 	"github.com/torchspeed/torchspeed/pkg/config"
-	"github.com/torchspeed/torchspeed/pkg/report"
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
 )
 
 // addCandidate builds a candidate, times the build, counts its nodes and checks its outputs
 // against the original's. A candidate whose outputs moved beyond tolerance is rejected here.
-func (r *run) addCandidate(name string, steps []string, build func() (*candidate, error)) *candidate {
+func (r *run) addCandidate(name string, k kind, steps []string, build func() (*candidate, error)) *candidate {
 	t0 := time.Now()
 	c, err := build()
 	if err != nil {
 		r.logf("  %-34s failed: %v", name, err)
-		r.cands = append(r.cands, &candidate{name: name, status: "failed", reason: err.Error(), steps: steps})
+		r.cands = append(r.cands, &candidate{name: name, kind: k, status: stFailed, reason: err.Error(), steps: steps})
 		return nil
 	}
-	c.name, c.steps, c.wall = name, steps, time.Since(t0)
+	c.name, c.kind, c.steps, c.wall = name, k, steps, time.Since(t0)
 	if c.precision == "" {
 		c.precision = "fp32"
 	}
 	c.nodes, _ = c.mod.NodeCounts()
+	c.quantizedOps = quantizedOps(c.nodes)
 	r.closes = append(r.closes, c.close)
 	// INT8 is judged on real data by the quantizer's validation; random bench inputs lie
 	// outside the calibrated ranges, so they are left out of its agreement figures.
@@ -37,20 +38,20 @@ func (r *run) addCandidate(name string, steps []string, build func() (*candidate
 	}
 	got, err := outputsOf(c, checks)
 	if err != nil {
-		c.status, c.reason = "failed", fmt.Sprintf("running it failed: %v", err)
+		c.status, c.reason = stFailed, fmt.Sprintf("running it failed: %v", err)
 		r.cands = append(r.cands, c)
 		return nil
 	}
 	c.maxAbs, c.cosine, err = agreement(ref, got)
 	switch {
 	case err != nil:
-		c.status, c.reason = "rejected", err.Error()
+		c.status, c.reason = stRejected, err.Error()
 	case c.precision == "fp32" && (c.maxAbs > r.cfg.Optimize.MaxAbsError || c.cosine < r.cfg.Optimize.MinCosine):
-		c.status = "rejected"
+		c.status = stRejected
 		c.reason = fmt.Sprintf("outputs moved beyond tolerance: max abs error %.3g (allowed %.3g), cosine %.6f (required %.6f)",
 			c.maxAbs, r.cfg.Optimize.MaxAbsError, c.cosine, r.cfg.Optimize.MinCosine)
 	default:
-		c.status = "candidate"
+		c.status = stCandidate
 	}
 	r.logf("  %-34s built in %6.0f ms, max abs err %.2g, cosine %.6f", name, float64(c.wall.Microseconds())/1000, c.maxAbs, c.cosine)
 	r.cands = append(r.cands, c)
@@ -65,14 +66,14 @@ func (r *run) fp32Stages() error {
 	base := r.orig.mod
 	var steps []string
 	if o.FoldBN {
-		c := r.addCandidate("fold conv+bn", []string{"fold_bn"}, func() (*candidate, error) {
+		c := r.addCandidate("fold conv+bn", kindFold, []string{"fold_bn"}, func() (*candidate, error) {
 			m, err := base.FoldConvBN()
 			if err != nil {
 				return nil, err
 			}
 			return &candidate{mod: m}, nil
 		})
-		if c != nil && c.status == "candidate" {
+		if c != nil && c.status == stCandidate {
 			base, steps = c.mod, []string{"fold_bn"}
 		}
 	}
@@ -82,7 +83,7 @@ func (r *run) fp32Stages() error {
 		return nil
 	}
 	frozenSteps := append(slices.Clone(steps), "freeze")
-	frozen := r.addCandidate("freeze", frozenSteps, func() (*candidate, error) {
+	frozen := r.addCandidate("freeze", kindFreeze, frozenSteps, func() (*candidate, error) {
 		m, err := base.Freeze()
 		if err != nil {
 			return nil, err
@@ -98,9 +99,9 @@ func (r *run) fp32Stages() error {
 		r.logf("  %-34s skipped: %s", "optimize_for_inference", broken)
 	}
 	if o.OptimizeForInference != config.Off && broken != "" {
-		r.skip("freeze + optimize_for_inference", append(slices.Clone(frozenSteps), "optimize_for_inference"), broken)
+		r.skip("freeze + optimize_for_inference", kindOFI, append(slices.Clone(frozenSteps), "optimize_for_inference"), broken)
 	} else if o.OptimizeForInference != config.Off {
-		r.addCandidate("freeze + optimize_for_inference", append(slices.Clone(frozenSteps), "optimize_for_inference"), func() (*candidate, error) {
+		r.addCandidate("freeze + optimize_for_inference", kindOFI, append(slices.Clone(frozenSteps), "optimize_for_inference"), func() (*candidate, error) {
 			m, err := frozen.mod.OptimizeForInference()
 			if err != nil {
 				return nil, err
@@ -119,10 +120,10 @@ func (r *run) fp32Stages() error {
 			name += " + ofi"
 		}
 		if withOFI && broken != "" {
-			r.skip(name, clSteps, broken)
+			r.skip(name, kindChannelsLast, clSteps, broken)
 			return nil
 		}
-		r.addCandidate(name, clSteps, func() (*candidate, error) {
+		r.addCandidate(name, kindChannelsLast, clSteps, func() (*candidate, error) {
 			cl, err := base.Clone()
 			if err != nil {
 				return nil, err
@@ -156,8 +157,8 @@ func (r *run) fp32Stages() error {
 }
 
 // skip records a candidate that is not built, with the reason, as a "skipped" stage row.
-func (r *run) skip(name string, steps []string, reason string) {
-	r.cands = append(r.cands, &candidate{name: name, status: "skipped", reason: reason, steps: steps})
+func (r *run) skip(name string, k kind, steps []string, reason string) {
+	r.cands = append(r.cands, &candidate{name: name, kind: k, status: stSkipped, reason: reason, steps: steps})
 }
 
 func has4DFloatInput(cfg *config.Config) bool {
@@ -169,20 +170,6 @@ func has4DFloatInput(cfg *config.Config) bool {
 	return false
 }
 
-// measure runs the original and the given candidates interleaved and records each one's
-// figures on its stage row.
-func (r *run) measure(cands []*candidate, rounds int) (*bench.Comparison, error) {
-	targets := []bench.Target{&target{ctx: r.ctx, name: "original", c: r.orig, inputs: r.inputs}}
-	for _, c := range cands {
-		targets = append(targets, &target{ctx: r.ctx, name: c.name, c: c, inputs: r.inputs})
-	}
-	cmp, err := bench.Compare(targets, r.stageOptions(rounds))
-	if err != nil {
-		return nil, err
-	}
-	return cmp, nil
-}
-
 func msOf(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
 
 // measureStages times every FP32 candidate interleaved with the original, then decides which
@@ -191,7 +178,7 @@ func msOf(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
 func (r *run) measureStages() error {
 	var live []*candidate
 	for _, c := range r.cands {
-		if c.status == "candidate" {
+		if c.status == stCandidate {
 			live = append(live, c)
 		}
 	}
@@ -199,39 +186,39 @@ func (r *run) measureStages() error {
 		return nil
 	}
 	r.logf("measuring %d candidates against the original, %d interleaved rounds", len(live), r.cfg.Bench.StageRuns)
-	cmp, err := r.measure(live, r.cfg.Bench.StageRuns)
+	m, err := r.measure("stages", live, r.stageOptions(r.cfg.Bench.StageRuns))
 	if err != nil {
 		return fmt.Errorf("measuring stages: %w", err)
 	}
-	r.stageCmp = cmp
+	r.stageMeas = m
 	p50 := map[string]float64{}
-	for _, res := range cmp.Results {
+	for _, res := range m.cmp.Results {
 		p50[res.Name] = msOf(res.Stats.P50)
 	}
 	o := r.cfg.Optimize
 	best := r.orig
 	bestName := "original"
 	decide := func(c *candidate, toggle config.Toggle, step string) {
-		if c == nil || c.status != "candidate" {
+		if c == nil || c.status != stCandidate {
 			return
 		}
 		ratio := p50[c.name] / p50[bestName]
 		switch {
 		case toggle == config.On:
-			c.status, c.reason = "kept", fmt.Sprintf("%s is on in the config (%.2fx vs %s)", step, 1/ratio, bestName)
+			c.status, c.reason = stKept, fmt.Sprintf("%s is on in the config (%.2fx vs %s)", step, 1/ratio, bestName)
 		case ratio <= 1/o.MinSpeedup:
-			c.status, c.reason = "kept", fmt.Sprintf("%.2fx faster than %s (p50 %.3f vs %.3f ms)", 1/ratio, bestName, p50[c.name], p50[bestName])
+			c.status, c.reason = stKept, fmt.Sprintf("%.2fx faster than %s (p50 %.3f vs %.3f ms)", 1/ratio, bestName, p50[c.name], p50[bestName])
 		default:
-			c.status, c.reason = "rejected", fmt.Sprintf("not faster than %s by %.0f%% (p50 %.3f vs %.3f ms, %.2fx)", bestName, (o.MinSpeedup-1)*100, p50[c.name], p50[bestName], 1/ratio)
+			c.status, c.reason = stRejected, fmt.Sprintf("not faster than %s by %.0f%% (p50 %.3f vs %.3f ms, %.2fx)", bestName, (o.MinSpeedup-1)*100, p50[c.name], p50[bestName], 1/ratio)
 		}
 		r.rep.Decisions = append(r.rep.Decisions, fmt.Sprintf("%s: %s", c.name, c.reason))
-		if c.status == "kept" {
+		if c.status == stKept {
 			best, bestName = c, c.name
 		}
 	}
-	byName := func(prefix string) *candidate {
+	byKind := func(k kind) *candidate {
 		for _, c := range r.cands {
-			if c.name == prefix {
+			if c.kind == k {
 				return c
 			}
 		}
@@ -239,23 +226,23 @@ func (r *run) measureStages() error {
 	}
 	// Fold and freeze are kept whenever their outputs match: they only remove work, and the
 	// later passes need a frozen graph.
-	for _, name := range []string{"fold conv+bn", "freeze"} {
-		if c := byName(name); c != nil && c.status == "candidate" {
-			c.status = "kept"
+	for _, k := range []kind{kindFold, kindFreeze} {
+		if c := byKind(k); c != nil && c.status == stCandidate {
+			c.status = stKept
 			c.reason = fmt.Sprintf("outputs match (max abs err %.2g); p50 %.3f ms vs original %.3f ms", c.maxAbs, p50[c.name], p50["original"])
 			best, bestName = c, c.name
 		}
 	}
-	decide(byName("freeze + optimize_for_inference"), o.OptimizeForInference, "optimize_for_inference")
+	decide(byKind(kindOFI), o.OptimizeForInference, "optimize_for_inference")
 	for _, c := range r.cands {
-		if len(c.name) > 13 && c.name[:13] == "channels-last" {
+		if c.kind == kindChannelsLast {
 			decide(c, o.ChannelsLast, "channels_last")
 		}
 	}
 	// Only the chain's last kept step stays "kept"; earlier ones are superseded.
 	for _, c := range r.cands {
-		if c.status == "kept" && c != best {
-			c.status = "superseded"
+		if c.status == stKept && c != best {
+			c.status = stSuperseded
 		}
 	}
 	return nil
@@ -281,62 +268,13 @@ func (r *run) chooseThreads() error {
 	return nil
 }
 
-// stageRows turns candidates and their measurement into the report's stage table.
-func (r *run) stageRows() []report.Stage {
-	stats := map[string]*bench.Result{}
-	pairs := map[string]bench.Pair{}
-	for _, cmp := range append([]*bench.Comparison{r.stageCmp}, r.extraCmps...) {
-		if cmp == nil {
-			continue
-		}
-		// A candidate keeps the figures of its first measurement, so each row's p50 and
-		// speedup come from one interleaved run; later runs only add new candidates.
-		for _, res := range cmp.Results {
-			if _, seen := stats[res.Name]; !seen {
-				stats[res.Name] = res
-			}
-		}
-		for _, p := range cmp.Pairs {
-			if _, seen := pairs[p.Other]; !seen {
-				pairs[p.Other] = p
-			}
+// quantizedOps counts a graph's quantized:: nodes by kind.
+func quantizedOps(nodes map[string]int) map[string]int {
+	q := map[string]int{}
+	for k, n := range nodes {
+		if strings.HasPrefix(k, "quantized::") {
+			q[k] = n
 		}
 	}
-	row := func(c *candidate) report.Stage {
-		s := report.Stage{Name: c.name, Status: c.status, Reason: c.reason, WallMs: msOf(c.wall), Nodes: total(c.nodes), MaxAbsErr: c.maxAbs, Cosine: c.cosine}
-		if c != r.orig && c.nodes != nil { // skipped and failed candidates have no graph
-			s.NodeDelta = delta(r.orig.nodes, c.nodes)
-		}
-		if res, ok := stats[c.name]; ok {
-			s.Measured = true
-			s.P50Ms, s.P95Ms = msOf(res.Stats.P50), msOf(res.Stats.P95)
-			s.P50LoMs, s.P50HiMs = msOf(res.Stats.MedianLo), msOf(res.Stats.MedianHi)
-			if p, ok := pairs[c.name]; ok && p.Ratio > 0 {
-				s.Speedup, s.SpeedupLo, s.SpeedupHi = 1/p.Ratio, 1/p.RatioHi, 1/p.RatioLo
-			} else if c == r.orig {
-				s.Speedup, s.SpeedupLo, s.SpeedupHi = 1, 1, 1
-			}
-		}
-		return s
-	}
-	rows := []report.Stage{row(r.orig)}
-	for _, c := range r.cands {
-		rows = append(rows, row(c))
-	}
-	return rows
-}
-
-func delta(a, b map[string]int) map[string]int {
-	d := map[string]int{}
-	for k, v := range b {
-		if v != a[k] {
-			d[k] = v - a[k]
-		}
-	}
-	for k, v := range a {
-		if _, ok := b[k]; !ok {
-			d[k] = -v
-		}
-	}
-	return d
+	return q
 }

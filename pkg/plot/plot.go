@@ -20,6 +20,7 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 
+	"github.com/torchspeed/torchspeed/internal/safefile"
 	"github.com/torchspeed/torchspeed/pkg/bench"
 )
 
@@ -52,19 +53,34 @@ func SeriesFromThroughput(t *bench.ThroughputResult) []Series {
 	return out
 }
 
-// Latency draws one box plot per series (box: quartiles; line: median;
-// whiskers: 1.5 IQR; points: outliers) and writes dir/base.png and
-// dir/base.svg. It returns the paths written.
+// Latency draws one box plot per series (box: quartiles; line: median; whiskers: 1.5 IQR;
+// points: outliers, never clipped) with each series' p50, p95 and p99 marked, and writes
+// dir/base.png and dir/base.svg. The legend sits in headroom above the tallest series, so it
+// never covers data. Names may hold "\n" for a second label line (e.g. precision and
+// threads). It returns the paths written.
 func Latency(series []Series, title, dir, base string) ([]string, error) {
 	if len(series) == 0 {
 		return nil, errors.New("latency plot: no series to draw")
 	}
 	p := plot.New()
 	p.Title.Text = title
+	p.Title.TextStyle.Font.Size = vg.Points(13)
 	p.Y.Label.Text = "latency per inference (ms)"
+	p.X.Label.Text = "box: middle half of the runs; line: median; whiskers: 1.5x the box; dots beyond them: outliers"
 	p.Y.Min = 0
 	names := make([]string, len(series))
-	width := vg.Points(40)
+	width := vg.Points(36)
+	marks := []struct {
+		q     float64
+		name  string
+		shape draw.GlyphDrawer
+		xy    plotter.XYs
+	}{
+		{0.50, "p50 (median)", draw.CircleGlyph{}, nil},
+		{0.95, "p95", draw.TriangleGlyph{}, nil},
+		{0.99, "p99", draw.SquareGlyph{}, nil},
+	}
+	top := 0.0
 	for i, s := range series {
 		if len(s.Samples) == 0 {
 			return nil, fmt.Errorf("latency plot: series %q has no samples", s.Name)
@@ -72,6 +88,7 @@ func Latency(series []Series, title, dir, base string) ([]string, error) {
 		vals := make(plotter.Values, len(s.Samples))
 		for j, d := range s.Samples {
 			vals[j] = float64(d) / 1e6
+			top = max(top, vals[j])
 		}
 		box, err := plotter.NewBoxPlot(width, float64(i), vals)
 		if err != nil {
@@ -81,13 +98,32 @@ func Latency(series []Series, title, dir, base string) ([]string, error) {
 		box.MedianStyle.Width = vg.Points(2)
 		p.Add(box)
 		names[i] = s.Name
+		sorted := slices.Clone([]float64(vals))
+		slices.Sort(sorted)
+		for k := range marks {
+			marks[k].xy = append(marks[k].xy, plotter.XY{X: float64(i) + 0.3, Y: bench.Percentile(sorted, marks[k].q)})
+		}
+	}
+	for k, m := range marks {
+		sc, err := plotter.NewScatter(m.xy)
+		if err != nil {
+			return nil, fmt.Errorf("latency plot: %w", err)
+		}
+		sc.GlyphStyle.Shape = m.shape
+		sc.GlyphStyle.Radius = vg.Points(3.5)
+		sc.GlyphStyle.Color = plotutil.DarkColors[k%len(plotutil.DarkColors)]
+		p.Add(sc)
+		p.Legend.Add(m.name, sc)
 	}
 	p.NominalX(names...)
-	// Half a slot of margin on each side keeps long names inside the figure.
+	// Half a slot of margin on each side keeps long names inside the figure; headroom above
+	// the highest sample (outliers included) holds the legend.
 	p.X.Min, p.X.Max = -0.5, float64(len(series))-0.5
+	p.Y.Max = top * 1.3
+	p.Legend.Top, p.Legend.Left = true, true
 	p.Add(plotter.NewGrid())
-	w := vg.Length(max(4, 1.6*float64(len(series)))) * vg.Inch
-	return save(p, w, 4*vg.Inch, dir, base)
+	w := vg.Length(max(8, 1.4*float64(len(series)))) * vg.Inch
+	return save(p, w, 6*vg.Inch, dir, base)
 }
 
 // Sweep draws median latency (x) against items/s (y) for every sweep
@@ -112,7 +148,7 @@ func Sweep(s *bench.SweepResult, title, dir, base string) ([]string, error) {
 			return nil, fmt.Errorf("sweep plot: point %s has throughput %v", row.Point, xy.Y)
 		}
 		all = append(all, xy)
-		labels = append(labels, fmt.Sprintf("b%d t%d s%d", row.Point.Batch, row.Point.Threads, row.Point.Streams))
+		labels = append(labels, PointWords(row.Point))
 		if row.Pareto {
 			front = append(front, xy)
 		}
@@ -124,7 +160,7 @@ func Sweep(s *bench.SweepResult, title, dir, base string) ([]string, error) {
 	sc.GlyphStyle.Shape = draw.CircleGlyph{}
 	sc.GlyphStyle.Radius = vg.Points(3)
 	p.Add(sc, plotter.NewGrid())
-	p.Legend.Add("configuration (batch, threads, streams)", sc)
+	p.Legend.Add("configuration", sc)
 	if len(front) > 0 {
 		slices.SortFunc(front, func(a, b plotter.XY) int {
 			switch {
@@ -161,8 +197,20 @@ func Sweep(s *bench.SweepResult, title, dir, base string) ([]string, error) {
 	p.X.Min, p.Y.Min = 0, 0
 	// Leave room for the labels right of the last point.
 	_, xmax, _, ymax := plotter.XYRange(all)
-	p.X.Max, p.Y.Max = xmax*1.25, ymax*1.15
-	return save(p, 6*vg.Inch, 4.5*vg.Inch, dir, base)
+	p.Y.Max = ymax * 1.15
+	p.X.Max = xmax * 1.6
+	return save(p, 9*vg.Inch, 6*vg.Inch, dir, base)
+}
+
+// PointWords names a sweep point in words: "batch 4, 1 thread, 2 streams".
+func PointWords(p bench.Point) string {
+	plural := func(n int, word string) string {
+		if n == 1 {
+			return fmt.Sprintf("%d %s", n, word)
+		}
+		return fmt.Sprintf("%d %ss", n, word)
+	}
+	return fmt.Sprintf("batch %d, %s, %s", p.Batch, plural(p.Threads, "thread"), plural(p.Streams, "stream"))
 }
 
 // save writes p in every format, each atomically.
@@ -177,7 +225,7 @@ func save(p *plot.Plot, w, h vg.Length, dir, base string) ([]string, error) {
 			return paths, fmt.Errorf("render %s.%s: %w", base, ext, err)
 		}
 		path := filepath.Join(dir, base+"."+ext)
-		err = bench.WriteFileAtomic(path, func(out io.Writer) error {
+		err = safefile.Write(path, func(out io.Writer) error {
 			_, err := wt.WriteTo(out)
 			return err
 		})

@@ -63,7 +63,7 @@ func TestLatency(t *testing.T) {
 	}
 	checkFiles(t, paths, dir, "latency")
 	svg, _ := os.ReadFile(paths[1])
-	for _, name := range []string{"fp32", "int8", "resnet18, 2 threads"} {
+	for _, name := range []string{"fp32", "int8", "resnet18, 2 threads", "p50 (median)", "p95", "p99"} {
 		if !bytes.Contains(svg, []byte(name)) {
 			t.Errorf("SVG lacks label %q", name)
 		}
@@ -87,7 +87,7 @@ func TestSweepPlot(t *testing.T) {
 	}
 	checkFiles(t, paths, dir, "sweep")
 	svg, _ := os.ReadFile(paths[1])
-	if !bytes.Contains(svg, []byte("Pareto front")) || !bytes.Contains(svg, []byte("b4 t1 s1")) {
+	if !bytes.Contains(svg, []byte("Pareto front")) || !bytes.Contains(svg, []byte("batch 4, 1 thread, 1 stream")) {
 		t.Error("SVG lacks the front legend or point labels")
 	}
 }

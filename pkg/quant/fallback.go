@@ -72,7 +72,7 @@ func (e *ThresholdError) Error() string {
 	for i, f := range e.Failures {
 		parts[i] = f.String()
 	}
-	return fmt.Sprintf("INT8 misses the validation thresholds after %d attempts (best attempt: %s): keep FP32, raise quantize.fallback.max_fp32_layers, or try another activation observer", e.Tried, strings.Join(parts, "; "))
+	return fmt.Sprintf("INT8 misses the validation thresholds after %d attempts (best attempt: %s): keep FP32, raise quantize.max_fallback_layers, or try another activation observer", e.Tried, strings.Join(parts, "; "))
 }
 
 // candidate is a passing (or best) quantized model.

@@ -9,62 +9,161 @@ import (
 	"text/tabwriter"
 )
 
-// WriteJSON writes the whole report.
+// WriteJSON writes the whole report. Non-finite figures become null and are listed in
+// non_finite (see markNonFinite).
 func (r *Report) WriteJSON(w io.Writer) error {
+	r.prepare()
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(r)
 }
 
-func ms(v float64) string {
-	if v == 0 {
-		return "-"
+// prepare fills what every rendering needs: the schema version, the summary, non-nil lists
+// (JSON readers get [] rather than null for "none") and null for non-finite figures.
+func (r *Report) prepare() {
+	r.SchemaVersion = SchemaVersion
+	r.markNonFinite()
+	if r.Summary == nil {
+		r.Summary = r.summaryLines()
 	}
+	for _, l := range []*[]string{&r.Decisions, &r.Warnings, &r.NonFinite, &r.Settings.Applied, &r.Settings.Notes} {
+		if *l == nil {
+			*l = []string{}
+		}
+	}
+	if r.Stages == nil {
+		r.Stages = []Stage{}
+	}
+	if r.Measurements == nil {
+		r.Measurements = []Measurement{}
+	}
+	if r.Settings.Env == nil {
+		r.Settings.Env = []EnvVar{}
+	}
+	if r.Model.Inputs == nil {
+		r.Model.Inputs = []InputSpec{}
+	}
+	for i := range r.Stages {
+		if r.Stages[i].NodeDelta == nil {
+			r.Stages[i].NodeDelta = map[string]int{}
+		}
+	}
+	if v := r.Validation; v != nil {
+		for _, l := range []*[]string{&v.Failures, &v.Notes} {
+			if *l == nil {
+				*l = []string{}
+			}
+		}
+		if v.Layers == nil {
+			v.Layers = []Layer{}
+		}
+	}
+	if q := r.Quantize; q != nil {
+		if q.FP32Layers == nil {
+			q.FP32Layers = []string{}
+		}
+		if q.Warnings == nil {
+			q.Warnings = []string{}
+		}
+		if q.QuantizedOps == nil {
+			q.QuantizedOps = map[string]int{}
+		}
+	}
+	if r.Manifest == nil {
+		r.Manifest = json.RawMessage("null")
+	}
+}
+
+func ms(v float64) string {
 	if v < 1 {
 		return fmt.Sprintf("%.3f", v)
 	}
 	return fmt.Sprintf("%.2f", v)
 }
 
-func speed(s Stage) string {
-	if !s.Measured || s.Speedup == 0 {
+func msp(v *float64) string {
+	if v == nil {
 		return "-"
 	}
-	return fmt.Sprintf("%.2fx [%.2f, %.2f]", s.Speedup, s.SpeedupLo, s.SpeedupHi)
+	return ms(*v)
+}
+
+// RoundedSpeedup is how a row's speedup is printed: the ratio of the two p50s as printed, so
+// that a reader dividing the table's figures gets the table's speedup.
+func RoundedSpeedup(baselineP50, p50 float64) float64 {
+	var b, p float64
+	fmt.Sscan(ms(baselineP50), &b)
+	fmt.Sscan(ms(p50), &p)
+	if p <= 0 {
+		return 0
+	}
+	return b / p
+}
+
+func speed(s Stage) string {
+	if s.Speedup == nil || s.BaselineP50Ms == nil || s.P50Ms == nil {
+		return "-"
+	}
+	sp := RoundedSpeedup(*s.BaselineP50Ms, *s.P50Ms)
+	if s.SpeedupLo == nil || s.SpeedupHi == nil {
+		return fmt.Sprintf("%.2fx", sp)
+	}
+	return fmt.Sprintf("%.2fx [%.2f, %.2f]", sp, *s.SpeedupLo, *s.SpeedupHi)
 }
 
 func errCell(s Stage) string {
-	if s.Cosine == 0 && s.MaxAbsErr == 0 {
+	if s.MaxAbsErr == nil && s.Cosine == nil {
 		return "-"
 	}
-	return fmt.Sprintf("%.2g / %.5f", s.MaxAbsErr, s.Cosine)
+	return fmt.Sprintf("%s / %s", gfmt(s.MaxAbsErr, "%.2g"), gfmt(s.Cosine, "%.5f"))
+}
+
+func gfmt(v *float64, format string) string {
+	if v == nil {
+		return "n/a"
+	}
+	return fmt.Sprintf(format, *v)
+}
+
+func threadsCell(t *int) string {
+	if t == nil {
+		return "-"
+	}
+	return fmt.Sprint(*t)
 }
 
 // WriteTable writes the stage table for a terminal.
 func (r *Report) WriteTable(w io.Writer) error {
+	r.prepare()
+	for _, l := range r.Summary {
+		fmt.Fprintln(w, l)
+	}
+	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "stage\tstatus\tp50 ms\tp95 ms\tspeedup vs original [95% CI]\tmax err / cosine\twall ms")
+	fmt.Fprintln(tw, "stage\tstatus\tprecision\tthreads\tp50 ms\tp95 ms\toriginal p50 ms\tspeedup [95% CI]\tmax err / cosine")
 	for _, s := range r.Stages {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%.0f\n", s.Name, s.Status, ms(s.P50Ms), ms(s.P95Ms), speed(s), errCell(s), s.WallMs)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Status, s.Precision, threadsCell(s.Threads),
+			msp(s.P50Ms), msp(s.P95Ms), msp(s.BaselineP50Ms), speed(s), errCell(s))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	if b := r.Bench; b != nil {
-		fmt.Fprintf(w, "\nfinal: %s  p50 %.3f ms (original %.3f ms), p95 %.3f ms, %.2fx [%.2f, %.2f], %d runs interleaved, %d thread(s)\n",
-			b.Verdict, b.OptimizedP50, b.OriginalP50, b.OptimizedP95, b.Speedup, b.SpeedupLo, b.SpeedupHi, b.Runs, b.Threads)
+		fmt.Fprintf(w, "\nfinal (%s, %d thread(s)): p50 %s ms (original %s ms), p95 %s ms (original %s ms), %s; %d runs interleaved\n",
+			b.Precision, b.Threads, ms(b.OptimizedP50), ms(b.OriginalP50), ms(b.OptimizedP95), ms(b.OriginalP95), b.Verdict, b.Runs)
 	}
 	if rf := r.Roofline; rf != nil {
 		fmt.Fprintf(w, "roofline: %s\n", rf.Summary())
 	}
 	if v := r.Validation; v != nil {
-		fmt.Fprintf(w, "validation (%d samples%s): %s  %s\n", v.Samples, synth(v.Synthetic), passWord(v.Passed), metricLine(v.Metrics))
+		fmt.Fprintf(w, "validation of %s (%s, %d samples: %s%s): %s  %s\n", v.Checked, v.CheckedPrecision, v.Samples, v.Data,
+			synth(v.Synthetic), passWord(v.Passed), metricLine(v.Metrics))
 	}
 	for _, warn := range r.Warnings {
 		fmt.Fprintf(w, "warning: %s\n", warn)
 	}
-	if r.Artifact != "" {
-		fmt.Fprintf(w, "artifact: %s\n", r.Artifact)
+	if r.Artifact != nil {
+		fmt.Fprintf(w, "artifact: %s\n", *r.Artifact)
 	}
 	return nil
 }
@@ -83,32 +182,76 @@ func passWord(b bool) string {
 	return "FAIL"
 }
 
-func metricLine(m map[string]float64) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
+// metricRows lists the measured metrics, in a fixed order, with their printed values.
+func metricRows(m Metrics) [][2]string {
+	var rows [][2]string
+	add := func(name string, v *float64, format string) {
+		if v != nil {
+			rows = append(rows, [2]string{name, fmt.Sprintf(format, *v)})
+		}
 	}
-	sort.Strings(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%s=%.5g", k, m[k])
+	add("cosine", m.Cosine, "%.6f")
+	add("min_sample_cosine", m.MinSampleCosine, "%.6f")
+	add("max_abs_error", m.MaxAbsError, "%.3g")
+	add("mean_abs_error", m.MeanAbsError, "%.3g")
+	add("top1_agreement", m.Top1Agreement, "%.4f")
+	add("kl_divergence", m.KLDivergence, "%.3g")
+	add("top1_original", m.Top1Original, "%.4f")
+	add("top1_checked", m.Top1Checked, "%.4f")
+	add("top5_original", m.Top5Original, "%.4f")
+	add("top5_checked", m.Top5Checked, "%.4f")
+	add("accuracy_drop_points", m.AccuracyDropPoints, "%.2f")
+	return rows
+}
+
+func metricLine(m Metrics) string {
+	var parts []string
+	for _, r := range metricRows(m) {
+		parts = append(parts, r[0]+"="+r[1])
 	}
 	return strings.Join(parts, " ")
 }
 
-// WriteMarkdown writes the report for people: the stage table, the decisions, validation,
-// the final benchmark and the machine.
+// glossary explains the words the tables use, once.
+var glossary = []string{
+	"**p50 / p95**: the median and 95th-percentile latency of one inference.",
+	"**speedup**: the original's p50 divided by the stage's p50, both from the same interleaved measurement (named in the row), with a 95% bootstrap interval.",
+	"**kept / superseded**: a kept step is in the artifact; a superseded one was kept, then built upon by a later kept step (so it is in the artifact too, under it).",
+	"**ofi**: `optimize_for_inference`, libtorch's pass that fuses ops for inference (oneDNN); it is re-applied when the artifact loads.",
+	"**U test**: the Mann-Whitney U test of the two latency samples; a difference is called only when p < 0.05 and the interval excludes 1.",
+	"**roofline**: the model's multiply-add work per inference divided by its p50, as a share of the compute peak measured on these CPUs.",
+}
+
+// WriteMarkdown writes the report for people: a summary, the stage table, the decisions,
+// validation, the final benchmark and the machine.
 func (r *Report) WriteMarkdown(w io.Writer) error {
+	r.prepare()
 	p := func(format string, a ...any) { fmt.Fprintf(w, format, a...) }
 	p("# torchspeed report: %s\n\n", r.Model.Path)
-	p("torchspeed %s, libtorch %s, %s, %.1f s\n\n", r.Torchspeed, r.Libtorch, r.Started.Format("2006-01-02 15:04:05 MST"), r.WallMs/1000)
-	p("Model: `%s` (%d bytes, sha256 `%.16s…`), inputs %s, %d graph nodes.\n\n", r.Model.Path, r.Model.Bytes, r.Model.SHA256, strings.Join(r.Model.Inputs, ", "), r.Model.Nodes)
+	p("## Summary\n\n")
+	for _, l := range r.Summary {
+		p("- %s\n", l)
+	}
+	p("\ntorchspeed %s, libtorch %s, %s, %.1f s.\n\n", r.Torchspeed, r.Libtorch, r.Started.Format("2006-01-02 15:04:05 MST"), r.WallMs/1000)
+	var ins []string
+	for _, in := range r.Model.Inputs {
+		ins = append(ins, fmt.Sprintf("%s %s%v", in.Name, in.DType, in.Shape))
+	}
+	p("Model: `%s` (%d bytes, sha256 `%.16s…`), inputs %s, %d graph nodes.\n\n", r.Model.Path, r.Model.Bytes, r.Model.SHA256, strings.Join(ins, ", "), r.Model.Nodes)
 	p("## What each step bought\n\n")
-	p("Latencies are medians and 95th percentiles of runs interleaved across all candidates in one process; speedups are ratios of medians with a 95%% bootstrap interval.\n\n")
-	p("| stage | status | p50 ms | p95 ms | speedup vs original | max abs err / cosine | graph nodes | node changes | wall ms |\n")
-	p("|---|---|---:|---:|---|---|---:|---|---:|\n")
+	p("Each row's figures come from one measurement, in which the original ran interleaved with the stage (shuffled rounds, one process); speedup = original p50 / p50 of that row.\n\n")
+	p("| stage | status | precision | threads | p50 ms | p95 ms | original p50 ms | speedup [95%% CI] | max abs err / cosine | measurement | graph nodes | node changes |\n")
+	p("|---|---|---|---:|---:|---:|---:|---|---|---|---:|---|\n")
 	for _, s := range r.Stages {
-		p("| %s | %s | %s | %s | %s | %s | %d | %s | %.0f |\n", s.Name, s.Status, ms(s.P50Ms), ms(s.P95Ms), speed(s), errCell(s), s.Nodes, deltaString(s.NodeDelta), s.WallMs)
+		meas, nodes := "-", "-"
+		if s.Measurement != nil {
+			meas = *s.Measurement
+		}
+		if s.Nodes != nil {
+			nodes = fmt.Sprint(*s.Nodes)
+		}
+		p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", s.Name, s.Status, s.Precision, threadsCell(s.Threads),
+			msp(s.P50Ms), msp(s.P95Ms), msp(s.BaselineP50Ms), speed(s), errCell(s), meas, nodes, deltaString(s.NodeDelta))
 	}
 	p("\n")
 	for _, s := range r.Stages {
@@ -124,15 +267,13 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	}
 	if v := r.Validation; v != nil {
 		p("\n## Validation against the FP32 original\n\n")
-		p("%d samples (%s)%s: **%s**\n\n", v.Samples, v.Data, synth(v.Synthetic), passWord(v.Passed))
-		keys := make([]string, 0, len(v.Metrics))
-		for k := range v.Metrics {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
+		p("Checked: %s (%s), %d samples: %s%s: **%s**\n\n", v.Checked, v.CheckedPrecision, v.Samples, v.Data, synth(v.Synthetic), passWord(v.Passed))
 		p("| metric | value |\n|---|---:|\n")
-		for _, k := range keys {
-			p("| %s | %.6g |\n", k, v.Metrics[k])
+		for _, row := range metricRows(v.Metrics) {
+			p("| %s | %s |\n", row[0], row[1])
+		}
+		for _, n := range v.Notes {
+			p("\n- note: %s", n)
 		}
 		for _, f := range v.Failures {
 			p("\n- failed: %s", f)
@@ -141,11 +282,11 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	}
 	if b := r.Bench; b != nil {
 		p("\n## Final benchmark\n\n")
-		p("%d runs each, original and optimized interleaved, %d intra-op thread(s).\n\n", b.Runs, b.Threads)
+		p("%d runs each, original and %s (%s) interleaved, %d intra-op thread(s).\n\n", b.Runs, b.Optimized, b.Precision, b.Threads)
 		p("| model | p50 ms | p90 ms | p95 ms | p99 ms |\n|---|---:|---:|---:|---:|\n")
 		p("| original | %s | | %s | |\n", ms(b.OriginalP50), ms(b.OriginalP95))
 		p("| optimized | %s | %s | %s | %s |\n\n", ms(b.OptimizedP50), ms(b.OptimizedP90), ms(b.OptimizedP95), ms(b.OptimizedP99))
-		p("Speedup %.2fx (95%% CI %.2f to %.2f); %s; throughput %.1f inferences/s at batch 1.\n", b.Speedup, b.SpeedupLo, b.SpeedupHi, b.Verdict, b.Throughput)
+		p("Speedup %.2fx (95%% CI %.2f to %.2f); %s; throughput %.1f inferences/s from one caller.\n", RoundedSpeedup(b.OriginalP50, b.OptimizedP50), b.SpeedupLo, b.SpeedupHi, b.Verdict, b.Throughput)
 	}
 	if rf := r.Roofline; rf != nil {
 		p("\n## Roofline\n\n%s.\n\n", rf.Summary())
@@ -160,28 +301,63 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 			p("| %s | %s%s | %.1f%% |\n", op, si(rf.ByOp[op]), rf.unit(), 100*rf.ByOp[op]/max(rf.FLOPs, 1))
 		}
 	}
-	if r.Plot != "" {
-		p("\n![latency](%s)\n", r.Plot)
+	if r.Plot != nil {
+		p("\n![latency](%s)\n", *r.Plot)
 	}
-	if len(r.Settings) > 0 {
-		p("\n## Runtime settings\n\n| setting | value |\n|---|---|\n")
-		keys := make([]string, 0, len(r.Settings))
-		for k := range r.Settings {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			p("| %s | %s |\n", k, r.Settings[k])
-		}
-	}
+	r.writeSettings(p)
 	if len(r.Warnings) > 0 {
 		p("\n## Warnings\n\n")
 		for _, w := range r.Warnings {
 			p("- %s\n", w)
 		}
 	}
-	p("\nArtifact: `%s`\n", r.Artifact)
+	if len(r.NonFinite) > 0 {
+		p("\nNaN or infinite figures (written as null in report.json): %s\n", strings.Join(r.NonFinite, ", "))
+	}
+	p("\n## Terms\n\n")
+	for _, g := range glossary {
+		p("- %s\n", g)
+	}
+	if r.Artifact != nil {
+		p("\nArtifact: `%s`\n", *r.Artifact)
+	} else {
+		p("\nNo artifact was written.\n")
+	}
 	return nil
+}
+
+func (r *Report) writeSettings(p func(string, ...any)) {
+	s := r.Settings
+	p("\n## Runtime settings of the final benchmark\n\n| setting | value |\n|---|---|\n")
+	p("| threads | %d |\n", s.Threads)
+	opt := func(name string, v *string) {
+		if v != nil {
+			p("| %s | %s |\n", name, *v)
+		}
+	}
+	if s.InteropThreads != nil {
+		p("| interop_threads | %d |\n", *s.InteropThreads)
+	}
+	opt("cpus", s.CPUs)
+	opt("openmp", s.OpenMP)
+	opt("mode", s.Mode)
+	opt("allocator", s.Allocator)
+	if s.NUMANode != nil {
+		p("| numa_node | %d |\n", *s.NUMANode)
+	}
+	opt("blas", s.BLAS)
+	for _, e := range s.Env {
+		p("| environment %s | %s |\n", e.Name, e.Value)
+	}
+	for _, a := range s.Applied {
+		p("| applied | %s |\n", a)
+	}
+	if len(s.Notes) > 0 {
+		p("\n")
+	}
+	for _, n := range s.Notes {
+		p("- %s\n", n)
+	}
 }
 
 func deltaString(d map[string]int) string {

@@ -3,26 +3,34 @@ package report
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"strings"
 	"testing"
 	"time"
 )
 
+func f(v float64) *float64 { return &v }
+func i(v int) *int         { return &v }
+func s(v string) *string   { return &v }
+
 func sample() *Report {
 	return &Report{
 		Torchspeed: "test", Libtorch: "1.13.0", Started: time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC), WallMs: 1500,
-		Model: ModelInfo{Path: "m.pt", SHA256: "abcdef0123456789abcdef", Bytes: 10, Inputs: []string{"x float32[1 3 8 8]"}, Nodes: 40},
+		Outcome: OutcomePassed,
+		Model:   ModelInfo{Path: "m.pt", SHA256: "abcdef0123456789abcdef", Bytes: 10, Inputs: []InputSpec{{Name: "x", DType: "float32", Shape: []int64{1, 3, 8, 8}}}, Nodes: 40},
 		Stages: []Stage{
-			{Name: "original", Status: "baseline", P50Ms: 2, P95Ms: 3, Speedup: 1, SpeedupLo: 1, SpeedupHi: 1, Measured: true, Nodes: 40},
-			{Name: "freeze", Status: "kept", Reason: "1.50x faster", P50Ms: 1.3333, P95Ms: 1.9, Speedup: 1.5, SpeedupLo: 1.4, SpeedupHi: 1.6, Measured: true,
-				MaxAbsErr: 2e-6, Cosine: 1, Nodes: 20, NodeDelta: map[string]int{"prim::GetAttr": -20}},
-			{Name: "freeze + optimize_for_inference", Status: "failed", Reason: "boom"},
+			{Name: "original", Status: StatusBaseline, Precision: "fp32", Measurement: s("stages"), Threads: i(2), P50Ms: f(2), P95Ms: f(3), BaselineP50Ms: f(2), Speedup: f(1), SpeedupLo: f(1), SpeedupHi: f(1), Nodes: i(40)},
+			{Name: "freeze", Status: StatusKept, Precision: "fp32", Reason: "1.50x faster", Measurement: s("stages"), Threads: i(2), P50Ms: f(1.3333), P95Ms: f(1.9), BaselineP50Ms: f(2),
+				Speedup: f(1.5), SpeedupLo: f(1.4), SpeedupHi: f(1.6), MaxAbsErr: f(2e-6), Cosine: f(1), Nodes: i(20), NodeDelta: map[string]int{"prim::GetAttr": -20}},
+			{Name: "freeze + optimize_for_inference", Status: StatusFailed, Precision: "fp32", Reason: "boom"},
 		},
 		Decisions:  []string{"threads: 2 (measured 1: p50 3 ms; 2: p50 2 ms)"},
-		Validation: &Validation{Samples: 16, Data: "calib.npy", Passed: false, Metrics: map[string]float64{"cosine": 0.97}, Failures: []string{"cosine 0.97 < 0.99"}},
-		Bench:      &Bench{Runs: 100, Threads: 2, OriginalP50: 2, OptimizedP50: 1.3, OptimizedP95: 1.8, Speedup: 1.54, SpeedupLo: 1.5, SpeedupHi: 1.6, Verdict: "optimized is 54% faster"},
-		Artifact:   "out/m.torchspeed.pt",
-		Warnings:   []string{"noisy"},
+		Validation: &Validation{Checked: "freeze", CheckedPrecision: "fp32", Samples: 16, Data: "calib.npy", Passed: false, Metrics: Metrics{Cosine: f(0.97)}, Failures: []string{"cosine 0.97 < 0.99"}},
+		Bench: &Bench{Runs: 100, Threads: 2, Precision: "fp32", Optimized: "freeze", OriginalP50: 2, OptimizedP50: 1.3, OptimizedP95: 1.8, Speedup: 2 / 1.3,
+			SpeedupLo: 1.5, SpeedupHi: 1.6, UTestP: 0.001, Significant: true, Verdict: "optimized is 53.8% faster"},
+		Artifact: s("out/m.torchspeed.pt"),
+		Warnings: []string{"noisy"},
+		Settings: Settings{Threads: 2, Env: []EnvVar{{Name: "GOMP_SPINCOUNT", Value: "3000"}}},
 	}
 }
 
@@ -39,25 +47,87 @@ func TestRenderings(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
-		"| freeze | kept | 1.33 | 1.90 | 1.50x [1.40, 1.60] | 2e-06 / 1.00000 | 20 | prim::GetAttr -20 |",
+		"## Summary", "- Deploy `out/m.torchspeed.pt`: freeze, FP32, 2 intra-op thread(s).",
+		"Speed: 1.54x the original at p50 (95% CI 1.50 to 1.60)",
+		"| freeze | kept | fp32 | 2 | 1.33 | 1.90 | 2.00 | 1.50x [1.40, 1.60] | 2e-06 / 1.00000 | stages | 20 | prim::GetAttr -20 |",
 		"- **freeze**: 1.50x faster",
 		"- **freeze + optimize_for_inference**: boom",
 		"**FAIL**", "- failed: cosine 0.97 < 0.99", "Speedup 1.54x (95% CI 1.50 to 1.60)",
-		"Artifact: `out/m.torchspeed.pt`", "- noisy",
+		"| environment GOMP_SPINCOUNT | 3000 |",
+		"Artifact: `out/m.torchspeed.pt`", "- noisy", "**ofi**", "**U test**", "**roofline**", "superseded",
 	} {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md.String())
 		}
 	}
-	lines := strings.Split(tbl.String(), "\n")
-	if !strings.HasPrefix(lines[0], "stage") || !strings.Contains(tbl.String(), "validation (16 samples): FAIL") {
+	if !strings.Contains(tbl.String(), "validation of freeze (fp32, 16 samples: calib.npy): FAIL") {
 		t.Errorf("table:\n%s", tbl.String())
 	}
 	var back map[string]any
 	if err := json.Unmarshal(js.Bytes(), &back); err != nil {
 		t.Fatal(err)
 	}
-	if back["artifact"] != "out/m.torchspeed.pt" || len(back["stages"].([]any)) != 3 {
+	if back["artifact"] != "out/m.torchspeed.pt" || len(back["stages"].([]any)) != 3 || back["schema_version"] != float64(SchemaVersion) {
 		t.Errorf("json: %v", back)
+	}
+	// Not measured is null, not 0 or -1.
+	failed := back["stages"].([]any)[2].(map[string]any)
+	for _, k := range []string{"p50_ms", "speedup", "threads", "cosine"} {
+		if v, ok := failed[k]; !ok || v != nil {
+			t.Errorf("failed stage %s = %v (present %v), want null", k, v, ok)
+		}
+	}
+}
+
+// A verdict never contradicts its interval or its test.
+func TestVerdict(t *testing.T) {
+	for _, c := range []struct {
+		sp, lo, hi, p float64
+		want          string
+		sig           bool
+	}{
+		{1.10, 0.68, 1.75, 0.015, "no clear difference: the interval includes 1", false},
+		{1.10, 1.02, 1.20, 0.30, "no clear difference (", false},
+		{2.00, 1.80, 2.20, 0.001, "optimized is 100.0% faster", true},
+		{0.50, 0.45, 0.55, 0.001, "optimized is 100.0% slower", true},
+	} {
+		got, sig := Verdict(c.sp, c.lo, c.hi, c.p)
+		if !strings.HasPrefix(got, c.want) || sig != c.sig {
+			t.Errorf("Verdict(%v, [%v, %v], p=%v) = %q, %v; want %q..., %v", c.sp, c.lo, c.hi, c.p, got, sig, c.want, c.sig)
+		}
+	}
+}
+
+// NaN and infinite figures do not lose the report: they are written as null and listed.
+func TestNonFiniteFigures(t *testing.T) {
+	r := sample()
+	r.Validation.Metrics.MaxAbsError = f(math.Inf(1))
+	r.Validation.Metrics.Cosine = f(math.NaN())
+	r.Stages[1].MaxAbsErr = f(math.Inf(1))
+	var js, md bytes.Buffer
+	if err := r.WriteJSON(&js); err != nil {
+		t.Fatalf("WriteJSON: %v", err)
+	}
+	if err := r.WriteMarkdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	var back struct {
+		NonFinite  []string `json:"non_finite"`
+		Validation struct {
+			Metrics map[string]any `json:"metrics"`
+		} `json:"validation"`
+	}
+	if err := json.Unmarshal(js.Bytes(), &back); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"stages[1].max_abs_error", "validation.metrics.cosine", "validation.metrics.max_abs_error"}
+	if strings.Join(back.NonFinite, ",") != strings.Join(want, ",") {
+		t.Errorf("non_finite = %q, want %q", back.NonFinite, want)
+	}
+	if v, ok := back.Validation.Metrics["max_abs_error"]; !ok || v != nil {
+		t.Errorf("max_abs_error = %v, want null", v)
+	}
+	if !strings.Contains(md.String(), "NaN or infinite figures") {
+		t.Errorf("markdown does not say which figures were non-finite:\n%s", md.String())
 	}
 }

@@ -65,6 +65,9 @@ type Manifest struct {
 	// RecordsSHA256 is ArchiveDigest of the archive it was saved in (SaveArtifact); Load refuses
 	// an archive whose records no longer match it. Empty in manifests written before it existed.
 	RecordsSHA256 string `json:"records_sha256,omitempty"`
+	// QuantizedOps counts the quantized:: operators in the saved graph, by kind (empty: no
+	// layer is quantized, whatever Precision a hand-made manifest claims).
+	QuantizedOps map[string]int `json:"quantized_ops,omitempty"`
 }
 
 // preserved are the methods a load-time freeze must keep.

@@ -1,0 +1,98 @@
+package report
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Verdict words a measured speedup so that the words never contradict the figures: a
+// difference is called only when the U test is significant (p < 0.05) and the ratio's 95%
+// interval excludes 1; otherwise it says there is no clear difference, and why.
+func Verdict(speedup, lo, hi, p float64) (string, bool) {
+	ci := fmt.Sprintf("%.2fx, 95%% CI [%.2f, %.2f], U test p=%.3g", speedup, lo, hi, p)
+	switch {
+	case p >= 0.05:
+		return "no clear difference (" + ci + ")", false
+	case lo <= 1 && hi >= 1:
+		return "no clear difference: the interval includes 1 (" + ci + ")", false
+	case speedup > 1:
+		return fmt.Sprintf("optimized is %.1f%% faster (%s)", (speedup-1)*100, ci), true
+	default:
+		return fmt.Sprintf("optimized is %.1f%% slower (%s)", (1/speedup-1)*100, ci), true
+	}
+}
+
+// summaryLines is the plain-language opening of the report: what to deploy, how much faster,
+// at what precision and thread count, how accuracy was checked, and any warning.
+func (r *Report) summaryLines() []string {
+	var out []string
+	b, v := r.Bench, r.Validation
+	switch {
+	case r.Outcome == OutcomeValidationFailed:
+		why := ""
+		if v != nil && len(v.Failures) > 0 {
+			why = ": " + strings.Join(v.Failures, "; ")
+		}
+		out = append(out, "Do not deploy: the optimized model failed validation"+why+". No artifact was written; earlier outputs in this folder were left as they were.")
+	case r.Artifact != nil && b != nil:
+		out = append(out, fmt.Sprintf("Deploy `%s`: %s, %s, %d intra-op thread(s).", *r.Artifact, b.Optimized, precisionWords(b.Precision), b.Threads))
+	}
+	if b != nil {
+		sp := RoundedSpeedup(b.OriginalP50, b.OptimizedP50)
+		if b.Significant {
+			out = append(out, fmt.Sprintf("Speed: %.2fx the original at p50 (95%% CI %.2f to %.2f): %s ms vs %s ms; p95 %s ms vs %s ms; %d interleaved runs each.",
+				sp, b.SpeedupLo, b.SpeedupHi, ms(b.OptimizedP50), ms(b.OriginalP50), ms(b.OptimizedP95), ms(b.OriginalP95), b.Runs))
+		} else {
+			out = append(out, fmt.Sprintf("Speed: no clear difference from the original (p50 %s ms vs %s ms, %.2fx, 95%% CI %.2f to %.2f; p95 %s ms vs %s ms; %d interleaved runs each).",
+				ms(b.OptimizedP50), ms(b.OriginalP50), sp, b.SpeedupLo, b.SpeedupHi, ms(b.OptimizedP95), ms(b.OriginalP95), b.Runs))
+		}
+	}
+	if v != nil {
+		data := v.Data
+		if data != "" && (data[0] < '0' || data[0] > '9') {
+			data = fmt.Sprintf("%d samples of %s", v.Samples, data) // Describe() already counts them
+		}
+		how := fmt.Sprintf("Accuracy: %s checked against the original on %s", v.Checked, data)
+		if v.Synthetic {
+			how += " (random data: unverified on real inputs)"
+		}
+		if m := metricLine(v.Metrics); m != "" {
+			how += ": " + m
+		}
+		out = append(out, how+": "+passWord(v.Passed)+".")
+	}
+	if q := r.Quantize; q != nil && q.QuantizedOpCount == 0 {
+		out = append(out, "INT8: no layer was quantized; the result is not called INT8.")
+	}
+	// The loudest warning first: a load change makes the figures themselves doubtful.
+	first := ""
+	for _, w := range r.Warnings {
+		if strings.Contains(w, "load changed") {
+			first = w
+			break
+		}
+	}
+	if first == "" && len(r.Warnings) > 0 {
+		first = r.Warnings[0]
+	}
+	switch n := len(r.Warnings); n {
+	case 0:
+	case 1:
+		out = append(out, "Warning: "+first)
+	default:
+		out = append(out, fmt.Sprintf("Warnings (%d, listed below): %s", n, first))
+	}
+	return out
+}
+
+func precisionWords(p string) string {
+	switch p {
+	case "int8-static":
+		return "INT8 (static, calibrated)"
+	case "int8-dynamic":
+		return "INT8 (dynamic)"
+	case "fp32":
+		return "FP32"
+	}
+	return p
+}
