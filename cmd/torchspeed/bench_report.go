@@ -13,7 +13,6 @@ import (
 	"github.com/torchspeed/torchspeed/pkg/benchrun"
 	"github.com/torchspeed/torchspeed/pkg/cpu"
 	"github.com/torchspeed/torchspeed/pkg/plot"
-	"github.com/torchspeed/torchspeed/pkg/roofline"
 	"github.com/torchspeed/torchspeed/pkg/version"
 )
 
@@ -56,17 +55,17 @@ func (b *benchCmd) measure(rep *bench.Report, models []*benchrun.Loaded, specs [
 	if err != nil {
 		return err
 	}
-	timed := make([]roofline.Timed, len(models))
+	timed := make([]benchrun.Timed, len(models))
 	for i, r := range latencyResults(rep) {
 		r.Load = models[i].LoadTime
 		if len(ins) > 0 && len(ins[0].Shape) > 0 {
 			r.Batch = int(ins[0].Shape[0])
 		}
 		l := models[i]
-		timed[i] = roofline.Timed{Name: l.Spec.Name, Path: l.Spec.Path, Module: l.Model.Module(), Manifest: l.Model.Manifest,
+		timed[i] = benchrun.Timed{Name: l.Spec.Name, Path: l.Spec.Path, Module: l.Model.Module(), Manifest: l.Model.Manifest,
 			SHA256: rep.Environment.ModelHashes[l.Spec.Name], P50: r.Stats.P50}
 	}
-	rep.Roofline = roofline.ForModels(timed, inputs, rep.Environment.Threads, func(name string, err error) {
+	rep.Roofline = benchrun.Rooflines(timed, inputs, rep.Environment.Threads, func(name string, err error) {
 		fmt.Fprintf(log, "bench: no roofline for %s: %v\n", name, err)
 	})
 	return nil

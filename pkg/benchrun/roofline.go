@@ -1,4 +1,4 @@
-package roofline
+package benchrun
 
 import (
 	"fmt"
@@ -6,10 +6,11 @@ import (
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/pkg/report"
+	"github.com/torchspeed/torchspeed/pkg/roofline"
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
 )
 
-// Timed is one model as a benchmark measured it: its name and file, what was loaded (with its
+// Timed is one model as a benchmark measured it, for Rooflines: its name and file, what was loaded (with its
 // manifest when it is a torchspeed artifact), the SHA-256 of its file and its median latency.
 type Timed struct {
 	Name   string
@@ -35,7 +36,7 @@ func flopModule(models []Timed, i int) (m *torch.Module, countedOn string, close
 	if !l.isArtifact() {
 		return l.Module, l.Name, func() {}, nil
 	}
-	if IsINT8(l.Manifest.Precision) {
+	if roofline.IsINT8(l.Manifest.Precision) {
 		for j := range models {
 			o := &models[j]
 			if !o.isArtifact() && o.SHA256 != "" && o.SHA256 == l.Manifest.SourceSHA256 {
@@ -51,9 +52,9 @@ func flopModule(models []Timed, i int) (m *torch.Module, countedOn string, close
 	return raw, l.Name + " without its load passes", func() { raw.Close() }, nil
 }
 
-// ForModels places each measured model against the compute peak of threads CPUs, counting its
+// Rooflines places each measured model against the compute peak of threads CPUs, counting its
 // FLOPs on inputs. A model it cannot place is skipped, with the reason passed to skipped.
-func ForModels(models []Timed, inputs []*torch.Tensor, threads int, skipped func(name string, err error)) []*report.Roofline {
+func Rooflines(models []Timed, inputs []*torch.Tensor, threads int, skipped func(name string, err error)) []*report.Roofline {
 	var out []*report.Roofline
 	for i := range models {
 		l := &models[i]
@@ -66,8 +67,8 @@ func ForModels(models []Timed, inputs []*torch.Tensor, threads int, skipped func
 		}
 		if err == nil {
 			var rf *report.Roofline
-			int8 := l.isArtifact() && IsINT8(l.Manifest.Precision)
-			if rf, err = Measure(m, countedOn, inputs, l.P50, int8, threads); err == nil {
+			int8 := l.isArtifact() && roofline.IsINT8(l.Manifest.Precision)
+			if rf, err = roofline.Measure(m, countedOn, inputs, l.P50, int8, threads); err == nil {
 				rf.Model = l.Name
 				out = append(out, rf)
 			}
