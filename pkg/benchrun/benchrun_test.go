@@ -245,8 +245,8 @@ func TestLoadModelArtifact(t *testing.T) {
 	if !l.IsArtifact() {
 		t.Error("an artifact is not one")
 	}
-	if want := "bench: digits.torchspeed.pt: artifact " + strconv.Quote(art) + " was made and measured with libtorch 0.9.0"; !strings.HasPrefix(progress.String(), want) {
-		t.Errorf("progress %q, want it to start %q", progress.String(), want)
+	if want := "bench: digits.torchspeed.pt: artifact " + strconv.Quote(art) + " was made and measured with libtorch 0.9.0"; !strings.Contains(progress.String(), want) {
+		t.Errorf("progress %q, want a line starting %q", progress.String(), want)
 	}
 	inputs, err := MakeInputs(digitsInputs, 0, 1)
 	if err != nil {
