@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/torchspeed/torchspeed/internal/exitcode"
+	"github.com/torchspeed/torchspeed/pkg/bench"
 
 	"github.com/torchspeed/torchspeed/pkg/export"
 )
@@ -53,6 +54,67 @@ func newExportCmd(u *ui) *cobra.Command {
 	return c
 }
 
+// exported is what one target wrote: the file the server loads, whether it holds the saved
+// optimize_for_inference graph, the lines to print, the notes, and the JSON body (with the cost
+// measured on the served file, nil when not measured).
+type exported struct {
+	served         string
+	optimizedSaved bool
+	lines          []string
+	notes          []string
+	json           func(cost *export.Cost) any
+}
+
+// exportTarget is one server export: its subcommand and server name, what its instance count
+// flag is called, and how it writes its files.
+type exportTarget struct {
+	cmd, server, loads string // "triton", "Triton", "plain torch::jit::load"
+	countFlag          string // --instances or --workers
+	write              func(a *export.Artifact, sweep *bench.SweepResult) (exported, error)
+}
+
+// run checks the flags, reads the optional sweep report, inspects the artifact, writes the
+// target's files, measures what plain loading costs and prints the result.
+func (t exportTarget) run(c *cobra.Command, u *ui, f *exportFlags, count int, sweepPath string) error {
+	if err := f.check(t.cmd); err != nil {
+		return err
+	}
+	if count < 0 {
+		return exitcode.Usagef("export %s: --%s %d: give 1 or more (0: not measured)", t.cmd, t.countFlag, count)
+	}
+	var sweep *bench.SweepResult
+	if sweepPath != "" {
+		var err error
+		if sweep, err = export.ReadBatchSweep(sweepPath, f.model); err != nil {
+			return exitcode.New(exitcode.Usage, err)
+		}
+	}
+	a, err := export.Inspect(f.model)
+	if err != nil {
+		return err
+	}
+	e, err := t.write(a, sweep)
+	if err != nil {
+		return err
+	}
+	var cost *export.Cost
+	if f.measure {
+		fmt.Fprintf(u.logOrDiscard(c.ErrOrStderr()), "export: timing the artifact as %s loads it (%s) against torchspeed.Load ...\n", t.server, t.loads)
+		if cost, err = export.MeasureCost(a, e.served, e.optimizedSaved, export.CostOptions{Runs: f.runs, Server: t.server}); err != nil {
+			return err
+		}
+	}
+	w := c.OutOrStdout()
+	if f.asJSON {
+		return printExportJSON(w, e.json(cost))
+	}
+	for _, l := range e.lines {
+		fmt.Fprintln(w, l)
+	}
+	printExportNotes(w, e.notes, cost)
+	return nil
+}
+
 type exportTritonOutput struct {
 	*export.TritonExport
 	Cost *export.Cost `json:"cost"`
@@ -62,47 +124,22 @@ func newExportTritonCmd(u *ui) *cobra.Command {
 	var f exportFlags
 	var o export.TritonOptions
 	var sweep string
+	t := exportTarget{cmd: "triton", server: "Triton", loads: "plain torch::jit::load", countFlag: "instances",
+		write: func(a *export.Artifact, s *bench.SweepResult) (exported, error) {
+			o.Name, o.Overwrite, o.BatchSweep = f.name, f.overwrite, s
+			e, err := export.WriteTriton(a, f.out, o)
+			if err != nil {
+				return exported{}, err
+			}
+			return exported{served: e.ModelPath, optimizedSaved: e.OptimizedSaved, notes: e.Notes,
+				lines: []string{"wrote " + e.ModelPath, "wrote " + e.ConfigPath},
+				json:  func(cost *export.Cost) any { return exportTritonOutput{TritonExport: e, Cost: cost} }}, nil
+		}}
 	c := &cobra.Command{
 		Use:   "triton -m ARTIFACT -o REPO [--name NAME] [--max-batch N] [--instances N]",
 		Short: "Write REPO/NAME/1/model.pt and REPO/NAME/config.pbtxt for Triton's PyTorch backend",
 		Args:  cobra.NoArgs,
-		RunE: func(c *cobra.Command, _ []string) error {
-			if err := f.check("triton"); err != nil {
-				return err
-			}
-			if o.Instances < 0 {
-				return exitcode.Usagef("export triton: --instances %d: give 1 or more (0: not measured)", o.Instances)
-			}
-			o.Name, o.Overwrite = f.name, f.overwrite
-			if sweep != "" {
-				var err error
-				if o.BatchSweep, err = export.ReadBatchSweep(sweep, f.model); err != nil {
-					return exitcode.New(exitcode.Usage, err)
-				}
-			}
-			a, err := export.Inspect(f.model)
-			if err != nil {
-				return err
-			}
-			e, err := export.WriteTriton(a, f.out, o)
-			if err != nil {
-				return err
-			}
-			res := exportTritonOutput{TritonExport: e}
-			if f.measure {
-				fmt.Fprintln(u.logOrDiscard(c.ErrOrStderr()), "export: timing the artifact as Triton loads it (plain torch::jit::load) against torchspeed.Load ...")
-				if res.Cost, err = export.MeasureCost(a, e.ModelPath, e.OptimizedSaved, export.CostOptions{Runs: f.runs, Server: "Triton"}); err != nil {
-					return err
-				}
-			}
-			if f.asJSON {
-				return printExportJSON(c.OutOrStdout(), res)
-			}
-			w := c.OutOrStdout()
-			fmt.Fprintf(w, "wrote %s\nwrote %s\n", e.ModelPath, e.ConfigPath)
-			printExportNotes(w, e.Notes, res.Cost)
-			return nil
-		},
+		RunE:  func(c *cobra.Command, _ []string) error { return t.run(c, u, &f, o.Instances, sweep) },
 	}
 	f.bind(c)
 	c.Flags().IntVar(&o.MaxBatch, "max-batch", 0, fmt.Sprintf("max_batch_size for a batchable model (0: %d; -1: no batching)", export.DefaultMaxBatch))
@@ -120,50 +157,26 @@ func newExportTorchServeCmd(u *ui) *cobra.Command {
 	var f exportFlags
 	var o export.TorchServeOptions
 	var sweep string
+	t := exportTarget{cmd: "torchserve", server: "TorchServe", loads: "plain torch.jit.load", countFlag: "workers",
+		write: func(a *export.Artifact, s *bench.SweepResult) (exported, error) {
+			o.Name, o.Overwrite, o.BatchSweep = f.name, f.overwrite, s
+			e, err := export.WriteTorchServe(a, f.out, o)
+			if err != nil {
+				return exported{}, err
+			}
+			var lines []string
+			for _, p := range e.Files {
+				lines = append(lines, "wrote "+p)
+			}
+			lines = append(lines, "then run:\n  "+e.ArchiverCommand)
+			return exported{served: e.Files[0], optimizedSaved: e.OptimizedSaved, notes: e.Notes, lines: lines,
+				json: func(cost *export.Cost) any { return exportTorchServeOutput{TorchServeExport: e, Cost: cost} }}, nil
+		}}
 	c := &cobra.Command{
 		Use:   "torchserve -m ARTIFACT -o DIR [--name NAME] [--workers N]",
 		Short: "Write what torch-model-archiver takes (model, model-config.yaml, config.properties) and the command to run",
 		Args:  cobra.NoArgs,
-		RunE: func(c *cobra.Command, _ []string) error {
-			if err := f.check("torchserve"); err != nil {
-				return err
-			}
-			if o.Workers < 0 {
-				return exitcode.Usagef("export torchserve: --workers %d: give 1 or more (0: not measured)", o.Workers)
-			}
-			o.Name, o.Overwrite = f.name, f.overwrite
-			if sweep != "" {
-				var err error
-				if o.BatchSweep, err = export.ReadBatchSweep(sweep, f.model); err != nil {
-					return exitcode.New(exitcode.Usage, err)
-				}
-			}
-			a, err := export.Inspect(f.model)
-			if err != nil {
-				return err
-			}
-			e, err := export.WriteTorchServe(a, f.out, o)
-			if err != nil {
-				return err
-			}
-			res := exportTorchServeOutput{TorchServeExport: e}
-			if f.measure {
-				fmt.Fprintln(u.logOrDiscard(c.ErrOrStderr()), "export: timing the artifact as TorchServe loads it (plain torch.jit.load) against torchspeed.Load ...")
-				if res.Cost, err = export.MeasureCost(a, e.Files[0], e.OptimizedSaved, export.CostOptions{Runs: f.runs, Server: "TorchServe"}); err != nil {
-					return err
-				}
-			}
-			if f.asJSON {
-				return printExportJSON(c.OutOrStdout(), res)
-			}
-			w := c.OutOrStdout()
-			for _, p := range e.Files {
-				fmt.Fprintf(w, "wrote %s\n", p)
-			}
-			fmt.Fprintf(w, "then run:\n  %s\n", e.ArchiverCommand)
-			printExportNotes(w, e.Notes, res.Cost)
-			return nil
-		},
+		RunE:  func(c *cobra.Command, _ []string) error { return t.run(c, u, &f, o.Workers, sweep) },
 	}
 	f.bind(c)
 	c.Flags().StringVar(&sweep, "batch-sweep", "", "JSON report of `torchspeed bench -m ARTIFACT --sweep-batch 1,2,4,8 [--latency-budget D] --json`: batchSize and maxBatchDelay when it shows batching pays")
