@@ -12,6 +12,7 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -61,6 +62,13 @@ type Model struct {
 	// Name of the artifact (<name>.torchspeed.pt); default: the file name without extension.
 	Name   string  `mapstructure:"name" json:"name,omitempty"`
 	Inputs []Input `mapstructure:"inputs" json:"inputs"`
+	// Method is the method to optimize, validate and call ("" or "forward": forward).
+	Method string `mapstructure:"method" json:"method,omitempty"`
+	// ResetMethod returns a stateful model to its initial state ("": reset_states or reset
+	// when the model has one). It is called before every validation pass, timing and save.
+	ResetMethod string `mapstructure:"reset_method" json:"reset_method,omitempty"`
+	// PreserveMethods are kept through freezing (the reset method always is).
+	PreserveMethods []string `mapstructure:"preserve_methods" json:"preserve_methods,omitempty"`
 }
 
 // Input is one argument of the model's forward.
@@ -73,6 +81,37 @@ type Input struct {
 	Layout string `mapstructure:"layout" json:"layout,omitempty"`
 	// Range bounds random integer inputs (token ids): [low, high).
 	Range []int64 `mapstructure:"range" json:"range,omitempty"`
+	// Type is the argument's TorchScript type: "" or "Tensor" for a tensor; "int", "float",
+	// "bool", "str", "None", "Optional[T]", "List[T]", "Tuple[...]" or "Dict[str, Tensor]".
+	Type string `mapstructure:"type" json:"type,omitempty"`
+	// Value is a non-tensor argument's value (16000 for sr: int; a list for List[int]; null
+	// for None), passed on every call.
+	Value any `mapstructure:"value" json:"value,omitempty"`
+	// BatchDim is the tensor's batch dimension: "" (0), an index, or "none" for inputs that
+	// have none (recurrent state): batch sweeps and data checks leave those dimensions alone.
+	BatchDim string `mapstructure:"batch_dim" json:"batch_dim,omitempty"`
+	// Data is a file holding this tensor's values: a .npy (or FILE.npz:MEMBER) used on every
+	// call, or "seq:FILE.npy" whose slice i along dimension 0 is call i's input, in order.
+	Data string `mapstructure:"data" json:"data,omitempty"`
+}
+
+// IsTensor reports whether the input is a tensor argument (Type "" or "Tensor").
+func (in Input) IsTensor() bool { return in.Type == "" || in.Type == "Tensor" }
+
+// Batch returns the input's batch dimension, and false when it has none (batch_dim: none, or
+// not a tensor). BatchDim must have passed validation.
+func (in Input) Batch() (int, bool) {
+	if !in.IsTensor() || strings.EqualFold(in.BatchDim, "none") {
+		return 0, false
+	}
+	if in.BatchDim == "" {
+		return 0, true
+	}
+	d, err := strconv.Atoi(in.BatchDim)
+	if err != nil {
+		return 0, false
+	}
+	return d, true
 }
 
 // Toggle is "auto", "true" or "false". auto means: try both on this machine, keep the faster
@@ -404,7 +443,23 @@ func (c *Config) ValidateValues() error {
 	dtypes := []string{"float32", "float64", "int64", "int32", "uint8", "bool"}
 	for i, in := range c.Model.Inputs {
 		key := fmt.Sprintf("model.inputs[%d]", i)
-		if len(in.Shape) == 0 {
+		if !in.IsTensor() {
+			if err := checkConstant(in); err != nil {
+				errs = append(errs, fmt.Errorf("%s (%s): %w", key, in.Name, err))
+			}
+			continue
+		}
+		if in.Value != nil {
+			bad(key+".value", in.Value, "a tensor takes shape and dtype (or data), not a value")
+		}
+		if in.BatchDim != "" && !strings.EqualFold(in.BatchDim, "none") {
+			if d, err := strconv.Atoi(in.BatchDim); err != nil || d < 0 || (len(in.Shape) > 0 && d >= len(in.Shape)) {
+				bad(key+".batch_dim", in.BatchDim, fmt.Sprintf("none, or a dimension from 0 to %d of shape %v", max(len(in.Shape)-1, 0), in.Shape))
+			}
+		}
+		if len(in.Shape) == 0 && in.Data != "" {
+			// the shape comes from the data file
+		} else if len(in.Shape) == 0 {
 			bad(key+".shape", "[]", "give the full shape, batch first, e.g. [1, 3, 224, 224]")
 		}
 		for _, d := range in.Shape {
@@ -427,14 +482,17 @@ func (c *Config) ValidateValues() error {
 			bad(key+".range", in.Range, err.Error())
 		}
 	}
-	if len(errs) == 0 && len(c.Model.Inputs) > 0 {
-		specs := make([]InputSpec, len(c.Model.Inputs))
+	if len(errs) == 0 {
+		var specs []InputSpec
 		for i, in := range c.Model.Inputs {
+			if !in.IsTensor() || len(in.Shape) == 0 {
+				continue
+			}
 			name := fmt.Sprintf("model.inputs[%d]", i)
 			if in.Name != "" {
 				name += " (" + in.Name + ")"
 			}
-			specs[i] = InputSpec{Name: name, Shape: in.Shape, DType: in.DType}
+			specs = append(specs, InputSpec{Name: name, Shape: in.Shape, DType: in.DType})
 		}
 		if err := CheckInputs("model.inputs", specs); err != nil {
 			errs = append(errs, err)
