@@ -406,6 +406,15 @@ func (c *Config) resolvePaths() {
 	rel(&c.Calibration.Path)
 	rel(&c.Validation.Data.Path)
 	rel(&c.Output.Dir)
+	for i := range c.Model.Inputs {
+		d := &c.Model.Inputs[i].Data
+		p, seq := strings.CutPrefix(*d, "seq:")
+		rel(&p)
+		if seq {
+			p = "seq:" + p
+		}
+		*d = p
+	}
 	// Labels may be an npz member name; only file paths are made relative to the config.
 	for _, l := range []*string{&c.Calibration.Labels, &c.Validation.Data.Labels} {
 		if strings.ContainsRune(*l, '/') || strings.HasSuffix(*l, ".npy") || strings.HasSuffix(*l, ".txt") {

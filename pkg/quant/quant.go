@@ -391,7 +391,11 @@ func quantizeStatic(ctx context.Context, m *torch.Module, data validate.Batches,
 		}
 		if i == 0 {
 			want = sig
-			outs, err := m.Forward(b.Inputs...)
+			if err := validate.Start(m, data); err != nil {
+				b.Close()
+				return nil, fmt.Errorf("quantize: %w", err)
+			}
+			outs, err := validate.Forward(m, data, b)
 			if err != nil {
 				b.Close()
 				return nil, fmt.Errorf("quantize: calibration data (%s per sample) do not fit model %q: %w", sig, m.Name(), err)
@@ -413,6 +417,9 @@ func quantizeStatic(ctx context.Context, m *torch.Module, data validate.Batches,
 		return nil, fmt.Errorf("quantize %q: prepare: %w", m.Name(), err)
 	}
 	defer observed.Close()
+	if err := validate.Start(observed, data); err != nil {
+		return nil, fmt.Errorf("quantize: %w", err)
+	}
 	done := 0
 	for i := 0; i < nb; i++ {
 		if err := ctx.Err(); err != nil {
@@ -423,7 +430,7 @@ func quantizeStatic(ctx context.Context, m *torch.Module, data validate.Batches,
 			return nil, fmt.Errorf("quantize: calibration batch %d: %w", i, err)
 		}
 		n := int(b.Inputs[0].Shape()[0])
-		outs, err := observed.Forward(b.Inputs...)
+		outs, err := validate.Forward(observed, data, b)
 		b.Close()
 		if err != nil {
 			return nil, fmt.Errorf("quantize %q: calibration batch %d: %w", m.Name(), i, err)
