@@ -79,7 +79,7 @@ type candidate struct {
 	// meas is the measurement this candidate's stage row takes its timings from (the one
 	// its keep-or-reject decision was made on); nil: not timed.
 	meas *measurement
-	// quantizedOps counts quantized:: nodes in the graph, by kind.
+	// quantizedOps counts the graph's quantized operators, by kind (quant.QuantizedOps).
 	quantizedOps map[string]int
 }
 

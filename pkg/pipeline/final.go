@@ -165,7 +165,9 @@ func (r *run) manifest(final *candidate) *torchspeed.Manifest {
 			m.Method = k.method
 		}
 		m.Stateful, m.StateAttributes, m.ResetMethod = k.stateful(), k.state, k.reset
-		m.PreserveMethods = r.cfg.Model.PreserveMethods
+		// What Load's re-freeze must keep: the optimized method, the reset method, the
+		// configured ones.
+		m.PreserveMethods = k.preserve
 	}
 	// JSON cannot hold NaN or infinities: a non-finite figure is left out of the manifest
 	// (the report lists it as null, in non_finite).

@@ -21,6 +21,13 @@ func (r *run) quantize() error {
 	if mode == "none" {
 		return r.validateFP32()
 	}
+	if r.call.method != "forward" {
+		// The graph-mode passes insert observers into, and rewrite, forward alone.
+		why := fmt.Sprintf("INT8 skipped: quantization rewrites forward only, and model.method is %s", r.call.method)
+		r.skip("INT8 "+mode, kindINT8, nil, why)
+		r.warn(why)
+		return r.validateFP32()
+	}
 	if mode == "auto" {
 		mode = quant.ModeDynamic
 		convs := r.orig.nodes["aten::_convolution"] + r.orig.nodes["aten::conv2d"] + r.orig.nodes["aten::conv1d"]
@@ -83,7 +90,7 @@ func (r *run) quantize() error {
 	}
 	opts := quant.Options{
 		Mode: mode, Engine: q.Engine, Activation: q.Observer, Percentile: q.Percentile,
-		PerChannel: q.PerChannel, ReduceRange: string(q.ReduceRange), Skip: q.Skip,
+		PerChannel: q.PerChannel, ReduceRange: string(q.ReduceRange), Skip: q.Skip, Preserve: r.call.preserve,
 	}
 	if r.opts.Progress != nil {
 		opts.Progress = func(done, total int) { r.opts.Progress("calibration", done, total) }
@@ -122,7 +129,7 @@ func (r *run) quantize() error {
 	if c != nil && total(c.quantizedOps) == 0 {
 		// Every layer stayed FP32 (degenerate calibration, or nothing the passes recognize):
 		// this is not an INT8 model, whatever it passed.
-		c.status, c.reason, c.precision = stRejected, "no layer quantized: the graph holds no quantized:: op (every layer stayed FP32)", "fp32"
+		c.status, c.reason, c.precision = stRejected, "no layer quantized: the graph holds no quantized operator (every layer stayed FP32)", "fp32"
 		r.warn(fmt.Sprintf("%s quantized no layer: the result is not INT8 and is not used; check the calibration data (%s)", name, orNone(r.cfg.Calibration.Path)))
 		return r.validateFP32()
 	}

@@ -3,12 +3,12 @@ package pipeline
 import (
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/pkg/bench"
 	"github.com/torchspeed/torchspeed/pkg/config"
+	"github.com/torchspeed/torchspeed/pkg/quant"
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
 )
 
@@ -27,7 +27,7 @@ func (r *run) addCandidate(name string, k kind, steps []string, build func() (*c
 		c.precision = "fp32"
 	}
 	c.nodes, _ = c.mod.NodeCounts()
-	c.quantizedOps = quantizedOps(c.nodes)
+	c.quantizedOps = quant.QuantizedOps(c.nodes)
 	r.closes = append(r.closes, c.close)
 	// INT8 is judged on real data by the quantizer's validation; random bench inputs lie
 	// outside the calibrated ranges, so they are left out of its agreement figures.
@@ -266,15 +266,4 @@ func (r *run) chooseThreads() error {
 	r.rep.Decisions = append(r.rep.Decisions, fmt.Sprintf("threads: %d (measured %s)", ch.Threads, ch.Why))
 	r.logf("threads: %d (%s)", ch.Threads, ch.Why)
 	return nil
-}
-
-// quantizedOps counts a graph's quantized:: nodes by kind.
-func quantizedOps(nodes map[string]int) map[string]int {
-	q := map[string]int{}
-	for k, n := range nodes {
-		if strings.HasPrefix(k, "quantized::") {
-			q[k] = n
-		}
-	}
-	return q
 }

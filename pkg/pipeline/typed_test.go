@@ -2,10 +2,12 @@ package pipeline
 
 import (
 	"context"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/torchspeed/torchspeed/internal/exitcode"
 	"github.com/torchspeed/torchspeed/internal/fixtures"
 	"github.com/torchspeed/torchspeed/internal/fixtures/streamref"
 	"github.com/torchspeed/torchspeed/pkg/config"
@@ -117,4 +119,138 @@ func deref(p *float64) any {
 		return nil
 	}
 	return *p
+}
+
+// Dynamic INT8 on the streaming fixture either quantizes its LSTM/Linear layers (counted in the
+// final graph, and the stream stays within the thresholds) or says that nothing was quantized
+// and never labels the artifact int8.
+func TestOptimizeStreamingDynamic(t *testing.T) {
+	man := fixtures.Load(t)
+	f := man.Get(t, "streaming")
+	out := t.TempDir()
+	cfg := streamingConfig(t, f, out, "dynamic")
+	cfg.Quantize.Force = true
+	rep, err := Run(context.Background(), cfg, testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := rep.Quantize
+	if q == nil {
+		t.Fatal("no quantize section")
+	}
+	m, err := torchspeed.Load(*rep.Artifact, torchspeed.LoadOptions{KeepThreads: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	counted := 0
+	for _, n := range m.Manifest.QuantizedOps {
+		counted += n
+	}
+	t.Logf("quantized ops %v (count %d), kept %v, precision %s, warnings %v", q.QuantizedOps, q.QuantizedOpCount, q.Kept, m.Manifest.Precision, rep.Warnings)
+	if q.QuantizedOpCount == 0 {
+		if m.Manifest.Precision != "fp32" || !hasWarning(rep, "quantized no layer") {
+			t.Errorf("nothing quantized, yet precision %s and warnings %v", m.Manifest.Precision, rep.Warnings)
+		}
+		return
+	}
+	if !q.Kept || m.Manifest.Precision != "int8-dynamic" || counted == 0 {
+		t.Errorf("forced INT8 quantized %d ops: kept %v, precision %s, manifest counts %v", q.QuantizedOpCount, q.Kept, m.Manifest.Precision, m.Manifest.QuantizedOps)
+	}
+	ref := streamref.Load(t, f, "forward")
+	d := replay(t, m, ref)
+	t.Logf("streaming INT8 dynamic, 100-call stream vs PyTorch FP32: max abs diff %.3g (validation %+v)", d, rep.Validation.Metrics)
+	if v := rep.Validation; !v.Passed || v.Synthetic {
+		t.Errorf("validation %+v: want a pass on the configured data", v)
+	}
+}
+
+func hasWarning(rep *report.Report, s string) bool {
+	for _, w := range rep.Warnings {
+		if strings.Contains(w, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// two_methods optimizes its exported embed(x, normalize: bool) (model.method): freezing keeps
+// embed and forward, the manifest names the method, and the artifact's embed replays PyTorch's
+// stream; INT8 is skipped with the reason (the passes rewrite forward only).
+func TestOptimizeOtherMethod(t *testing.T) {
+	man := fixtures.Load(t)
+	f := man.Get(t, "two_methods")
+	ref := streamref.Load(t, f, "embed")
+	x := ref.Stream.Args[0].Tensor
+	c := config.Default()
+	c.Model.Path = f.ModelPath()
+	c.Model.Method = "embed"
+	c.Model.PreserveMethods = []string{"forward"}
+	c.Model.Inputs = []config.Input{
+		{Name: "x", Shape: x.Shape[1:], DType: x.DType, Data: "seq:" + f.Path(x.File)},
+		{Name: "normalize", Type: "bool", Value: true},
+	}
+	c.Quantize.Mode = "dynamic"
+	c.Bench.Runs, c.Bench.Warmup, c.Bench.StageRuns = 8, 1, 4
+	c.Output.Dir = t.TempDir()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Run(context.Background(), &c, testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !hasWarning(rep, "quantization rewrites forward only") {
+		t.Errorf("INT8 on embed not explained: warnings %v", rep.Warnings)
+	}
+	m, err := torchspeed.Load(*rep.Artifact, torchspeed.LoadOptions{KeepThreads: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if m.Manifest.Method != "embed" || m.Method() != "embed" || m.Stateful() {
+		t.Errorf("manifest method %q, model method %q, stateful %v: want embed, stateless", m.Manifest.Method, m.Method(), m.Stateful())
+	}
+	if methods, _ := m.Module().Methods(); !slices.Contains(methods, "embed") || !slices.Contains(methods, "forward") {
+		t.Errorf("artifact methods %v: want embed and forward", methods)
+	}
+	d := replay(t, m, ref)
+	t.Logf("two_methods.embed, 100-call stream vs PyTorch: artifact (%s) max abs diff %.3g", strings.Join(m.Manifest.Steps, "+"), d)
+	if d > 1e-5 {
+		t.Errorf("artifact's embed differs from PyTorch's by %.3g", d)
+	}
+}
+
+// Hostile typed inputs are usage errors naming what to fix, and a run failing midway (its
+// calibration data refused after the FP32 candidates were built and measured) leaves no
+// folder or file behind.
+func TestOptimizeTypedBadInput(t *testing.T) {
+	f := fixtures.Load(t).Get(t, "streaming")
+	for _, tc := range []struct {
+		name string
+		edit func(c *config.Config, dir string)
+		want []string
+	}{
+		{"unknown method", func(c *config.Config, _ string) { c.Model.Method = "stream" }, []string{`no method "stream"`, "model.method", "reset_states"}},
+		{"unknown reset method", func(c *config.Config, _ string) { c.Model.ResetMethod = "clear" }, []string{`no method "clear"`, "model.reset_method"}},
+		{"unknown preserved method", func(c *config.Config, _ string) { c.Model.PreserveMethods = []string{"embed"} }, []string{`"embed"`, "model.preserve_methods"}},
+		{"seq file with the wrong shape", func(c *config.Config, dir string) {
+			c.Model.Inputs[0].Data = "seq:" + writeNPY(t, dir, "chunks.npy", []int64{5, 1, 100}, make([]float32, 500))
+		}, []string{"model.inputs x", "chunks.npy", "[1 100]", "[1 256]"}},
+		{"calibration data refused midway", func(c *config.Config, dir string) {
+			c.Quantize.Mode = "static"
+			c.Calibration.Sequence = true
+			c.Calibration.Path = writeNPY(t, dir, "calib.npy", []int64{5, 1, 100}, make([]float32, 500))
+		}, []string{"calibration data", "calib.npy"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			parent := t.TempDir()
+			out := filepath.Join(parent, "new", "out")
+			c := streamingConfig(t, f, out, "none")
+			tc.edit(c, t.TempDir())
+			_, err := Run(context.Background(), c, testOptions())
+			wantCode(t, err, exitcode.Usage, tc.want...)
+			assertEmpty(t, parent)
+		})
+	}
 }
