@@ -36,6 +36,8 @@ type caller struct {
 	// through Module.Call. Otherwise through the plain tensor path (Forward).
 	typed bool
 	slots []slot
+	// tensors are the tensors of one call, in order (see tensorInputs).
+	tensors []config.Input
 	// state lists the attributes the method assigns (empty: stateless); reset restores them.
 	state []string
 	reset string
@@ -43,11 +45,22 @@ type caller struct {
 	preserve []string
 }
 
-// slot is one argument: the call's tensor at index tensor, or the constant value.
+// slot is one argument: a constant value, or the call's tensors at indexes idx (one for a
+// tensor, several for the items of a List or Tuple).
 type slot struct {
-	tensor int
-	value  *torch.Value
+	kind  slotKind
+	idx   []int
+	value *torch.Value
 }
+
+type slotKind int
+
+const (
+	slotConst slotKind = iota
+	slotTensor
+	slotList
+	slotTuple
+)
 
 // newCaller reads the method, its state and the reset method from the loaded original, and
 // builds the constants. Its errors are usage errors naming the key to fix.
@@ -72,14 +85,19 @@ func newCaller(cfg *config.Config, m *torch.Module) (*caller, error) {
 		}
 	}
 	k.typed = k.method != "forward"
-	next := 0
 	for _, in := range cfg.Model.Inputs {
 		if in.IsTensor() {
-			k.slots = append(k.slots, slot{tensor: next})
-			next++
+			k.slots = append(k.slots, slot{kind: slotTensor, idx: []int{len(k.tensors)}})
+			k.tensors = append(k.tensors, in)
 			continue
 		}
 		k.typed = true
+		if s, ok, err := k.tensorSlot(in); err != nil {
+			return nil, usage("model.inputs %s: %v", in.Name, err)
+		} else if ok {
+			k.slots = append(k.slots, s)
+			continue
+		}
 		raw, err := json.Marshal(in.Value)
 		if err != nil {
 			return nil, usage("model.inputs %s: value %v: %v", in.Name, in.Value, err)
@@ -88,7 +106,7 @@ func newCaller(cfg *config.Config, m *torch.Module) (*caller, error) {
 		if err != nil {
 			return nil, usage("model.inputs %s: %v", in.Name, err)
 		}
-		k.slots = append(k.slots, slot{tensor: -1, value: v})
+		k.slots = append(k.slots, slot{kind: slotConst, value: v})
 	}
 	if k.state, err = m.State(k.method); err != nil {
 		return nil, err
@@ -120,6 +138,37 @@ func newCaller(cfg *config.Config, m *torch.Module) (*caller, error) {
 	return k, nil
 }
 
+// tensorSlot places an argument whose type holds tensors and that names data: an
+// Optional[Tensor] (one file; without data it is None, a constant), a List[Tensor] or a Tuple of
+// tensors (a comma-separated file per item, as --input takes them), whose items become the
+// call's tensors NAME[0], NAME[1], ... ok is false for arguments that are constants.
+func (k *caller) tensorSlot(in config.Input) (s slot, ok bool, err error) {
+	if !strings.Contains(in.Type, "Tensor") || in.Data == "" {
+		return slot{}, false, nil
+	}
+	if in.Value != nil {
+		return slot{}, false, fmt.Errorf("a %s takes data, not a value", in.Type)
+	}
+	switch {
+	case strings.HasPrefix(in.Type, "Optional[Tensor"):
+		t := in
+		t.Type = ""
+		k.tensors = append(k.tensors, t)
+		return slot{kind: slotTensor, idx: []int{len(k.tensors) - 1}}, true, nil
+	case strings.HasPrefix(in.Type, "List[Tensor"), strings.HasPrefix(in.Type, "Tuple["):
+		s.kind = slotList
+		if strings.HasPrefix(in.Type, "Tuple[") {
+			s.kind = slotTuple
+		}
+		for i, item := range strings.Split(in.Data, ",") {
+			s.idx = append(s.idx, len(k.tensors))
+			k.tensors = append(k.tensors, config.Input{Name: fmt.Sprintf("%s[%d]", in.Name, i), Data: strings.TrimSpace(item), BatchDim: in.BatchDim})
+		}
+		return s, true, nil
+	}
+	return slot{}, false, fmt.Errorf("type %s: optimize passes tensors, Optional[Tensor], List[Tensor] and Tuple of tensors from data", in.Type)
+}
+
 func (k *caller) close() {
 	for _, s := range k.slots {
 		if s.value != nil {
@@ -148,18 +197,31 @@ func (k *caller) call(m *torch.Module, tensors []*torch.Tensor) ([]torch.Output,
 	if k == nil || !k.typed {
 		return m.Forward(tensors...)
 	}
+	if len(tensors) != len(k.tensors) {
+		return nil, fmt.Errorf("%s: %d tensor(s) for the call, the config gives %d", k.method, len(tensors), len(k.tensors))
+	}
 	args := make([]*torch.Value, len(k.slots))
 	var made []*torch.Value
 	defer func() { torch.CloseValues(made...) }()
 	for i, s := range k.slots {
-		if s.value != nil {
+		if s.kind == slotConst {
 			args[i] = s.value
 			continue
 		}
-		if s.tensor >= len(tensors) {
-			return nil, fmt.Errorf("%s: %d tensor(s) for the call, the config lists more", k.method, len(tensors))
+		items := make([]*torch.Value, len(s.idx))
+		for j, x := range s.idx {
+			items[j] = torch.TensorValue(tensors[x])
 		}
-		args[i] = torch.TensorValue(tensors[s.tensor])
+		made = append(made, items...)
+		switch s.kind {
+		case slotTensor:
+			args[i] = items[0]
+			continue
+		case slotList:
+			args[i] = torch.ListValue(items...)
+		case slotTuple:
+			args[i] = torch.TupleValue(items...)
+		}
 		made = append(made, args[i])
 	}
 	res, err := m.Call(k.method, args...)
@@ -220,23 +282,16 @@ func (s seqBatches) Batch(i int) (validate.Batch, error) {
 	return b, nil
 }
 
-// tensorInputs are the configured tensor inputs, in call order.
-func (r *run) tensorInputs() []config.Input {
-	var out []config.Input
-	for _, in := range r.cfg.Model.Inputs {
-		if in.IsTensor() {
-			out = append(out, in)
-		}
-	}
-	return out
-}
+// tensorInputs are the tensors of one call, in order: the tensor arguments, a present
+// Optional[Tensor], the items of List and Tuple arguments (NAME[i]).
+func (r *run) tensorInputs() []config.Input { return r.call.tensors }
 
 // inputData reads the tensor inputs' data files (model.inputs[].data): per input, nil (random
 // by shape), one array used on every call, or a sequence of calls (seq:, slice i along the
 // first axis is call i). It returns the arrays and the number of calls in the sequence (0
 // when no input has one).
 func (r *run) inputData() (arrays []*npy.Array, seq []bool, calls int, err error) {
-	for _, in := range r.tensorInputs() {
+	for k, in := range r.tensorInputs() {
 		if in.Data == "" {
 			arrays, seq = append(arrays, nil), append(seq, false)
 			continue
@@ -266,6 +321,11 @@ func (r *run) inputData() (arrays []*npy.Array, seq []bool, calls int, err error
 		}
 		if a.DType != in.DType && in.DType != "" {
 			return nil, nil, 0, exitcode.New(exitcode.Usage, fmt.Errorf("model.inputs %s: data %q holds %s, the input is %s: fix the data or model.inputs dtype", in.Name, in.Data, a.DType, in.DType))
+		}
+		// List and Tuple items (and an Optional given without them) take shape and dtype from
+		// their data.
+		if t := &r.call.tensors[k]; len(t.Shape) == 0 || t.DType == "" {
+			t.Shape, t.DType = shape, a.DType
 		}
 		arrays, seq = append(arrays, a), append(seq, isSeq)
 	}

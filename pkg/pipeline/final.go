@@ -201,6 +201,9 @@ func inputSpec(in config.Input) torchspeed.InputSpec {
 	spec := torchspeed.InputSpec{Name: in.Name, Shape: in.Shape, DType: in.DType}
 	if !in.IsTensor() {
 		spec.Shape, spec.DType, spec.Type = nil, "", in.Type
+		if in.Data != "" { // tensors from data: the caller passes them
+			return spec
+		}
 		if raw, err := json.Marshal(in.Value); err == nil { // checked by newCaller
 			spec.Value = raw
 		}

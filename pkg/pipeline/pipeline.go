@@ -185,7 +185,10 @@ func (r *run) load() error {
 	var specs []string
 	var ins []report.InputSpec
 	for _, in := range cfg.Model.Inputs {
-		if !in.IsTensor() {
+		if !in.IsTensor() && in.Data != "" {
+			specs = append(specs, fmt.Sprintf("%s %s from %s", in.Name, in.Type, in.Data))
+			continue
+		} else if !in.IsTensor() {
 			specs = append(specs, fmt.Sprintf("%s %s = %v", in.Name, in.Type, in.Value))
 			continue
 		}

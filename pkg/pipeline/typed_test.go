@@ -254,3 +254,94 @@ func TestOptimizeTypedBadInput(t *testing.T) {
 		})
 	}
 }
+
+// typed_args (Optional[Tensor], List[Tensor], Tuple[Tensor, Tensor], float, bool and str
+// arguments, a defaulted int, a Dict output) optimizes end to end with its tensors from data
+// (the List and Tuple items comma-separated, as --input takes them) and constants from values;
+// the artifact replays PyTorch's 100-call stream. The config is built directly: the config
+// package's checks for data on tensor-holding types come with the --input parser.
+func TestOptimizeTypedArgs(t *testing.T) {
+	f := fixtures.Load(t).Get(t, "typed_args")
+	ref := streamref.Load(t, f, "forward")
+	arg := map[string]fixtures.StreamArg{}
+	for _, a := range ref.Stream.Args {
+		arg[a.Name] = a
+	}
+	seq := func(ts ...fixtures.Tensor) string {
+		var s []string
+		for _, x := range ts {
+			s = append(s, "seq:"+f.Path(x.File))
+		}
+		return strings.Join(s, ",")
+	}
+	x := arg["x"].Tensor
+	c := config.Default()
+	c.Model.Path = f.ModelPath()
+	c.Model.Inputs = []config.Input{
+		{Name: "x", Shape: x.Shape[1:], DType: x.DType, Data: seq(*x)},
+		{Name: "mask", Type: "Optional[Tensor]", Data: seq(*arg["mask"].Tensor)},
+		{Name: "extras", Type: "List[Tensor]", Data: seq(arg["extras"].Tensors...)},
+		{Name: "pair", Type: "Tuple[Tensor, Tensor]", Data: seq(arg["pair"].Tensors...)},
+		{Name: "scale", Type: "float", Value: 0.5},
+		{Name: "normalize", Type: "bool", Value: true},
+		{Name: "pool", Type: "str", Value: "mean"},
+	}
+	// Dynamic INT8 is left out: libtorch 1.13's quantize_dynamic_jit fails on this graph
+	// ("Graph::copy() encountered a use of a value emb2.1 not in scope").
+	c.Quantize.Mode = "none"
+	c.Bench.Runs, c.Bench.Warmup, c.Bench.StageRuns = 8, 1, 4
+	c.Output.Dir = t.TempDir()
+	rep, err := Run(context.Background(), &c, testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := torchspeed.Load(*rep.Artifact, torchspeed.LoadOptions{KeepThreads: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	d := replay(t, m, ref)
+	t.Logf("typed_args, 100-call stream vs PyTorch: artifact (%s, %s) max abs diff %.3g; validation on %s", strings.Join(m.Manifest.Steps, "+"), m.Manifest.Precision, d, rep.Validation.Data)
+	tol := 1e-5
+	if m.Manifest.Precision != "fp32" {
+		tol = c.Validation.MaxAbsError
+	}
+	if d > tol {
+		t.Errorf("artifact differs from PyTorch's by %.3g (allowed %.3g)", d, tol)
+	}
+	if v := rep.Validation; !v.Passed || v.Synthetic {
+		t.Errorf("validation %+v: want a pass on the configured data", v)
+	}
+}
+
+// Static INT8 calibrates on an ordered sequence (calibration.sequence: true): the observers see
+// the 100 calls in order from a reset state, with sr passed as configured; validation replays
+// the same stream (validation.data.sequence: true) on both models.
+func TestOptimizeCalibrationSequence(t *testing.T) {
+	f := fixtures.Load(t).Get(t, "streaming")
+	cfg := streamingConfig(t, f, t.TempDir(), "none")
+	cfg.Quantize.Mode = "static"
+	x := f.Path(f.Stream(t, "forward").Args[0].Tensor.File)
+	cfg.Calibration.Path, cfg.Calibration.Sequence = x, true
+	cfg.Validation.Data.Path, cfg.Validation.Data.Sequence = x, true
+	cfg.Quantize.Force = true
+	rep, err := Run(context.Background(), cfg, testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, v := rep.Quantize, rep.Validation
+	t.Logf("static on the stream: ops %v, calibration samples %v, validation %d samples on %s, passed %v", q.QuantizedOps, deref2(q.CalibrationSamples), v.Samples, v.Data, v.Passed)
+	if q.QuantizedOpCount == 0 || q.CalibrationSamples == nil || *q.CalibrationSamples != 100 {
+		t.Errorf("quantized ops %v, calibration samples %v: want quantized layers calibrated on the 100 calls", q.QuantizedOps, deref2(q.CalibrationSamples))
+	}
+	if v.Samples != 100 || v.Synthetic || !v.Passed {
+		t.Errorf("validation %+v: want a pass over the 100 calls", v)
+	}
+}
+
+func deref2(p *int) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
