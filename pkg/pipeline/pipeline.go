@@ -218,8 +218,10 @@ func (r *run) load() error {
 	}
 	r.logf("loaded %s: %d graph nodes, inputs %s", cfg.Model.Path, r.rep.Model.Nodes, strings.Join(specs, ", "))
 	if r.call.stateful() {
-		r.logf("%s keeps state between calls (%s): reset with %s before every check, timing and the save",
-			r.call.method, strings.Join(r.call.state, ", "), r.call.reset)
+		d := fmt.Sprintf("stateful: %s assigns %s between calls; %s resets it before every check, validation and calibration pass, timing and the save, and freezing keeps %s",
+			r.call.method, strings.Join(r.call.state, ", "), r.call.reset, strings.Join(r.call.preserve, ", "))
+		r.rep.Decisions = append(r.rep.Decisions, d)
+		r.logf("%s", d)
 	}
 	return nil
 }

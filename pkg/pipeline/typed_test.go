@@ -234,6 +234,10 @@ func TestOptimizeTypedBadInput(t *testing.T) {
 		{"unknown method", func(c *config.Config, _ string) { c.Model.Method = "stream" }, []string{`no method "stream"`, "model.method", "reset_states"}},
 		{"unknown reset method", func(c *config.Config, _ string) { c.Model.ResetMethod = "clear" }, []string{`no method "clear"`, "model.reset_method"}},
 		{"unknown preserved method", func(c *config.Config, _ string) { c.Model.PreserveMethods = []string{"embed"} }, []string{`"embed"`, "model.preserve_methods"}},
+		{"validation samples of an input without batch dimension", func(c *config.Config, dir string) {
+			c.Model.Inputs[0].BatchDim = "none"
+			c.Validation.Data.Path = writeNPY(t, dir, "val.npy", []int64{4, 256}, make([]float32, 1024))
+		}, []string{"model.inputs x", "batch_dim: none", "sequence: true"}},
 		{"seq file with the wrong shape", func(c *config.Config, dir string) {
 			c.Model.Inputs[0].Data = "seq:" + writeNPY(t, dir, "chunks.npy", []int64{5, 1, 100}, make([]float32, 500))
 		}, []string{"model.inputs x", "chunks.npy", "[1 100]", "[1 256]"}},
@@ -286,9 +290,10 @@ func TestOptimizeTypedArgs(t *testing.T) {
 		{Name: "normalize", Type: "bool", Value: true},
 		{Name: "pool", Type: "str", Value: "mean"},
 	}
-	// Dynamic INT8 is left out: libtorch 1.13's quantize_dynamic_jit fails on this graph
-	// ("Graph::copy() encountered a use of a value emb2.1 not in scope").
-	c.Quantize.Mode = "none"
+	// auto tries dynamic INT8, which libtorch 1.13's quantize_dynamic_jit refuses on this graph
+	// ("Graph::copy() encountered a use of a value emb2.1 not in scope"): the run says so and
+	// keeps the FP32 result.
+	c.Quantize.Mode = "auto"
 	c.Bench.Runs, c.Bench.Warmup, c.Bench.StageRuns = 8, 1, 4
 	c.Output.Dir = t.TempDir()
 	rep, err := Run(context.Background(), &c, testOptions())
@@ -302,6 +307,9 @@ func TestOptimizeTypedArgs(t *testing.T) {
 	defer m.Close()
 	d := replay(t, m, ref)
 	t.Logf("typed_args, 100-call stream vs PyTorch: artifact (%s, %s) max abs diff %.3g; validation on %s", strings.Join(m.Manifest.Steps, "+"), m.Manifest.Precision, d, rep.Validation.Data)
+	if m.Manifest.Precision == "fp32" && !hasWarning(rep, "INT8") {
+		t.Errorf("auto INT8 left out without a word: warnings %v", rep.Warnings)
+	}
 	tol := 1e-5
 	if m.Manifest.Precision != "fp32" {
 		tol = c.Validation.MaxAbsError
