@@ -200,11 +200,15 @@ func (r *run) load() error {
 		return err
 	}
 	if !r.stream {
-		r.checks = [][]*torch.Tensor{r.inputs}
-		if extra, err := r.checkSets(); err != nil {
+		extra, seq, err := r.checkSets()
+		if err != nil {
 			return err
-		} else {
-			r.checks = append(r.checks, extra...)
+		}
+		// A sequence replaces the random inputs as checks: a stateful model's state after
+		// random inputs would not be the stream's.
+		r.checks = append([][]*torch.Tensor{r.inputs}, extra...)
+		if seq {
+			r.checks = extra
 		}
 	}
 	r.orig = &candidate{name: "original", kind: kindOriginal, mod: m, call: r.call, precision: "fp32", status: stBaseline, wall: time.Since(t0)}
@@ -225,6 +229,9 @@ func (r *run) load() error {
 	}
 	return nil
 }
+
+// maxStreamCalls caps the calls of a model.inputs sequence the checks replay.
+const maxStreamCalls = 1000
 
 // makeInputs builds the bench inputs (the tensor arguments of one call): the configured data
 // (the first call of a sequence), else seeded random tensors with the configured shapes and
@@ -303,7 +310,12 @@ func (r *run) makeInputs(seed uint64) ([]*torch.Tensor, error) {
 		return out, nil
 	}
 	// The sequence's calls, in order, are the checks every candidate replays from a reset
-	// state; inputs without a sequence repeat on every call.
+	// state; inputs without a sequence repeat on every call. Every candidate replays them and
+	// the original's outputs are kept: a long stream is cut to its first maxStreamCalls.
+	if calls > maxStreamCalls {
+		r.rep.Decisions = append(r.rep.Decisions, fmt.Sprintf("model.inputs data: the first %d of %d calls are replayed in the checks and validation", maxStreamCalls, calls))
+		calls = maxStreamCalls
+	}
 	r.stream = true
 	r.checks = [][]*torch.Tensor{out}
 	for i := 1; i < calls; i++ {
@@ -325,27 +337,30 @@ func (r *run) makeInputs(seed uint64) ([]*torch.Tensor, error) {
 }
 
 // checkSets takes a few samples of the validation (or calibration) data, so FP32 stages are
-// held to real inputs too, not only random ones.
-func (r *run) checkSets() ([][]*torch.Tensor, error) {
+// held to real inputs too, not only random ones; or, for a sequence (seq true), its calls in
+// order (up to maxStreamCalls).
+func (r *run) checkSets() (sets [][]*torch.Tensor, seq bool, err error) {
 	src := r.validationSource()
 	if src == nil {
-		return nil, nil
+		return nil, false, nil
 	}
 	s := *src
 	s.Limit = 4
 	s.BatchSize = 1
 	if s.Sequence {
-		s.Limit = 0 // a stream is replayed whole, in order, from a reset state
+		// Replayed in order from a reset state: the first calls, up to maxStreamCalls.
+		if s.Limit <= 0 || s.Limit > maxStreamCalls {
+			s.Limit = maxStreamCalls
+		}
 	}
 	specs, err := r.inputSpecs(s)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	ds, err := calib.Open(s, specs)
 	if err != nil {
-		return nil, fmt.Errorf("validation data: %w", err)
+		return nil, false, fmt.Errorf("validation data: %w", err)
 	}
-	var sets [][]*torch.Tensor
 	for b := range ds.Batches() {
 		arrs := b.Inputs
 		if s.Sequence {
@@ -356,16 +371,11 @@ func (r *run) checkSets() ([][]*torch.Tensor, error) {
 		}
 		set, err := r.tensorsOf(arrs)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		sets = append(sets, set)
 	}
-	if s.Sequence {
-		// The stream replaces the random inputs as checks: a stateful model's state after random
-		// inputs would not be the stream's.
-		r.checks = nil
-	}
-	return sets, nil
+	return sets, s.Sequence, nil
 }
 
 func (r *run) tensorsOf(arrays []*npy.Array) ([]*torch.Tensor, error) {
