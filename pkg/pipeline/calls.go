@@ -84,6 +84,20 @@ func newCaller(cfg *config.Config, m *torch.Module) (*caller, error) {
 			return nil, usage("has no method %q to preserve (model.preserve_methods; it has %s)", p, strings.Join(methods, ", "))
 		}
 	}
+	// The config passes its inputs by position (names are labels: configs written before
+	// typed inputs named tensors freely): too many is an error, and so is a missing argument
+	// without a default.
+	if schema, err := m.MethodSchema(k.method); err == nil {
+		args := schema.Arguments
+		if n := len(cfg.Model.Inputs); n > len(args) {
+			return nil, usage("%s takes %d argument(s) (%s), model.inputs lists %d: fix model.inputs", k.method, len(args), schema.Text, n)
+		}
+		for _, a := range args[len(cfg.Model.Inputs):] {
+			if !a.HasDefault {
+				return nil, usage("argument %s of %s has no default and is not in model.inputs (%s): add it (a tensor with shape and dtype or data, a constant with type and value)", a.Name, k.method, schema.Text)
+			}
+		}
+	}
 	k.typed = k.method != "forward"
 	for _, in := range cfg.Model.Inputs {
 		if in.IsTensor() {

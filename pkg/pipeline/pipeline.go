@@ -179,9 +179,6 @@ func (r *run) load() error {
 		return err
 	}
 	r.closes = append(r.closes, r.call.close)
-	if n := m.NumInputs(); r.call.method == "forward" && n >= 0 && n < len(cfg.Model.Inputs) {
-		return fmt.Errorf("model %q: forward takes %d input(s), the config lists %d (model.inputs): fix model.inputs", cfg.Model.Path, n, len(cfg.Model.Inputs))
-	}
 	var specs []string
 	var ins []report.InputSpec
 	for _, in := range cfg.Model.Inputs {
@@ -215,7 +212,7 @@ func (r *run) load() error {
 	r.orig.nodes, _ = m.NodeCounts()
 	r.rep.Model.Nodes = total(r.orig.nodes)
 	if r.ref, err = outputsOf(r.orig, r.checks); err != nil {
-		return fmt.Errorf("model %q rejects the configured inputs (model.inputs: %s): %w", cfg.Model.Path, strings.Join(specs, ", "), err)
+		return exitcode.New(exitcode.Usage, fmt.Errorf("model %q rejects the configured inputs (model.inputs: %s): %w", cfg.Model.Path, strings.Join(specs, ", "), err))
 	}
 	if n := nonFiniteCount(r.ref); n > 0 {
 		r.warn(fmt.Sprintf("the original model's outputs hold %d NaN or infinite value(s) on the check inputs: candidates are held to the same values at the same places, and those figures are written as null", n))

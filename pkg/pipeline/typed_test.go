@@ -232,6 +232,11 @@ func TestOptimizeTypedBadInput(t *testing.T) {
 		want []string
 	}{
 		{"unknown method", func(c *config.Config, _ string) { c.Model.Method = "stream" }, []string{`no method "stream"`, "model.method", "reset_states"}},
+		{"missing argument", func(c *config.Config, _ string) { c.Model.Inputs = c.Model.Inputs[:1] }, []string{"argument sr", "no default", "model.inputs"}},
+		{"one argument too many", func(c *config.Config, _ string) {
+			c.Model.Inputs = append(c.Model.Inputs, config.Input{Name: "gain", Type: "float", Value: 1.0})
+		}, []string{"forward takes 2 argument(s)", "lists 3"}},
+		{"a sample rate the model refuses", func(c *config.Config, _ string) { c.Model.Inputs[1].Value = 44100 }, []string{"rejects the configured inputs", "sr int = 44100", "Supported sampling rates"}},
 		{"unknown reset method", func(c *config.Config, _ string) { c.Model.ResetMethod = "clear" }, []string{`no method "clear"`, "model.reset_method"}},
 		{"unknown preserved method", func(c *config.Config, _ string) { c.Model.PreserveMethods = []string{"embed"} }, []string{`"embed"`, "model.preserve_methods"}},
 		{"validation samples of an input without batch dimension", func(c *config.Config, dir string) {
