@@ -111,7 +111,7 @@ func tamper(t *testing.T, path string) string {
 	return out
 }
 
-func TestSaveArtifactRecordsDigest(t *testing.T) {
+func TestHostile15SaveArtifactRecordsDigest(t *testing.T) {
 	man := goodManifest()
 	p := saveWithManifest(t, man)
 	d, err := ArchiveDigest(p)
@@ -133,7 +133,7 @@ func TestSaveArtifactRecordsDigest(t *testing.T) {
 
 // Issue 14: 4 bytes changed in a constant of an artifact loaded and answered 500x off; 23 of 80
 // corrupted copies of a plain model loaded. Now each is refused, naming the file.
-func TestLoadRefusesCorruptedArchives(t *testing.T) {
+func TestHostile15LoadRefusesCorruptedArchives(t *testing.T) {
 	art := saveWithManifest(t, goodManifest())
 	plain := fixtures.Load(t).Get(t, "digits").ModelPath()
 	cases := []struct {
@@ -166,7 +166,7 @@ func TestLoadRefusesCorruptedArchives(t *testing.T) {
 }
 
 // A manifest over the size bound is refused before it is parsed, and nothing long is echoed.
-func TestLoadRefusesHugeManifest(t *testing.T) {
+func TestHostile16LoadRefusesHugeManifest(t *testing.T) {
 	man := goodManifest()
 	man.Torchspeed = strings.Repeat("x", MaxManifestBytes+10)
 	if err := SaveArtifact(loadFrozenDigits(t), filepath.Join(t.TempDir(), "x.pt"), man); err == nil || !strings.Contains(err.Error(), "more than the") {
@@ -212,7 +212,7 @@ func fmtErr(err error) string {
 }
 
 // A manifest asking for more threads than the process may use is clamped, with a warning.
-func TestLoadClampsManifestThreads(t *testing.T) {
+func TestHostile03LoadClampsManifestThreads(t *testing.T) {
 	defer torch.SetNumThreads(1)
 	man := goodManifest()
 	man.Runtime.Threads = 2000
@@ -236,7 +236,7 @@ func TestLoadClampsManifestThreads(t *testing.T) {
 
 // Issue 14: an INT8 artifact's answers depended on the engine set before Load, because weights
 // are packed while loading. Load sets the manifest's engine first.
-func TestLoadSetsEngineBeforeLoading(t *testing.T) {
+func TestHostile14LoadSetsEngineBeforeLoading(t *testing.T) {
 	for _, name := range []string{"digits", "resnet18", "lstm"} {
 		t.Run(name, func(t *testing.T) { checkEngineBeforeLoad(t, name) })
 	}
@@ -317,7 +317,7 @@ func checkEngineBeforeLoad(t *testing.T, name string) {
 func supportedEngines() ([]string, error) { return torch.SupportedQEngines() }
 
 // Nil inputs are an error everywhere, channels-last artifacts included (it used to panic).
-func TestPredictNilInputs(t *testing.T) {
+func TestHostile04PredictNilInputs(t *testing.T) {
 	man := goodManifest()
 	man.ChannelsLast = true
 	m, err := Load(saveWithManifest(t, man), LoadOptions{KeepThreads: true})
