@@ -2,9 +2,11 @@ package main
 
 import (
 	"bytes"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -68,13 +70,7 @@ func sameSnapshot(t *testing.T, a, b map[string]string) {
 	}
 }
 
-func keys(m map[string]string) []string {
-	var ks []string
-	for k := range m {
-		ks = append(ks, k)
-	}
-	return ks
-}
+func keys(m map[string]string) []string { return slices.Sorted(maps.Keys(m)) }
 
 // Items 6 to 10: no planted link followed, no output of another run or of the previous run
 // replaced by a failing one, no half-written or stale output, one file mode rule, no orphaned
@@ -120,6 +116,7 @@ func TestHostileFiles(t *testing.T) {
 			t.Fatalf("exits %v, want one 0 and one %d:\n%s\n%s", codes, exitcode.Usage, stderrs[0], stderrs[1])
 		}
 		loser := stderrs[min(1, codes[1])]
+		t.Logf("the second run: %s", strings.TrimSpace(loser))
 		if !strings.Contains(loser, "digits.torchspeed.pt") || !strings.Contains(loser, "exists") && !strings.Contains(loser, "appeared while this run worked") {
 			t.Errorf("the second run's message:\n%s", loser)
 		}
@@ -131,7 +128,8 @@ func TestHostileFiles(t *testing.T) {
 	t.Run("09 every file follows the umask", func(t *testing.T) {
 		benchOut := filepath.Join(dir, "bench")
 		c, errOut := umaskCLI(t, dir, "bench", "-m", filepath.Join(out, "digits.torchspeed.pt"), "--runs", "5", "-o", benchOut, "--quiet")
-		expectExit(t, errOut.String(), exitOf(t, c), 0)
+		code := exitOf(t, c) // before reading errOut, which c writes until it ends
+		expectExit(t, errOut.String(), code, 0)
 		for _, d := range []string{out, benchOut} {
 			names := listDir(t, d)
 			if len(names) == 0 {
@@ -196,7 +194,8 @@ func TestHostileFiles(t *testing.T) {
 
 	t.Run("08 a failing validation keeps the previous artifact and reports", func(t *testing.T) {
 		before := snapshot(t, out)
-		failing := writeConfig(t, body+"quantize:\n  mode: static\n  fallback: false\n  observer: minmax\ncalibration:\n  path: "+fx+
+		// INT8 held to a cosine it cannot reach, with one layer of fallback, from 2 samples.
+		failing := writeConfig(t, body+"quantize:\n  mode: static\n  observer: minmax\n  max_fallback_layers: 1\ncalibration:\n  path: "+fx+
 			"/digits_calib.npy\n  limit: 2\nvalidation:\n  min_cosine: 0.9999999\n")
 		_, stderr, code := cli(t, dir, nil, "optimize", "-c", failing, "--overwrite", "--quiet")
 		expectExit(t, stderr, code, 3, "validation")
@@ -211,6 +210,18 @@ func TestHostileFiles(t *testing.T) {
 				t.Errorf("no %s: %v", n, keys(after))
 			}
 		}
+		md := after["report.failed.md"]
+		t.Run("11 two calibration samples are warned about", func(t *testing.T) {
+			if !strings.Contains(md, "holds 2 sample(s), fewer than 8") {
+				t.Errorf("no warning about 2 samples in report.failed.md")
+			}
+		})
+		t.Run("13 the fallback advice names a key that exists", func(t *testing.T) {
+			// The config above set quantize.max_fallback_layers, so the key exists.
+			if !strings.Contains(md, "raise quantize.max_fallback_layers") || strings.Contains(md, "max_fp32_layers") {
+				t.Errorf("report.failed.md does not advise quantize.max_fallback_layers")
+			}
+		})
 	})
 
 	t.Run("08 a failed run leaves no folder it created", func(t *testing.T) {

@@ -17,11 +17,11 @@ import (
 )
 
 // The hostile-input matrix: every way a user was once able to crash or hang torchspeed, cost
-// them a file or get a wrong result reported as right, run as that user would (the CLI) and
-// named after the item it proves ("02 ...": item 2 of the list in the README's trust
-// section and CHANGELOG). `go test -run TestHostile -v ./cmd/torchspeed/ ./bindings/torch/
-// ./pkg/torchspeed/` prints it; the items that live in the Go API (deadlock, concurrent use,
-// the engine before Load) are the TestHostile tests of those packages.
+// them a file or get a wrong result reported as right (the 16 items of issue 14), run as that
+// user would (the CLI), each case named after its item ("02 ..."). `go test -run TestHostile
+// -v ./cmd/torchspeed/ ./bindings/torch/ ./pkg/torchspeed/ ./pkg/launch/` prints it; the items
+// that live in the Go API (the deadlock, concurrent use, the engine set before Load, a killed
+// launcher) are the TestHostileNN tests of those packages.
 //
 // Every case checks the exit code, words of the message, that nothing crashed, and what was
 // left on disk.
@@ -129,6 +129,9 @@ func TestHostileInput(t *testing.T) {
 		if !strings.Contains(stdout, "1 output(s)") {
 			t.Errorf("no outputs:\n%s", stdout)
 		}
+		// bench once hung on such a manifest.
+		_, stderr, code = cli(t, dir, nil, "bench", "-m", many, "--runs", "5", "-o", filepath.Join(t.TempDir(), "bench"))
+		expectExit(t, stderr, code, 0, "asks for 3000 threads")
 	})
 }
 
