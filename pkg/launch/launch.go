@@ -226,12 +226,12 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			c.Stdin = cfg.Stdin
 		}
 		// A group of its own: signals reach an instance once, from us, and not a
-		// second time from the terminal. The parent-death signal ends the instance when
+		// second time from the terminal. On Linux, the parent-death signal ends the instance when
 		// this process dies without forwarding anything (SIGKILL, the OOM killer): an
 		// orphan would keep its pinned cores busy. The kernel sends it when the thread
 		// that started the child ends, so startPinned keeps its thread until the
 		// instance has been waited for.
-		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		c.SysProcAttr = instanceAttr()
 		mu.Lock()
 		var err error
 		release := func() {}
