@@ -9,7 +9,9 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
@@ -312,6 +314,59 @@ func checkEngineBeforeLoad(t *testing.T, name string) {
 			t.Fatalf("output %d: %v after loading with %s set before, %v with %s", i, got[i], other, want[i], ref.Engine)
 		}
 	}
+	if name == "digits" {
+		loadsDuringEngineSwitches(t, p, inputs, want, engines)
+	}
+}
+
+// loadsDuringEngineSwitches loads and runs the artifact at p from 4 goroutines while another
+// switches the process's engine in a loop: every load still packs its weights with the
+// manifest's engine (engine switches are serialized with loads) and answers want.
+func loadsDuringEngineSwitches(t *testing.T, p string, inputs []*torch.Tensor, want []float32, engines []string) {
+	if before, err := torch.QEngine(); err == nil {
+		defer torch.SetQEngine(before)
+	}
+	stop := make(chan struct{})
+	var flips, loads sync.WaitGroup
+	flips.Add(1)
+	go func() {
+		defer flips.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+				torch.SetQEngine(engines[i%len(engines)])
+			}
+		}
+	}()
+	for g := 0; g < 4; g++ {
+		loads.Add(1)
+		go func() {
+			defer loads.Done()
+			for k := 0; k < 5; k++ {
+				m, err := Load(p, LoadOptions{KeepThreads: true})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				outs, err := m.Predict(inputs...)
+				var v []float32
+				if err == nil {
+					v, err = outs[0].Tensor.Float32s()
+					torch.CloseOutputs(outs)
+				}
+				m.Close()
+				if err != nil || !slices.Equal(v, want) {
+					t.Errorf("a load racing engine switches: %v, outputs %v, want %v", err, v, want)
+					return
+				}
+			}
+		}()
+	}
+	loads.Wait()
+	close(stop)
+	flips.Wait()
 }
 
 func supportedEngines() ([]string, error) { return torch.SupportedQEngines() }
