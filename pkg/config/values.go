@@ -20,6 +20,26 @@ func checkConstant(in Input) error {
 	return CheckConstantValue(in.Type, in.Value)
 }
 
+// HoldsTensors reports whether a TorchScript type holds tensors (Optional[Tensor],
+// List[Tensor], Tuple[Tensor, Tensor], Dict[str, Tensor]): such arguments take data, not a value.
+func HoldsTensors(typ string) bool { return strings.Contains(typ, "Tensor") }
+
+// checkData checks an input's data source: a file (or a list of files for a List or Tuple),
+// in the syntax --input takes.
+func checkData(in Input) error {
+	src, err := ParseSource(in.Data)
+	if err != nil {
+		return err
+	}
+	if src.Kind != SourceFile && src.Kind != SourceList {
+		return fmt.Errorf("%q is not a data file: constants take value (e.g. value: %s)", in.Data, example(in.Type))
+	}
+	if src.Kind == SourceList && !strings.HasPrefix(in.Type, "List[") && !strings.HasPrefix(in.Type, "Tuple[") {
+		return fmt.Errorf("%q lists several files; only a List or Tuple argument takes several (type: List[Tensor])", in.Data)
+	}
+	return nil
+}
+
 // CheckConstantValue reports whether v (as decoded from YAML or JSON) is a value of the
 // TorchScript type typ, naming what was expected when it is not.
 func CheckConstantValue(typ string, v any) error {
