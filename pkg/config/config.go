@@ -406,11 +406,7 @@ func (c *Config) resolvePaths() {
 	rel(&c.Calibration.Path)
 	rel(&c.Validation.Data.Path)
 	rel(&c.Output.Dir)
-	for i, in := range c.Model.Inputs {
-		if src, err := ParseSource(in.Data); in.Data != "" && err == nil {
-			c.Model.Inputs[i].Data = src.Rebase(base).String()
-		}
-	}
+	c.rebaseData(base)
 	// Labels may be an npz member name; only file paths are made relative to the config.
 	for _, l := range []*string{&c.Calibration.Labels, &c.Validation.Data.Labels} {
 		if strings.ContainsRune(*l, '/') || strings.HasSuffix(*l, ".npy") || strings.HasSuffix(*l, ".txt") {
@@ -448,21 +444,10 @@ func (c *Config) ValidateValues() error {
 	dtypes := []string{"float32", "float64", "int64", "int32", "uint8", "bool"}
 	for i, in := range c.Model.Inputs {
 		key := fmt.Sprintf("model.inputs[%d]", i)
-		if in.Data != "" {
-			if err := checkData(in); err != nil {
-				errs = append(errs, fmt.Errorf("%s (%s).data: %w", key, in.Name, err))
-			}
+		if err := checkValues(in); err != nil {
+			errs = append(errs, fmt.Errorf("%s (%s): %w", key, in.Name, err))
 		}
 		if !in.IsTensor() {
-			if HoldsTensors(in.Type) {
-				if in.Value != nil {
-					bad(key+".value", in.Value, "a "+in.Type+" takes data (or none for an Optional left out), not a value")
-				}
-				continue
-			}
-			if err := checkConstant(in); err != nil {
-				errs = append(errs, fmt.Errorf("%s (%s): %w", key, in.Name, err))
-			}
 			continue
 		}
 		if in.Value != nil {

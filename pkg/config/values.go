@@ -24,6 +24,33 @@ func checkConstant(in Input) error {
 // List[Tensor], Tuple[Tensor, Tensor], Dict[str, Tensor]): such arguments take data, not a value.
 func HoldsTensors(typ string) bool { return strings.Contains(typ, "Tensor") }
 
+// checkValues checks an input's data source and, for a non-tensor, its value.
+func checkValues(in Input) error {
+	if in.Data != "" {
+		if err := checkData(in); err != nil {
+			return fmt.Errorf("data: %w", err)
+		}
+	}
+	switch {
+	case in.IsTensor():
+		return nil
+	case HoldsTensors(in.Type) && in.Value != nil:
+		return fmt.Errorf("value %v: a %s takes data (or nothing for an Optional left out), not a value", in.Value, in.Type)
+	case HoldsTensors(in.Type):
+		return nil
+	}
+	return checkConstant(in)
+}
+
+// rebaseData makes the inputs' data files relative to the config file's folder.
+func (c *Config) rebaseData(base string) {
+	for i, in := range c.Model.Inputs {
+		if src, err := ParseSource(in.Data); in.Data != "" && err == nil {
+			c.Model.Inputs[i].Data = src.Rebase(base).String()
+		}
+	}
+}
+
 // checkData checks an input's data source: a file (or a list of files for a List or Tuple),
 // in the syntax --input takes.
 func checkData(in Input) error {
