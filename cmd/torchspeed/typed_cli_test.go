@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -15,153 +13,6 @@ import (
 	"github.com/torchspeed/torchspeed/internal/fixtures"
 	"github.com/torchspeed/torchspeed/pkg/npy"
 )
-
-// streamTolerance is how far run's outputs may be from PyTorch's over a reference stream.
-const streamTolerance = 1e-5
-
-// rowsOf selects rows idx (along dimension 0) of a stacked array.
-func rowsOf(t *testing.T, a *npy.Array, idx []int) *npy.Array {
-	t.Helper()
-	pick := func(per int) []int {
-		var out []int
-		for _, i := range idx {
-			for j := 0; j < per; j++ {
-				out = append(out, i*per+j)
-			}
-		}
-		return out
-	}
-	n := int(a.Shape[0])
-	out := &npy.Array{Shape: append([]int64{int64(len(idx))}, a.Shape[1:]...), DType: a.DType}
-	switch d := a.Data.(type) {
-	case []float32:
-		var s []float32
-		for _, k := range pick(len(d) / n) {
-			s = append(s, d[k])
-		}
-		out.Data = s
-	case []int64:
-		var s []int64
-		for _, k := range pick(len(d) / n) {
-			s = append(s, d[k])
-		}
-		out.Data = s
-	default:
-		t.Fatalf("rowsOf: %T", a.Data)
-	}
-	return out
-}
-
-// streamRun replays a fixture's reference stream through `run --save`: calls that share their
-// non-tensor arguments run as one sequence (seq: files of their rows, constants as int:/float:/
-// bool:/str:/none), so a stateful stream, whose constants do not change, is one run from a
-// reset state. It returns the largest difference from PyTorch's outputs.
-func streamRun(t *testing.T, f fixtures.Fixture, method string) float64 {
-	s := f.Stream(t, method)
-	groups := map[string][]int{}
-	var order []string
-	for i := 0; i < s.Calls; i++ {
-		var key []string
-		for _, a := range s.Args {
-			switch {
-			case len(a.Ints) > 0:
-				key = append(key, a.Name+"=int:"+strconv.FormatInt(a.Ints[i], 10))
-			case len(a.Floats) > 0:
-				key = append(key, a.Name+"=float:"+strconv.FormatFloat(a.Floats[i], 'g', -1, 64))
-			case len(a.Bools) > 0:
-				key = append(key, a.Name+"=bool:"+strconv.FormatBool(a.Bools[i]))
-			case len(a.Strs) > 0:
-				key = append(key, a.Name+"=str:"+a.Strs[i])
-			case a.Present != nil && !a.Present[i]:
-				key = append(key, a.Name+"=none")
-			}
-		}
-		k := strings.Join(key, "\x00")
-		if groups[k] == nil {
-			order = append(order, k)
-		}
-		groups[k] = append(groups[k], i)
-	}
-	if f.ResetMethod != "" && len(order) != 1 {
-		t.Fatalf("%s: a stateful stream must replay as one sequence, its constants make %d", f.Name, len(order))
-	}
-	dir := t.TempDir()
-	worst := 0.0
-	for g, k := range order {
-		idx := groups[k]
-		var args []string
-		if k != "" {
-			for _, c := range strings.Split(k, "\x00") {
-				args = append(args, "--input", c)
-			}
-		}
-		seqFile := func(name string, spec fixtures.Tensor) string {
-			p := filepath.Join(dir, fmt.Sprintf("g%d_%s.npy", g, name))
-			if err := npy.WriteFile(p, rowsOf(t, f.Array(t, spec), idx)); err != nil {
-				t.Fatal(err)
-			}
-			return "seq:" + p
-		}
-		for _, a := range s.Args {
-			switch {
-			case a.Tensor != nil && (a.Present == nil || a.Present[idx[0]]):
-				args = append(args, "--input", a.Name+"="+seqFile(a.Name, *a.Tensor))
-			case len(a.Tensors) > 0:
-				var items []string
-				for j, ts := range a.Tensors {
-					items = append(items, seqFile(fmt.Sprintf("%s_%d", a.Name, j), ts))
-				}
-				args = append(args, "--input", a.Name+"="+strings.Join(items, ","))
-			}
-		}
-		out := filepath.Join(dir, fmt.Sprintf("out%d.npz", g))
-		args = append([]string{"-m", f.ModelPath(), "--method", method, "--save", out}, args...)
-		// In this process (the command's code, without a process start per group).
-		c := newRunCmd(&ui{})
-		var stdout, stderr bytes.Buffer
-		c.SetOut(&stdout)
-		c.SetErr(&stderr)
-		c.SetArgs(args)
-		if err := c.Execute(); err != nil {
-			t.Fatalf("%s.%s: run %v: %v\n%s%s", f.Name, method, args, err, stdout.String(), stderr.String())
-		}
-		worst = max(worst, compareSaved(t, f, s, out, idx))
-	}
-	return worst
-}
-
-// compareSaved compares a --save file with the reference outputs of calls idx.
-func compareSaved(t *testing.T, f fixtures.Fixture, s fixtures.Stream, path string, idx []int) float64 {
-	got, names, err := npy.ReadNPZ(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(names) != len(s.Outputs) {
-		t.Fatalf("%s: saved %v, PyTorch gave %d outputs", f.Name, names, len(s.Outputs))
-	}
-	worst := 0.0
-	for _, o := range s.Outputs {
-		key := saveKey(o.Name)
-		g, ok := got[key]
-		if !ok {
-			t.Fatalf("%s: %s not saved (keys %v)", f.Name, key, names)
-		}
-		want := rowsOf(t, f.Array(t, o), idx)
-		if npy.ShapeString(g.Shape) != npy.ShapeString(want.Shape) {
-			t.Fatalf("%s: %s has shape %v, want %v (stacked per call)", f.Name, key, g.Shape, want.Shape)
-		}
-		gd, _ := g.Float32s()
-		wd, _ := want.Float32s()
-		for i := range gd {
-			d := math.Abs(float64(gd[i]) - float64(wd[i]))
-			if math.IsNaN(d) {
-				d = math.Inf(1)
-			}
-			worst = max(worst, d)
-		}
-	}
-	return worst
-}
 
 // Every typed fixture's 100-call reference stream through `run --save` matches PyTorch's.
 func TestCLIRunSaveMatchesStreams(t *testing.T) {
@@ -276,7 +127,7 @@ func TestCLITypedBadInputs(t *testing.T) {
 	if err := npy.WriteFile(short, rowsOf(t, typed.Array(t, *typed.Stream(t, "forward").Args[0].Tensor), []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9})); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []struct {
+	for i, c := range []struct {
 		name string
 		args []string
 		want []string
@@ -295,13 +146,19 @@ func TestCLITypedBadInputs(t *testing.T) {
 			[]string{"argument x", "batch_dim 2 is out of range"}},
 		{"constant of the wrong type in a config", []string{"run", "-c", config("    - {name: x, shape: [1, 256]}\n    - {name: sr, type: float, value: 0.5}\n")},
 			[]string{"argument sr is declared float", "int"}},
-		{"bench wrong scalar type", []string{"bench", "-m", f.ModelPath(), "--input", x, "--input", "sr=bool:true", "--runs", "5"}, []string{"argument sr"}},
+		{"bench wrong scalar type", []string{"bench", "--runtime", runtimeDefault, "-m", f.ModelPath(), "--input", x, "--input", "sr=bool:true", "--runs", "5"}, []string{"argument sr"}},
 	} {
 		args := c.args
 		if args[0] == "run" {
 			args = append(args, "--save", out)
 		}
-		_, stderr, code := cli(t, dir, nil, args...)
+		var stderr string
+		var code int
+		if i == 0 {
+			_, stderr, code = cli(t, dir, nil, args...) // the binary's exit code
+		} else {
+			_, stderr, code = inProcess(args...) // the command's code, without a process start each
+		}
 		if code != exitcode.Usage {
 			t.Errorf("%s: exit %d, want %d: %s", c.name, code, exitcode.Usage, stderr)
 			continue
