@@ -1,8 +1,10 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -13,6 +15,7 @@ import (
 	"github.com/torchspeed/torchspeed/pkg/benchrun"
 	"github.com/torchspeed/torchspeed/pkg/config"
 	"github.com/torchspeed/torchspeed/pkg/cpu"
+	"github.com/torchspeed/torchspeed/pkg/torchspeed"
 )
 
 // benchCmd holds `torchspeed bench`'s flags and, once config.Load has merged them with the
@@ -26,6 +29,7 @@ type benchCmd struct {
 	dtypes   []string
 	values   []string // --input [NAME=]VALUE
 	method   string
+	reset    string // model.reset_method
 	streams  int
 	sweepB   []int
 	sweepT   []int
@@ -178,7 +182,9 @@ func (b *benchCmd) run(c *cobra.Command) error {
 	}()
 	for _, s := range specs {
 		l, err := benchrun.LoadModel(s, log)
-		if err != nil {
+		if errors.Is(err, torchspeed.ErrNoMethod) {
+			return exitcode.Usagef("bench: --method or model.reset_method: %s", strings.TrimPrefix(err.Error(), "bench: "))
+		} else if err != nil {
 			return err
 		}
 		models = append(models, l)

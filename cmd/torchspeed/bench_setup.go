@@ -52,6 +52,7 @@ func (b *benchCmd) loadConfig(c *cobra.Command) error {
 	if b.method == "" {
 		b.method = cfg.Model.Method
 	}
+	b.reset = cfg.Model.ResetMethod
 	if givesValues(cfg.Model.Inputs) {
 		b.cfgInputs = cfg.Model.Inputs
 	} else if len(b.shapes) == 0 && len(cfg.Model.Inputs) > 0 {
@@ -135,7 +136,7 @@ func (b *benchCmd) specs() []benchrun.ModelSpec {
 		if k := seen[name]; k > 1 {
 			name = fmt.Sprintf("%s#%d", name, k)
 		}
-		out = append(out, benchrun.ModelSpec{Path: p, Name: name})
+		out = append(out, benchrun.ModelSpec{Path: p, Name: name, Method: b.method, ResetMethod: b.reset})
 	}
 	return out
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -22,6 +23,7 @@ type runCmd struct {
 	ui      *ui
 	model   string
 	config  string
+	reset   string // model.reset_method
 	args    callInputs
 	calls   int
 	save    string
@@ -95,6 +97,7 @@ func (r *runCmd) run(c *cobra.Command) error {
 			r.model = cfg.Model.Path
 		}
 		r.args.fromConfig(cfg)
+		r.reset = cfg.Model.ResetMethod
 	}
 	if r.model == "" {
 		return exitcode.Usagef("run: --model is required")
@@ -116,8 +119,10 @@ func (r *runCmd) run(c *cobra.Command) error {
 			return exitcode.Usagef("run: --save: %v", err)
 		}
 	}
-	m, err := torchspeed.Load(r.model, torchspeed.LoadOptions{KeepThreads: true})
-	if err != nil {
+	m, err := torchspeed.Load(r.model, torchspeed.LoadOptions{KeepThreads: true, Method: r.args.method, ResetMethod: r.reset})
+	if errors.Is(err, torchspeed.ErrNoMethod) {
+		return exitcode.New(exitcode.Usage, fmt.Errorf("run: --method or model.reset_method: %w", err))
+	} else if err != nil {
 		return err
 	}
 	defer m.Close()

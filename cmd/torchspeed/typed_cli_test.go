@@ -146,6 +146,8 @@ func TestCLITypedBadInputs(t *testing.T) {
 			[]string{"argument x", "batch_dim 2 is out of range"}},
 		{"constant of the wrong type in a config", []string{"run", "-c", config("    - {name: x, shape: [1, 256]}\n    - {name: sr, type: float, value: 0.5}\n")},
 			[]string{"argument sr is declared float", "int"}},
+		{"unknown reset method", []string{"bench", "--runtime", runtimeDefault, "--runs", "5", "-c", config(fmt.Sprintf("    - {name: x, data: \"seq:%s\"}\n    - {name: sr, type: int, value: 16000}\n  reset_method: clear\n", chunks))},
+			[]string{"bench: --method or model.reset_method", `reset method "clear"`, "reset_states"}},
 		{"bench wrong scalar type", []string{"bench", "--runtime", runtimeDefault, "-m", f.ModelPath(), "--input", x, "--input", "sr=bool:true", "--runs", "5"}, []string{"argument sr"}},
 	} {
 		args := c.args

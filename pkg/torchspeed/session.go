@@ -20,6 +20,10 @@ import (
 // Reset method names tried, in order, when the manifest names none.
 var defaultResetMethods = []string{"reset_states", "reset"}
 
+// ErrNoMethod is wrapped by Load's error when the method or reset method named (by the
+// manifest, or LoadOptions for a plain model) is not one of the module's.
+var ErrNoMethod = errors.New("no such method")
+
 // stateInfo is what Load learns about a model's state; it lives on Model.
 type stateInfo struct {
 	mu       sync.Mutex // serializes calls on the shared module of a stateful model
@@ -44,7 +48,7 @@ func (m *Model) initState() error {
 		return err
 	}
 	if !slices.Contains(methods, st.method) {
-		return fmt.Errorf("model %q has no method %q (it has %s): fix the method named in the manifest", m.m.Name(), st.method, strings.Join(methods, ", "))
+		return fmt.Errorf("model %q has no method %q (it has %s): %w", m.m.Name(), st.method, strings.Join(methods, ", "), ErrNoMethod)
 	}
 	if st.attrs, err = m.m.State(st.method); err != nil {
 		return err
@@ -56,7 +60,7 @@ func (m *Model) initState() error {
 	want := defaultResetMethods
 	if man != nil && man.ResetMethod != "" {
 		if !slices.Contains(methods, man.ResetMethod) {
-			return fmt.Errorf("model %q: the manifest names reset method %q, which the module lacks (it has %s): preserve it when freezing", m.m.Name(), man.ResetMethod, strings.Join(methods, ", "))
+			return fmt.Errorf("model %q: reset method %q is not among its methods (%s; freezing keeps it only when preserved): %w", m.m.Name(), man.ResetMethod, strings.Join(methods, ", "), ErrNoMethod)
 		}
 		want = []string{man.ResetMethod}
 	}
