@@ -1,8 +1,10 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -11,7 +13,9 @@ import (
 	"github.com/torchspeed/torchspeed/internal/exitcode"
 	"github.com/torchspeed/torchspeed/pkg/bench"
 	"github.com/torchspeed/torchspeed/pkg/benchrun"
+	"github.com/torchspeed/torchspeed/pkg/config"
 	"github.com/torchspeed/torchspeed/pkg/cpu"
+	"github.com/torchspeed/torchspeed/pkg/torchspeed"
 )
 
 // benchCmd holds `torchspeed bench`'s flags and, once config.Load has merged them with the
@@ -23,6 +27,9 @@ type benchCmd struct {
 	vs       []string
 	shapes   []string
 	dtypes   []string
+	values   []string // --input [NAME=]VALUE
+	method   string
+	reset    string // model.reset_method
 	streams  int
 	sweepB   []int
 	sweepT   []int
@@ -37,6 +44,8 @@ type benchCmd struct {
 	instances int
 	// serve keeps the models loaded and times rounds on request (see benchrun.ServeRounds).
 	serve bool
+	// cfgInputs are a config's model.inputs that give values (data, constants): the typed path.
+	cfgInputs []config.Input
 
 	// From config.Load (flag > TORCHSPEED_* > file > default).
 	runs      int
@@ -97,6 +106,8 @@ thread count when none is given.`,
 	f.StringArrayVar(&b.vs, "vs", nil, "another model to compare with the first, in interleaved rounds")
 	f.StringArrayVar(&b.shapes, "input-shape", nil, "shape of a random input, e.g. 1x3x224x224 (repeat for several inputs)")
 	f.StringArrayVar(&b.dtypes, "dtype", nil, "dtype of each --input-shape input (float32, int64, int32, bool; default float32)")
+	f.StringArrayVar(&b.values, "input", nil, "an argument's value, as run takes it: [NAME=]FILE.npy, FILE.npz[:MEMBER], seq:CHUNKS.npy, A.npy,B.npy, int:N, float:X, bool:true|false, str:TEXT or none (repeat)")
+	f.StringVar(&b.method, "method", "", "method to time (default: forward, or the artifact's)")
 	f.Int("runs", 200, "timed runs (per model; per stream in throughput mode) (bench.runs)")
 	f.Duration("duration", 0, "run for this long instead of a count, e.g. 10s (bench.duration)")
 	f.Int("warmup", 20, "untimed runs after the first inference (bench.warmup)")
@@ -171,16 +182,25 @@ func (b *benchCmd) run(c *cobra.Command) error {
 	}()
 	for _, s := range specs {
 		l, err := benchrun.LoadModel(s, log)
-		if err != nil {
+		if errors.Is(err, torchspeed.ErrNoMethod) {
+			return exitcode.Usagef("bench: --method or model.reset_method: %s", strings.TrimPrefix(err.Error(), "bench: "))
+		} else if err != nil {
 			return err
 		}
 		models = append(models, l)
 	}
-	ins, err := b.inputs(models)
+	plans, err := b.typedPlans(models, log)
 	if err != nil {
 		return err
 	}
-	if err := b.chooseThreads(c, models, ins, avail, log); err != nil {
+	defer closePlans(plans)
+	var ins []benchrun.InputSpec
+	if plans == nil {
+		if ins, err = b.inputs(models); err != nil {
+			return err
+		}
+	}
+	if err := b.chooseThreads(c, models, ins, plans, avail, log); err != nil {
 		return err
 	}
 	sweepCfg, err := b.checkCPUs(ins, avail)
@@ -216,9 +236,9 @@ func (b *benchCmd) run(c *cobra.Command) error {
 		if i := os.Getenv("TORCHSPEED_INSTANCE"); i != "" {
 			rep.Settings["instance"] = i
 		}
-		return benchrun.ServeRounds(c.InOrStdin(), c.OutOrStdout(), models[0], ins, b.seed, b.warmup, rep.Settings)
+		return b.serveRounds(c, models[0], ins, plans, rep.Settings)
 	}
-	if err := b.measure(rep, models, specs, ins, sweepCfg, log); err != nil {
+	if err := b.measure(rep, models, specs, ins, plans, sweepCfg, log); err != nil {
 		return err
 	}
 	return b.write(c.OutOrStdout(), log, rep, outs)

@@ -86,6 +86,15 @@ func (b *benchCmd) serveArgs(exe string, spec benchrun.ModelSpec, s runenv.Setti
 	for _, dt := range b.dtypes {
 		args = append(args, "--dtype", dt)
 	}
+	for _, in := range b.values {
+		args = append(args, "--input", in)
+	}
+	if b.method != "" {
+		args = append(args, "--method", b.method)
+	}
+	if b.config != "" && b.cfgInputs != nil {
+		args = append(args, "-c", b.config) // its model.inputs give the values
+	}
 	return args
 }
 

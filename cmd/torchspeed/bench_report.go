@@ -11,18 +11,23 @@ import (
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/pkg/bench"
 	"github.com/torchspeed/torchspeed/pkg/benchrun"
+	"github.com/torchspeed/torchspeed/pkg/callargs"
 	"github.com/torchspeed/torchspeed/pkg/cpu"
 	"github.com/torchspeed/torchspeed/pkg/plot"
 	"github.com/torchspeed/torchspeed/pkg/version"
 )
 
 // measure runs the sweep, the throughput streams or the latency rounds into rep.
-func (b *benchCmd) measure(rep *bench.Report, models []*benchrun.Loaded, specs []benchrun.ModelSpec, ins []benchrun.InputSpec, sweepCfg bench.SweepConfig, log io.Writer) error {
+func (b *benchCmd) measure(rep *bench.Report, models []*benchrun.Loaded, specs []benchrun.ModelSpec, ins []benchrun.InputSpec, plans []*callargs.Plan, sweepCfg bench.SweepConfig, log io.Writer) error {
 	opts := bench.Options{Runs: b.runs, Duration: b.duration, Warmup: b.warmup}
 	var err error
 	switch {
 	case b.sweeping():
 		rep.Sweep, err = b.runSweep(models[0], ins, sweepCfg, opts, log)
+		return err
+	case b.streams > 1 && plans != nil:
+		fmt.Fprintf(log, "bench: %s: %d streams x %d threads, a session each...\n", models[0].Spec.Name, b.streams, b.threads)
+		rep.Throughput, err = benchrun.RunSessionStreams(models[0], plans[0].Method, plans[0], b.threads, b.streams, opts)
 		return err
 	case b.streams > 1:
 		fmt.Fprintf(log, "bench: %s: %d streams x %d threads...\n", models[0].Spec.Name, b.streams, b.threads)
@@ -35,8 +40,17 @@ func (b *benchCmd) measure(rep *bench.Report, models []*benchrun.Loaded, specs [
 	}
 	defer benchrun.CloseTensors(inputs)
 	var targets []bench.Target
-	for _, l := range models {
-		targets = append(targets, l.Target(inputs))
+	for i, l := range models {
+		if plans == nil {
+			targets = append(targets, l.Target(inputs))
+			continue
+		}
+		t, err := l.SessionTarget(plans[i].Method, plans[i])
+		if err != nil {
+			return err
+		}
+		defer t.Close()
+		targets = append(targets, t)
 	}
 	order, _ := bench.ParseOrder(b.order)
 	fmt.Fprintf(log, "bench: %s...\n", describeRun(specs, opts, order))
@@ -54,6 +68,12 @@ func (b *benchCmd) measure(rep *bench.Report, models []*benchrun.Loaded, specs [
 	})
 	if err != nil {
 		return err
+	}
+	if plans != nil {
+		for i, r := range latencyResults(rep) {
+			r.Load = models[i].LoadTime
+		}
+		return nil // rooflines count the FLOPs of tensor-only forwards
 	}
 	timed := make([]benchrun.Timed, len(models))
 	for i, r := range latencyResults(rep) {

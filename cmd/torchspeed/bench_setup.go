@@ -12,6 +12,7 @@ import (
 	"github.com/torchspeed/torchspeed/internal/exitcode"
 	"github.com/torchspeed/torchspeed/pkg/bench"
 	"github.com/torchspeed/torchspeed/pkg/benchrun"
+	"github.com/torchspeed/torchspeed/pkg/callargs"
 	"github.com/torchspeed/torchspeed/pkg/config"
 )
 
@@ -48,7 +49,13 @@ func (b *benchCmd) loadConfig(c *cobra.Command) error {
 	if len(b.models) == 0 && cfg.Model.Path != "" {
 		b.models = []string{cfg.Model.Path}
 	}
-	if len(b.shapes) == 0 && len(cfg.Model.Inputs) > 0 {
+	if b.method == "" {
+		b.method = cfg.Model.Method
+	}
+	b.reset = cfg.Model.ResetMethod
+	if givesValues(cfg.Model.Inputs) {
+		b.cfgInputs = cfg.Model.Inputs
+	} else if len(b.shapes) == 0 && len(cfg.Model.Inputs) > 0 {
 		b.dtypes = nil
 		for _, in := range cfg.Model.Inputs {
 			b.shapes = append(b.shapes, config.FormatShape(in.Shape))
@@ -129,7 +136,7 @@ func (b *benchCmd) specs() []benchrun.ModelSpec {
 		if k := seen[name]; k > 1 {
 			name = fmt.Sprintf("%s#%d", name, k)
 		}
-		out = append(out, benchrun.ModelSpec{Path: p, Name: name})
+		out = append(out, benchrun.ModelSpec{Path: p, Name: name, Method: b.method, ResetMethod: b.reset})
 	}
 	return out
 }
@@ -159,7 +166,7 @@ func (b *benchCmd) inputs(models []*benchrun.Loaded) ([]benchrun.InputSpec, erro
 
 // chooseThreads settles the thread count: the user's, the artifact's (bounded by the CPUs
 // here), a measurement, or the CPUs shared among streams (bench.ThreadPlan).
-func (b *benchCmd) chooseThreads(c *cobra.Command, models []*benchrun.Loaded, ins []benchrun.InputSpec, avail int, log io.Writer) error {
+func (b *benchCmd) chooseThreads(c *cobra.Command, models []*benchrun.Loaded, ins []benchrun.InputSpec, plans []*callargs.Plan, avail int, log io.Writer) error {
 	plan := bench.ThreadPlan{Chosen: b.threads, Default: torch.NumThreads(), Streams: b.streams, AvailableCPUs: avail}
 	if man := models[0].Model.Manifest; man != nil && man.Runtime.Threads != 0 {
 		n, warning := config.ClampThreads("the manifest of "+models[0].Spec.Name, man.Runtime.Threads)
@@ -170,12 +177,11 @@ func (b *benchCmd) chooseThreads(c *cobra.Command, models []*benchrun.Loaded, in
 	}
 	if b.streams == 1 && !b.sweeping() && b.runtime == runtimeTorchspeed {
 		plan.Measure = func(counts []int) (bench.ThreadChoice, error) {
-			inputs, err := benchrun.MakeInputs(ins, 0, b.seed)
+			t, done, err := b.target(models[0], ins, plans)
 			if err != nil {
 				return bench.ThreadChoice{}, err
 			}
-			defer benchrun.CloseTensors(inputs)
-			t := models[0].Target(inputs)
+			defer done()
 			var ch bench.ThreadChoice
 			// The timing runs on the inference worker (t.Run stays on its thread), so the
 			// count is switched for that thread only, then set everywhere.

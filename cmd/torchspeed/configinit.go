@@ -20,17 +20,23 @@ func newConfigCmd(u *ui) *cobra.Command {
 	c := &cobra.Command{Use: "config", Short: "Work with torchspeed config files"}
 	ci := &configInit{ui: u}
 	initCmd := &cobra.Command{
-		Use:   "init -m MODEL [--input-shape 1x3x224x224]... [-o config.yaml]",
-		Short: "Write a starter config for a model, with its detected inputs",
-		Long: `config init reads the model's forward arguments from its graph (traced models record shapes
-and dtypes; scripted ones only names) and writes a config to edit. --input-shape gives the
-shapes a scripted model does not record.`,
+		Use:   "init -m MODEL [--method M] [--input [NAME=]VALUE]... [--input-shape 1x3x224x224]... [-o config.yaml]",
+		Short: "Write a starter config for a model, with every argument of its method and its state",
+		Long: `config init reads the arguments of the model's method (forward, or --method) from its schema,
+each with its declared type (Tensor, int, float, bool, str, Optional, List, Tuple, Dict),
+and writes a config to edit: tensors with the shapes and dtypes a traced graph records,
+constants with their schema default, and a TODO only where a value is truly unknown.
+--input (as run takes it: x=seq:chunks.npy, sr=int:16000, ...) and --input-shape fill in
+what the model does not record. A model whose method assigns attributes is marked stateful
+(the attributes in a comment) with its reset method.`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error { return ci.run(c) },
 	}
 	f := initCmd.Flags()
 	f.StringVarP(&ci.model, "model", "m", "", "TorchScript model")
-	f.StringArrayVar(&ci.shapes, "input-shape", nil, "shape of each input, e.g. 1x3x224x224 (repeat for several inputs, in forward's order)")
+	f.StringArrayVar(&ci.shapes, "input-shape", nil, "shape of each tensor argument, e.g. 1x3x224x224 (repeat for several, in order)")
+	f.StringArrayVar(&ci.values, "input", nil, "an argument's value as run takes it ([NAME=]FILE.npy, seq:CHUNKS.npy, int:N, ...), written into the config")
+	f.StringVar(&ci.method, "method", "forward", "method whose arguments to write")
 	f.StringVarP(&ci.out, "output", "o", "", "file to write (default: stdout)")
 	f.BoolVar(&ci.force, "force", false, "overwrite an existing file")
 	f.SetNormalizeFunc(outAlias)
@@ -42,6 +48,8 @@ type configInit struct {
 	ui     *ui
 	model  string
 	shapes []string
+	values []string
+	method string
 	out    string
 	force  bool
 }
@@ -77,16 +85,11 @@ func (ci *configInit) run(c *cobra.Command) error {
 		return err
 	}
 	defer m.Close()
-	inputs, err := detectInputs(m)
-	if err != nil && len(shapes) == 0 {
+	args, err := ci.describe(m, shapes)
+	if err != nil {
 		return err
 	}
-	if len(shapes) > 0 {
-		if inputs, err = withShapes(inputs, err, shapes); err != nil {
-			return err
-		}
-	}
-	body := starterConfig(ci.model, ci.out, inputs)
+	body := starterConfig(ci.model, ci.out, args)
 	if !toFile {
 		_, err := c.OutOrStdout().Write(body)
 		return err
@@ -98,24 +101,6 @@ func (ci *configInit) run(c *cobra.Command) error {
 	}
 	fmt.Fprintf(ci.ui.logOrDiscard(c.ErrOrStderr()), "wrote %s\n", ci.out)
 	return nil
-}
-
-// withShapes puts the --input-shape shapes on the detected inputs (names and dtypes from the
-// graph), or on inputs named input0, input1, ... when the graph did not give them all.
-func withShapes(detected []detectedInput, detectErr error, shapes [][]int64) ([]detectedInput, error) {
-	if detectErr == nil && len(detected) != len(shapes) {
-		return nil, exitcode.Usagef("config init: %d --input-shape values for the model's %d inputs; give one per input, in forward's order", len(shapes), len(detected))
-	}
-	out := make([]detectedInput, len(shapes))
-	for i, sh := range shapes {
-		in := detectedInput{name: fmt.Sprintf("input%d", i), dtype: "float32"}
-		if detectErr == nil {
-			in = detected[i]
-		}
-		in.shape = strings.Split(config.FormatShape(sh), "x")
-		out[i] = in
-	}
-	return out, nil
 }
 
 type detectedInput struct {
@@ -161,25 +146,12 @@ func detectInputs(m *torch.Module) ([]detectedInput, error) {
 	return out, nil
 }
 
-func starterConfig(model, out string, inputs []detectedInput) []byte {
+func starterConfig(model, out string, args *initArgs) []byte {
 	var b bytes.Buffer
-	path := model
-	if out != "" && out != "-" {
-		absModel, _ := filepath.Abs(model)
-		absOut, _ := filepath.Abs(out)
-		if rel, err := filepath.Rel(filepath.Dir(absOut), absModel); err == nil {
-			path = rel
-		}
-	}
+	path := relTo(out, model)
 	fmt.Fprintf(&b, "# torchspeed config for %s (torchspeed config init). Paths are relative to this file.\n", filepath.Base(model))
-	fmt.Fprintf(&b, "model:\n  path: %s\n  inputs:\n", path)
-	for _, in := range inputs {
-		shape := "[1]   # TODO: the full shape, batch first (a TorchScript file does not record input shapes)"
-		if len(in.shape) > 0 {
-			shape = "[" + strings.Join(in.shape, ", ") + "]"
-		}
-		fmt.Fprintf(&b, "    - name: %s\n      shape: %s\n      dtype: %s   # check: int64 for token ids\n", in.name, shape, in.dtype)
-	}
+	fmt.Fprintf(&b, "model:\n  path: %s\n", path)
+	args.write(&b, out)
 	b.WriteString(`
 optimize:
   freeze: true

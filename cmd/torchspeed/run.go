@@ -2,32 +2,33 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/internal/exitcode"
-	"github.com/torchspeed/torchspeed/pkg/benchrun"
+	"github.com/torchspeed/torchspeed/internal/safefile"
 	"github.com/torchspeed/torchspeed/pkg/config"
-	"github.com/torchspeed/torchspeed/pkg/npy"
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
 )
 
 type runCmd struct {
 	ui      *ui
 	model   string
-	shapes  []string
-	dtypes  []string
-	inputs  []string
+	config  string
+	reset   string // model.reset_method
+	args    callInputs
+	calls   int
+	save    string
 	topk    int
 	threads int
-	seed    uint64
 	asJSON  bool
 }
 
@@ -50,36 +51,59 @@ type topItem struct {
 func newRunCmd(u *ui) *cobra.Command {
 	r := &runCmd{ui: u}
 	c := &cobra.Command{
-		Use:   "run -m MODEL [--input-shape 1x3x224x224 | --input x.npy]...",
-		Short: "Load a TorchScript model or artifact, run it once, print output shapes and top-k",
+		Use:   "run -m MODEL [--input [NAME=]VALUE]... [--input-shape 1x3x224x224]... [--save OUT.npz]",
+		Short: "Load a TorchScript model or artifact, run it on real or random inputs, print (and save) its outputs",
 		Long: `run loads a model (an artifact made by optimize with its load-time passes and settings) and
-runs it once on random inputs of the given shapes, or on inputs read from .npy files. An
-artifact's manifest gives its inputs when none are given.`,
+calls its method (forward, or --method) with the arguments the method's schema declares:
+
+  --input [NAME=]VALUE   x.npy, x.npz (all members: a Dict[str, Tensor]), x.npz:MEMBER,
+                         seq:CHUNKS.npy (call i takes slice i along dimension 0, in order),
+                         a.npy,b.npy (a List or Tuple of tensors), int:N, float:X,
+                         bool:true|false, str:TEXT, none
+  --input-shape SHAPE    a random tensor of that shape (--dtype)
+
+Values without NAME= fill the arguments in order; arguments left out take the schema's
+default. A sequence runs once per call (--calls N for fewer, or to repeat fixed inputs);
+--save writes the outputs as .npz, stacked per call for a sequence. A model that keeps state
+between calls (attributes its method assigns) is reset first. -c takes model.path,
+model.method and model.inputs from a config. An artifact's manifest gives its inputs when
+none are given.`,
 		Example: `  torchspeed run -m out/resnet18.torchspeed.pt
   torchspeed run -m resnet18.pt --input-shape 1x3x224x224 --topk 3
-  torchspeed run -m model.pt --input x.npy --json`,
+  torchspeed run -m vad.pt --input x=seq:chunks.npy --input sr=int:16000 --save out.npz
+  torchspeed run -m encoder.pt --method embed --input x.npy --input normalize=bool:true --json`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error { return r.run(c) },
 	}
 	f := c.Flags()
 	f.StringVarP(&r.model, "model", "m", "", "TorchScript file or torchspeed artifact (.pt)")
-	f.StringArrayVar(&r.shapes, "input-shape", nil, "shape of a random input, e.g. 1x3x224x224 (repeat for several inputs; default: the artifact's)")
-	f.StringArrayVar(&r.dtypes, "dtype", nil, "dtype of each --input-shape input (float32, int64, ...; default float32)")
-	f.StringArrayVar(&r.inputs, "input", nil, ".npy file holding an input (repeat for several inputs)")
+	f.StringVarP(&r.config, "config", "c", "", "YAML config: model.path, model.method and model.inputs (flags override it)")
+	r.args.addFlags(c)
+	f.IntVar(&r.calls, "calls", 0, "calls to make (default: a sequence's length, else 1)")
+	f.StringVar(&r.save, "save", "", "write the outputs to this .npz (keys output_0, output_1, ... or the model's dict keys; stacked per call for a sequence)")
 	f.IntVar(&r.topk, "topk", 5, "how many of the largest values of each output row to print")
 	f.IntVar(&r.threads, "threads", 0, "intra-op threads, 1 to the CPUs available (0: the artifact's, else libtorch's default)")
-	f.Uint64Var(&r.seed, "seed", 1, "seed for random inputs")
 	f.BoolVar(&r.asJSON, "json", false, "print JSON")
-	completeEnums(c, map[string][]string{"dtype": dtypes})
 	return c
 }
 
 func (r *runCmd) run(c *cobra.Command) error {
+	if r.config != "" {
+		cfg, err := loadConfig("run", r.config, c.Flags(), nil, false)
+		if err != nil {
+			return err
+		}
+		if r.model == "" {
+			r.model = cfg.Model.Path
+		}
+		r.args.fromConfig(cfg)
+		r.reset = cfg.Model.ResetMethod
+	}
 	if r.model == "" {
 		return exitcode.Usagef("run: --model is required")
 	}
-	if len(r.shapes) > 0 && len(r.inputs) > 0 {
-		return exitcode.Usagef("run: give either --input-shape or --input, not both")
+	if r.calls < 0 {
+		return exitcode.Usagef("run: --calls %d: must be 1 or more", r.calls)
 	}
 	if err := config.CheckThreads("run: --threads", r.threads, "the artifact's, else libtorch's default"); err != nil {
 		return exitcode.New(exitcode.Usage, err)
@@ -87,8 +111,18 @@ func (r *runCmd) run(c *cobra.Command) error {
 	if _, err := os.Stat(r.model); err != nil {
 		return exitcode.Usagef("run: model %q: %v", r.model, err)
 	}
-	m, err := torchspeed.Load(r.model, torchspeed.LoadOptions{KeepThreads: true})
-	if err != nil {
+	if r.save != "" {
+		if !strings.HasSuffix(r.save, ".npz") {
+			return exitcode.Usagef("run: --save %q: give a .npz file", r.save)
+		}
+		if err := safefile.CheckWritableDir(filepath.Dir(r.save)); err != nil {
+			return exitcode.Usagef("run: --save: %v", err)
+		}
+	}
+	m, err := torchspeed.Load(r.model, torchspeed.LoadOptions{KeepThreads: true, Method: r.args.method, ResetMethod: r.reset})
+	if errors.Is(err, torchspeed.ErrNoMethod) {
+		return exitcode.New(exitcode.Usage, fmt.Errorf("run: --method or model.reset_method: %w", err))
+	} else if err != nil {
 		return err
 	}
 	defer m.Close()
@@ -96,27 +130,29 @@ func (r *runCmd) run(c *cobra.Command) error {
 	if err := r.setThreads(m, c.ErrOrStderr()); err != nil {
 		return err
 	}
-	inputs, err := r.makeInputs(m.Manifest, log)
+	plan, err := r.args.plan("run", m, log)
 	if err != nil {
 		return err
 	}
-	defer benchrun.CloseTensors(inputs)
-	start := time.Now()
-	outs, err := m.Predict(inputs...)
+	defer plan.Close()
+	calls := r.calls
+	switch {
+	case calls == 0:
+		calls = max(plan.Calls(), 1)
+	case plan.Calls() > 0 && calls > plan.Calls():
+		return exitcode.Usagef("run: --calls %d: the sequences hold %d calls", calls, plan.Calls())
+	}
+	res, err := r.runCalls(m, plan, calls)
 	if err != nil {
 		return err
 	}
-	elapsed := time.Since(start)
-	defer torch.CloseOutputs(outs)
-	var res []runOutput
-	for _, o := range outs {
-		ro, err := summarizeOutput(o, r.topk)
-		if err != nil {
-			return err
+	if r.save != "" {
+		if err := res.save(r.save, plan.Calls() > 0 || calls > 1); err != nil {
+			return fmt.Errorf("run: --save: %w", err)
 		}
-		res = append(res, ro)
+		fmt.Fprintf(log, "run: wrote %s (%d call(s))\n", r.save, calls)
 	}
-	return r.print(c.OutOrStdout(), elapsed, res)
+	return r.print(c.OutOrStdout(), m, plan.Method, calls, res)
 }
 
 // setThreads applies --threads, else the artifact's count bounded by the CPUs here.
@@ -134,15 +170,32 @@ func (r *runCmd) setThreads(m *torchspeed.Model, warn io.Writer) error {
 	return nil
 }
 
-func (r *runCmd) print(w io.Writer, elapsed time.Duration, res []runOutput) error {
-	ms := float64(elapsed.Microseconds()) / 1000
+func (r *runCmd) print(w io.Writer, m *torchspeed.Model, method string, calls int, res *callResults) error {
+	ms := float64(res.first.Microseconds()) / 1000
 	if r.asJSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"model": r.model, "first_run_ms": ms, "outputs": res})
+		out := map[string]any{"model": r.model, "method": method, "calls": calls, "first_run_ms": ms,
+			"stateful": m.Stateful(), "outputs": res.last}
+		if m.Stateful() {
+			out["state_attributes"], out["reset_method"] = m.StateAttributes(), m.ResetMethod()
+		}
+		return enc.Encode(out)
 	}
-	fmt.Fprintf(w, "%s: %d output(s), first run %.2f ms\n", r.model, len(res), ms)
-	for _, o := range res {
+	fmt.Fprintf(w, "%s: %d output(s), first run %.2f ms\n", r.model, len(res.last), ms)
+	if method != "forward" || calls > 1 {
+		fmt.Fprintf(w, "  %s: %d call(s); outputs of the last call:\n", method, calls)
+	}
+	if m.Stateful() {
+		reset := "no reset method: each run starts from the state it was saved with"
+		if m.ResetMethod() != "" {
+			reset = "reset with " + m.ResetMethod() + " before the first call"
+		}
+		fmt.Fprintf(w, "  stateful: yes (attributes %s); %s\n", strings.Join(m.StateAttributes(), ", "), reset)
+	} else {
+		fmt.Fprintln(w, "  stateful: no")
+	}
+	for _, o := range res.last {
 		fmt.Fprintf(w, "  %-8s %s%v  min %.4g max %.4g mean %.4g", o.Name, o.DType, o.Shape, o.Min, o.Max, o.Mean)
 		if o.NaNs > 0 {
 			fmt.Fprintf(w, "  NaN: %d", o.NaNs)
@@ -157,48 +210,6 @@ func (r *runCmd) print(w io.Writer, elapsed time.Duration, res []runOutput) erro
 		}
 	}
 	return nil
-}
-
-// makeInputs reads --input files, or makes random inputs of --input-shape, else of the shapes
-// the artifact's manifest lists; sizes are checked before anything is allocated.
-func (r *runCmd) makeInputs(man *torchspeed.Manifest, log io.Writer) ([]*torch.Tensor, error) {
-	var out []*torch.Tensor
-	for _, path := range r.inputs {
-		a, err := npy.ReadFile(path)
-		if err != nil {
-			benchrun.CloseTensors(out)
-			return nil, exitcode.New(exitcode.Usage, fmt.Errorf("run: --input: %w", err))
-		}
-		t, err := torch.NewTensorAny(a.Data, a.Shape)
-		if err != nil {
-			benchrun.CloseTensors(out)
-			return nil, exitcode.New(exitcode.Usage, fmt.Errorf("run: --input %s: %w", path, err))
-		}
-		out = append(out, t)
-	}
-	if len(r.inputs) > 0 {
-		return out, nil
-	}
-	what, shapes, dts := "run: --input-shape", r.shapes, r.dtypes
-	if len(shapes) == 0 && man != nil {
-		for _, in := range man.Inputs {
-			shapes = append(shapes, config.FormatShape(in.Shape))
-			dts = append(dts, in.DType)
-		}
-		what = "run: the manifest of " + r.model
-		if len(shapes) > 0 {
-			fmt.Fprintf(log, "run: inputs %s from the artifact's manifest\n", strings.Join(shapes, ", "))
-		}
-	}
-	if len(shapes) == 0 {
-		return nil, exitcode.Usagef("run: give the model's inputs with --input-shape (random data) or --input (a .npy file); only artifacts made by torchspeed optimize list them")
-	}
-	specs, err := parseInputs(what, shapes, dts)
-	if err != nil {
-		return nil, err
-	}
-	ts, err := benchrun.MakeInputs(specs, 0, r.seed)
-	return ts, inputUsage(err)
 }
 
 func summarizeOutput(o torch.Output, k int) (runOutput, error) {

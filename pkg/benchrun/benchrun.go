@@ -153,8 +153,9 @@ func (t *ModuleTarget) Run() error {
 	return nil
 }
 
-// ModelSpec is one model to measure and the name it is reported under.
-type ModelSpec struct{ Path, Name string }
+// ModelSpec is one model to measure and the name it is reported under; Method and ResetMethod
+// are a plain model's (torchspeed.LoadOptions).
+type ModelSpec struct{ Path, Name, Method, ResetMethod string }
 
 // Loaded is a model or artifact loaded for measurement. The caller closes Model.
 type Loaded struct {
@@ -178,7 +179,7 @@ func (l *Loaded) IsArtifact() bool { return l.Model.Manifest != nil && l.Model.M
 // the caller sets it. An artifact's warnings (libtorch version drift) go to progress.
 func LoadModel(s ModelSpec, progress io.Writer) (*Loaded, error) {
 	start := time.Now()
-	m, err := torchspeed.Load(s.Path, torchspeed.LoadOptions{KeepThreads: true})
+	m, err := torchspeed.Load(s.Path, torchspeed.LoadOptions{KeepThreads: true, Method: s.Method, ResetMethod: s.ResetMethod})
 	if err != nil {
 		return nil, fmt.Errorf("bench: load %q: %w", s.Path, err)
 	}

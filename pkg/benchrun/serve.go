@@ -26,7 +26,12 @@ func ServeRounds(in io.Reader, out io.Writer, l *Loaded, ins []InputSpec, seed u
 		return err
 	}
 	defer CloseTensors(inputs)
-	t := l.Target(inputs)
+	return ServeTarget(in, out, l.Target(inputs), warmup, settings)
+}
+
+// ServeTarget is ServeRounds on any target (a SessionTarget for models whose arguments are
+// not all tensors).
+func ServeTarget(in io.Reader, out io.Writer, t bench.Target, warmup int, settings map[string]string) (err error) {
 	torch.Do(func() { _, err = bench.Run(t, bench.Options{Runs: 1, Warmup: warmup}) })
 	if err != nil {
 		return err

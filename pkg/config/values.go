@@ -20,6 +20,53 @@ func checkConstant(in Input) error {
 	return CheckConstantValue(in.Type, in.Value)
 }
 
+// HoldsTensors reports whether a TorchScript type holds tensors (Optional[Tensor],
+// List[Tensor], Tuple[Tensor, Tensor], Dict[str, Tensor]): such arguments take data, not a value.
+func HoldsTensors(typ string) bool { return strings.Contains(typ, "Tensor") }
+
+// checkValues checks an input's data source and, for a non-tensor, its value.
+func checkValues(in Input) error {
+	if in.Data != "" {
+		if err := checkData(in); err != nil {
+			return fmt.Errorf("data: %w", err)
+		}
+	}
+	switch {
+	case in.IsTensor():
+		return nil
+	case HoldsTensors(in.Type) && in.Value != nil:
+		return fmt.Errorf("value %v: a %s takes data (or nothing for an Optional left out), not a value", in.Value, in.Type)
+	case HoldsTensors(in.Type):
+		return nil
+	}
+	return checkConstant(in)
+}
+
+// rebaseData makes the inputs' data files relative to the config file's folder.
+func (c *Config) rebaseData(base string) {
+	for i, in := range c.Model.Inputs {
+		if src, err := ParseSource(in.Data); in.Data != "" && err == nil {
+			c.Model.Inputs[i].Data = src.Rebase(base).String()
+		}
+	}
+}
+
+// checkData checks an input's data source: a file (or a list of files for a List or Tuple),
+// in the syntax --input takes.
+func checkData(in Input) error {
+	src, err := ParseSource(in.Data)
+	if err != nil {
+		return err
+	}
+	if src.Kind != SourceFile && src.Kind != SourceList {
+		return fmt.Errorf("%q is not a data file: constants take value (e.g. value: %s)", in.Data, example(in.Type))
+	}
+	if src.Kind == SourceList && !strings.HasPrefix(in.Type, "List[") && !strings.HasPrefix(in.Type, "Tuple[") {
+		return fmt.Errorf("%q lists several files; only a List or Tuple argument takes several (type: List[Tensor])", in.Data)
+	}
+	return nil
+}
+
 // CheckConstantValue reports whether v (as decoded from YAML or JSON) is a value of the
 // TorchScript type typ, naming what was expected when it is not.
 func CheckConstantValue(typ string, v any) error {

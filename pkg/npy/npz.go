@@ -81,33 +81,51 @@ func WriteNPZCompressed(path string, names []string, arrays []*Array) error {
 }
 
 func writeNPZ(path string, names []string, arrays []*Array, method uint16) error {
+	if err := checkNPZ(names, arrays); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return writeAtomic(path, func(w io.Writer) error { return encodeNPZ(w, names, arrays, method) })
+}
+
+// EncodeNPZ writes arrays to w as an uncompressed .npz archive (see WriteNPZ), for callers
+// that write the file themselves (through internal/safefile).
+func EncodeNPZ(w io.Writer, names []string, arrays []*Array) error {
+	if err := checkNPZ(names, arrays); err != nil {
+		return err
+	}
+	return encodeNPZ(w, names, arrays, zip.Store)
+}
+
+func checkNPZ(names []string, arrays []*Array) error {
 	if len(names) != len(arrays) {
-		return fmt.Errorf("write %s: %d names for %d arrays", path, len(names), len(arrays))
+		return fmt.Errorf("%d names for %d arrays", len(names), len(arrays))
 	}
 	seen := map[string]bool{}
 	for i, n := range names {
 		if n == "" {
-			return fmt.Errorf("write %s: array %d has an empty name", path, i)
+			return fmt.Errorf("array %d has an empty name", i)
 		}
 		if seen[n] {
-			return fmt.Errorf("write %s: name %q used twice", path, n)
+			return fmt.Errorf("name %q used twice", n)
 		}
 		seen[n] = true
 		if err := arrays[i].Validate(); err != nil {
-			return fmt.Errorf("write %s: array %q: %w", path, n, err)
+			return fmt.Errorf("array %q: %w", n, err)
 		}
 	}
-	return writeAtomic(path, func(w io.Writer) error {
-		zw := zip.NewWriter(w)
-		for i, n := range names {
-			mw, err := zw.CreateHeader(&zip.FileHeader{Name: n + ".npy", Method: method})
-			if err != nil {
-				return err
-			}
-			if err := Write(mw, arrays[i]); err != nil {
-				return err
-			}
+	return nil
+}
+
+func encodeNPZ(w io.Writer, names []string, arrays []*Array, method uint16) error {
+	zw := zip.NewWriter(w)
+	for i, n := range names {
+		mw, err := zw.CreateHeader(&zip.FileHeader{Name: n + ".npy", Method: method})
+		if err != nil {
+			return err
 		}
-		return zw.Close()
-	})
+		if err := Write(mw, arrays[i]); err != nil {
+			return err
+		}
+	}
+	return zw.Close()
 }

@@ -25,6 +25,10 @@ type LoadOptions struct {
 	Threads int
 	// KeepThreads leaves libtorch's thread settings alone (a process that sets them itself).
 	KeepThreads bool
+	// Method and ResetMethod name, for a plain TorchScript file, the method Run calls (its
+	// state is what Stateful reports) and the method that resets that state (a config's
+	// model.method and model.reset_method); an artifact's manifest names its own.
+	Method, ResetMethod string
 }
 
 // Load opens an artifact written by `torchspeed optimize`, re-applies its load-time passes and
@@ -63,7 +67,7 @@ func Load(path string, opts ...LoadOptions) (*Model, error) {
 		return nil, err
 	}
 	if man == nil {
-		model.Manifest = &Manifest{Precision: "unknown"}
+		model.Manifest = &Manifest{Precision: "unknown", Method: o.Method, ResetMethod: o.ResetMethod}
 		model.Warnings = append(model.Warnings, fmt.Sprintf("%s has no torchspeed manifest: loaded as a plain TorchScript model", path))
 		if err := mod.Eval(); err != nil {
 			mod.Close()

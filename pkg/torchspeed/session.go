@@ -20,6 +20,10 @@ import (
 // Reset method names tried, in order, when the manifest names none.
 var defaultResetMethods = []string{"reset_states", "reset"}
 
+// ErrNoMethod is wrapped by Load's error when the method or reset method named (by the
+// manifest, or LoadOptions for a plain model) is not one of the module's.
+var ErrNoMethod = errors.New("no such method")
+
 // stateInfo is what Load learns about a model's state; it lives on Model.
 type stateInfo struct {
 	mu       sync.Mutex // serializes calls on the shared module of a stateful model
@@ -44,7 +48,7 @@ func (m *Model) initState() error {
 		return err
 	}
 	if !slices.Contains(methods, st.method) {
-		return fmt.Errorf("model %q has no method %q (it has %s): fix the method named in the manifest", m.m.Name(), st.method, strings.Join(methods, ", "))
+		return fmt.Errorf("model %q has no method %q (it has %s): %w", m.m.Name(), st.method, strings.Join(methods, ", "), ErrNoMethod)
 	}
 	if st.attrs, err = m.m.State(st.method); err != nil {
 		return err
@@ -56,7 +60,7 @@ func (m *Model) initState() error {
 	want := defaultResetMethods
 	if man != nil && man.ResetMethod != "" {
 		if !slices.Contains(methods, man.ResetMethod) {
-			return fmt.Errorf("model %q: the manifest names reset method %q, which the module lacks (it has %s): preserve it when freezing", m.m.Name(), man.ResetMethod, strings.Join(methods, ", "))
+			return fmt.Errorf("model %q: reset method %q is not among its methods (%s; freezing keeps it only when preserved): %w", m.m.Name(), man.ResetMethod, strings.Join(methods, ", "), ErrNoMethod)
 		}
 		want = []string{man.ResetMethod}
 	}
@@ -126,13 +130,28 @@ func (m *Model) Reset() error {
 	return out.Close()
 }
 
-// do runs f on th, or on the shared inference workers when th is nil.
+// callerThread stands for the calling goroutine's thread (SessionOptions.CallerThread).
+var callerThread = new(torch.Thread)
+
+// do runs f on th: the shared inference workers when th is nil, the calling thread for
+// callerThread.
 func do(th *torch.Thread, f func()) error {
-	if th == nil {
+	switch th {
+	case nil:
 		torch.Do(f)
+		return nil
+	case callerThread:
+		f()
 		return nil
 	}
 	return th.Do(f)
+}
+
+// closeThread closes a session's own thread.
+func closeThread(th *torch.Thread) {
+	if th != callerThread {
+		th.Close()
+	}
 }
 
 // call runs method on mod on th (nil: the shared inference workers).
@@ -336,13 +355,21 @@ type SessionOptions struct {
 	// OwnThread runs the session's calls on a locked OS thread of its own (with its own OpenMP
 	// pool) rather than queueing on the shared inference workers.
 	OwnThread bool
+	// CallerThread runs the session's calls on the calling goroutine's OS thread, with no
+	// hand-off: for callers that keep their goroutine locked to one thread (LockOSThread), as
+	// bench's streams do, so that each stream uses its own thread's OpenMP pool. Ignored with
+	// OwnThread.
+	CallerThread bool
 }
 
 // NewSession starts a stream from a reset state.
 func (m *Model) NewSession(opts ...SessionOptions) (*Session, error) {
 	s := &Session{model: m, mod: m.m}
-	if len(opts) > 0 && opts[0].OwnThread {
+	switch {
+	case len(opts) > 0 && opts[0].OwnThread:
 		s.thread = torch.NewThread()
+	case len(opts) > 0 && opts[0].CallerThread:
+		s.thread = callerThread
 	}
 	if !m.Stateful() {
 		return s, nil
@@ -356,13 +383,13 @@ func (m *Model) NewSession(opts ...SessionOptions) (*Session, error) {
 	mod, err := src.Clone()
 	unlock()
 	if err != nil {
-		s.thread.Close()
+		closeThread(s.thread)
 		return nil, fmt.Errorf("new session of %q: %w", m.m.Name(), err)
 	}
 	s.mod, s.own = mod, true
 	if err := s.resetLocked(); err != nil {
 		mod.Close()
-		s.thread.Close()
+		closeThread(s.thread)
 		return nil, err
 	}
 	return s, nil
@@ -436,9 +463,7 @@ func (s *Session) Close() error {
 		return nil
 	}
 	s.closed = true
-	if s.thread != nil {
-		s.thread.Close()
-	}
+	closeThread(s.thread)
 	if s.own {
 		return s.mod.Close()
 	}

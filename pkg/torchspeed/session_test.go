@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -91,7 +92,14 @@ func TestConcurrentSessionsStreaming(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				s, err := m.NewSession(SessionOptions{OwnThread: g%2 == 1})
+				// The shared workers, a thread of the session's own, or the caller's
+				// locked thread (bench's streams).
+				opts := SessionOptions{OwnThread: g%3 == 1, CallerThread: g%3 == 2}
+				if opts.CallerThread {
+					runtime.LockOSThread()
+					defer runtime.UnlockOSThread()
+				}
+				s, err := m.NewSession(opts)
 				if err != nil {
 					errs[g] = err
 					return
