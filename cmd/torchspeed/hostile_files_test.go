@@ -176,12 +176,13 @@ func TestHostileFiles(t *testing.T) {
 		if _, err := os.Stat(stage); err != nil {
 			t.Fatalf("the killed run's staging folder: %v", err)
 		}
-		// The next run into the folder, even one that fails at once (a wrong input shape),
+		// The next run into the folder, even one that fails at once (a wrong input shape: the
+		// model refuses it, a usage error),
 		// removes dead runs' staging folders, and puts back what the killed run had moved
 		// aside.
 		bad := writeConfig(t, strings.Replace(body, "[1, 1, 8, 8]", "[1, 3, 8, 8]", 1))
 		_, stderr, code := cli(t, dir, nil, "optimize", "-c", bad, "--overwrite", "--quiet")
-		expectExit(t, stderr, code, 1, "input")
+		expectExit(t, stderr, code, exitcode.Usage, "rejects the configured inputs")
 		if got := listDir(t, out); strings.Join(got, " ") != strings.Join(outputs, " ") {
 			t.Errorf("files %v, want %v", got, outputs)
 		}
@@ -227,7 +228,7 @@ func TestHostileFiles(t *testing.T) {
 	t.Run("08 a failed run leaves no folder it created", func(t *testing.T) {
 		bad := writeConfig(t, strings.NewReplacer("[1, 1, 8, 8]", "[1, 3, 8, 8]", "dir: "+out, "dir: "+filepath.Join(dir, "new", "sub")).Replace(body))
 		_, stderr, code := cli(t, dir, nil, "optimize", "-c", bad, "--quiet")
-		expectExit(t, stderr, code, 1, "input")
+		expectExit(t, stderr, code, exitcode.Usage, "rejects the configured inputs")
 		if _, err := os.Stat(filepath.Join(dir, "new")); !os.IsNotExist(err) {
 			t.Errorf("%s left: %v", filepath.Join(dir, "new"), err)
 		}

@@ -174,9 +174,17 @@ func (k *caller) tensorSlot(in config.Input) (s slot, ok bool, err error) {
 		if strings.HasPrefix(in.Type, "Tuple[") {
 			s.kind = slotTuple
 		}
-		for i, item := range strings.Split(in.Data, ",") {
+		src, err := config.ParseSource(in.Data)
+		if err != nil {
+			return slot{}, false, err
+		}
+		items := src.Items
+		if src.Kind == config.SourceFile {
+			items = []config.Source{src}
+		}
+		for i, item := range items {
 			s.idx = append(s.idx, len(k.tensors))
-			k.tensors = append(k.tensors, config.Input{Name: fmt.Sprintf("%s[%d]", in.Name, i), Data: strings.TrimSpace(item), BatchDim: in.BatchDim})
+			k.tensors = append(k.tensors, config.Input{Name: fmt.Sprintf("%s[%d]", in.Name, i), Data: item.String(), BatchDim: in.BatchDim})
 		}
 		return s, true, nil
 	}
@@ -310,8 +318,15 @@ func (r *run) inputData() (arrays []*npy.Array, seq []bool, calls int, err error
 			arrays, seq = append(arrays, nil), append(seq, false)
 			continue
 		}
-		path, isSeq := strings.CutPrefix(in.Data, "seq:")
-		a, err := readData(path)
+		src, err := config.ParseSource(in.Data)
+		if err == nil && src.Kind != config.SourceFile {
+			err = fmt.Errorf("a tensor's data is a file (%s)", config.SourceSyntax)
+		}
+		var a *npy.Array
+		if err == nil {
+			a, err = readData(src)
+		}
+		isSeq := src.Seq
 		if err != nil {
 			return nil, nil, 0, exitcode.New(exitcode.Usage, fmt.Errorf("model.inputs %s: data %q: %w", in.Name, in.Data, err))
 		}
@@ -346,20 +361,20 @@ func (r *run) inputData() (arrays []*npy.Array, seq []bool, calls int, err error
 	return arrays, seq, calls, nil
 }
 
-// readData reads a .npy, or FILE.npz:MEMBER.
-func readData(path string) (*npy.Array, error) {
-	if file, member, ok := strings.Cut(path, ".npz:"); ok {
-		arrs, names, err := npy.ReadNPZ(file + ".npz")
-		if err != nil {
-			return nil, err
-		}
-		a, ok := arrs[member]
-		if !ok {
-			return nil, fmt.Errorf("no member %q (it has %s)", member, strings.Join(names, ", "))
-		}
-		return a, nil
+// readData reads a tensor's data file: a .npy, or FILE.npz:MEMBER.
+func readData(src config.Source) (*npy.Array, error) {
+	if !strings.HasSuffix(src.Path, ".npz") {
+		return npy.ReadFile(src.Path)
 	}
-	return npy.ReadFile(path)
+	arrs, names, err := npy.ReadNPZ(src.Path)
+	if err != nil {
+		return nil, err
+	}
+	a, ok := arrs[src.Member]
+	if !ok {
+		return nil, fmt.Errorf("no member %q (it has %s): name one as FILE.npz:MEMBER", src.Member, strings.Join(names, ", "))
+	}
+	return a, nil
 }
 
 // callOf is call i's array of one input: the whole array, or slice i of a sequence.
