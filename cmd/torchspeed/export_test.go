@@ -61,6 +61,13 @@ func TestCLIExport(t *testing.T) {
 		Cost       struct {
 			PlainP50Ms float64 `json:"plain_p50_ms"`
 			Sentence   string  `json:"sentence"`
+			Params     *struct {
+				Settings []struct {
+					Setting string  `json:"setting"`
+					P50Ms   float64 `json:"p50_ms"`
+				} `json:"settings"`
+				Chosen string `json:"chosen"`
+			} `json:"triton_params"`
 		} `json:"cost"`
 	}
 	if err := json.Unmarshal(b, &res); err != nil {
@@ -73,6 +80,26 @@ func TestCLIExport(t *testing.T) {
 		if _, err := os.Stat(p); err != nil {
 			t.Error(err)
 		}
+	}
+	if p := res.Cost.Params; p == nil || len(p.Settings) != 5 || p.Chosen == "" || p.Settings[0].P50Ms <= 0 {
+		t.Errorf("export triton --json: no executor setting measurement: %s", b)
+	}
+	// Text output: the table of settings, and --measure-params=false leaves the defaults.
+	b, err = exec.Command(bin, "export", "triton", "-m", artifact, "-o", repo, "--runs", "5", "--overwrite").Output()
+	if err != nil {
+		t.Fatalf("export triton: %v\n%s", err, b)
+	}
+	for _, want := range []string{"Triton backend parameters, measured", "inference mode off", "<- chosen", "Triton will run this model at p50 "} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("export triton output lacks %q:\n%s", want, b)
+		}
+	}
+	b, err = exec.Command(bin, "export", "triton", "-m", artifact, "-o", repo, "--runs", "5", "--overwrite", "--measure-params=false").Output()
+	if err != nil {
+		t.Fatalf("export triton --measure-params=false: %v\n%s", err, b)
+	}
+	if strings.Contains(string(b), "backend parameters, measured") || !strings.Contains(string(b), "not measured (--measure-params=false)") {
+		t.Errorf("export triton --measure-params=false output:\n%s", b)
 	}
 	dir := t.TempDir()
 	b, err = exec.Command(bin, "export", "torchserve", "-m", artifact, "-o", dir, "--measure=false", "--workers", "2").Output()
