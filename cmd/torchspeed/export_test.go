@@ -109,6 +109,14 @@ func TestCLIExport(t *testing.T) {
 	if !strings.Contains(string(b), "torch-model-archiver --model-name digits ") || strings.Contains(string(b), "will run this model") {
 		t.Errorf("export torchserve --measure=false output:\n%s", b)
 	}
+	// The TorchServe export prints its own cost line, and no Triton parameter table.
+	b, err = exec.Command(bin, "export", "torchserve", "-m", artifact, "-o", t.TempDir(), "--runs", "5").Output()
+	if err != nil {
+		t.Fatalf("export torchserve: %v\n%s", err, b)
+	}
+	if !strings.Contains(string(b), "TorchServe will run this model at p50 ") || strings.Contains(string(b), "backend parameters, measured") {
+		t.Errorf("export torchserve output:\n%s", b)
+	}
 	props, _ := os.ReadFile(filepath.Join(dir, "config.properties"))
 	if !strings.Contains(string(props), "default_workers_per_model=2\n") {
 		t.Errorf("--workers 2: config.properties:\n%s", props)
