@@ -151,6 +151,9 @@ func newExportTritonCmd(u *ui) *cobra.Command {
 		Short: "Write REPO/NAME/1/model.pt and REPO/NAME/config.pbtxt for Triton's PyTorch backend",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
+			if c.Flags().Changed("measure-params") && measureParams && !f.measure {
+				return exitcode.Usagef("export triton: --measure-params times the executor settings within the cost measurement: drop --measure=false")
+			}
 			if measureParams {
 				t.measuring = ", and under each executor setting the backend offers"
 			}
