@@ -1,9 +1,14 @@
 package export
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/torchspeed/torchspeed/pkg/bench"
+	"github.com/torchspeed/torchspeed/pkg/torchspeed"
 )
 
 // export triton with the measurement: every setting the backend offers is timed on the
@@ -99,5 +104,70 @@ func TestTritonSettingParams(t *testing.T) {
 				t.Errorf("%s: %s = %q, want %q", s.Name, k, p[k], v)
 			}
 		}
+	}
+}
+
+// syntheticResult is a bench result of n latencies spread evenly around median m (±10%).
+func syntheticResult(t *testing.T, name string, m time.Duration, n int) *bench.Result {
+	t.Helper()
+	r := &bench.Result{Name: name}
+	for i := range n {
+		r.Samples = append(r.Samples, m*time.Duration(90+(i*20)/n)/100)
+	}
+	s, err := bench.Summarize(r.Samples)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Stats = s
+	return r
+}
+
+// The choice on known latencies: the fastest significant win is written; a setting that is
+// no faster, or slower, never is; with no win the defaults stay.
+func TestChooseParams(t *testing.T) {
+	settings := TritonSettings()
+	ms := time.Millisecond
+	results := func(d ...time.Duration) []*bench.Result {
+		var rs []*bench.Result
+		for i, x := range d {
+			rs = append(rs, syntheticResult(t, settings[i].Name, x, 60))
+		}
+		return rs
+	}
+	// defaults 10 ms; profiling off 7 ms; executor off 8 ms; optimized off 10 ms; inference off 13 ms.
+	pc, err := chooseParams(settings, results(10*ms, 7*ms, 8*ms, 10*ms, 13*ms))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pc.Chosen != "profiling off" {
+		t.Fatalf("chosen %q, want profiling off: %+v", pc.Chosen, pc.Settings)
+	}
+	faster := map[string]bool{}
+	for _, s := range pc.Settings {
+		faster[s.Setting] = s.Faster
+	}
+	if !faster["executor off"] || faster["optimized execution off"] || faster["inference mode off"] || faster["defaults"] {
+		t.Errorf("significant wins %v, want profiling off and executor off only", faster)
+	}
+	a := &Artifact{Manifest: &torchspeed.Manifest{}}
+	p := TritonParameters(a, pc)
+	if p[ParamEnableJITProfiling].GetStringValue() != "false" || p[ParamEnableJITExecutor].GetStringValue() != "true" ||
+		p[ParamInferenceMode].GetStringValue() != "true" || p[ParamDisableOptimized].GetStringValue() != "false" {
+		t.Errorf("parameters for profiling off: %v", p)
+	}
+	if !strings.Contains(pc.Table(), "profiling off") || !strings.Contains(pc.Why, "0.70x") {
+		t.Errorf("table/why: %s / %s", pc.Table(), pc.Why)
+	}
+	c := &Cost{Server: "Triton", Params: pc}
+	if want := fmt.Sprintf("with the chosen backend parameters (profiling off) p50 %.3f ms", pc.Settings[1].P50Ms); !strings.Contains(c.sentence(), want) {
+		t.Errorf("sentence: %s", c.sentence())
+	}
+	// Equal latencies and slower ones: the defaults.
+	pc, err = chooseParams(settings, results(10*ms, 10*ms, 11*ms, 10*ms, 12*ms))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pc.Chosen != DefaultTritonSetting || !strings.Contains(pc.Why, "no setting was significantly faster") {
+		t.Errorf("chosen %q (%s), want the defaults", pc.Chosen, pc.Why)
 	}
 }
