@@ -118,6 +118,10 @@ inline int32_t code_of(const c10::Error& e) noexcept {
   return TS_CODE_MODEL_ERROR;
 }
 
+// Whether ts_module_forward/_run_method on this thread run under c10::InferenceMode
+// (ts_exec_settings.inference_mode; executor.cpp).
+extern thread_local bool tl_inference_mode;
+
 }  // namespace tsimpl
 
 // Every exported body runs inside this pair. The catch clauses allocate nothing that can throw

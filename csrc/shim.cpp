@@ -59,7 +59,8 @@ void flatten(const c10::IValue& v, const std::string& path, ts_outputs& out) {
 ts_status* run_and_flatten(const torch::jit::Module& m, const char* method, ts_tensor* const* inputs, size_t n,
                            ts_outputs** out) {
   auto args = make_inputs(inputs, n);
-  c10::InferenceMode guard;
+  c10::InferenceMode guard(tl_inference_mode);
+  c10::NoGradGuard no_grad;  // Triton's order: InferenceMode, then NoGradGuard (a no-op under it)
   c10::IValue result = m.get_method(method)(std::move(args));
   auto o = std::make_unique<ts_outputs>();
   flatten(result, "", *o);

@@ -47,8 +47,9 @@ extern "C" {
 /* Bumped whenever a function is added. The Go side refuses a shim older than it expects.
  * 7: ts_status_code/_op/_reason/_errno, ts_max_file_format_version, noexcept everywhere, ts_manual_seed removed.
  * 8: ts_value, ts_module_call(_kw), ts_module_methods, ts_module_method_schema, ts_module_state.
- * 9: ts_quant_convert_v2, ts_quant_dynamic_v2 (methods preserved through finalizing). */
-#define TS_API_VERSION 9
+ * 9: ts_quant_convert_v2, ts_quant_dynamic_v2 (methods preserved through finalizing).
+ * 10: ts_exec_settings, ts_exec_settings_get/_set. */
+#define TS_API_VERSION 10
 
 typedef struct ts_status ts_status;
 typedef struct ts_module ts_module;
@@ -359,6 +360,34 @@ TS_EXPORT ts_status* ts_module_method_schema(const ts_module* m, const char* met
 TS_EXPORT ts_status* ts_module_state(const ts_module* m, const char* method /* borrowed */,
                                      char** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
 /* ---- end of values ---- */
+
+/* ---- execution settings ----
+ * How methods execute, as Triton's PyTorch backend sets it before each execution from its
+ * model parameters (DISABLE_OPTIMIZED_EXECUTION, INFERENCE_MODE, ENABLE_JIT_EXECUTOR,
+ * ENABLE_JIT_PROFILING). Each field is 0 or 1; libtorch's defaults are all 1.
+ *  - optimized_execution: torch::jit::setGraphExecutorOptimize. THREAD-LOCAL (the calling
+ *    thread). A method keeps one executor per value, so it can change between calls.
+ *  - inference_mode: whether ts_module_forward and ts_module_run_method on the calling thread
+ *    run under c10::InferenceMode (1) or c10::InferenceMode(false) under a NoGradGuard (0, what
+ *    Triton does with INFERENCE_MODE false). THREAD-LOCAL; other calls always use InferenceMode.
+ *  - jit_executor: torch::jit::getExecutorMode(), the profiling executor (1) or the legacy one
+ *    (0). PROCESS-WIDE, and read when a method's executor is created, on its first run: set it
+ *    before a module's first call.
+ *  - jit_profiling: torch::jit::getProfilingMode(). PROCESS-WIDE; read by the profiling executor
+ *    until it has built its optimized plan.
+ * Process-wide settings change every thread's modules: callers serialize them with their
+ * calls (Triton sets them before every execution and never restores them). */
+typedef struct ts_exec_settings {
+  int32_t optimized_execution;
+  int32_t inference_mode;
+  int32_t jit_executor;
+  int32_t jit_profiling;
+} ts_exec_settings;
+/* The calling thread's thread-local settings and the process-wide ones. */
+TS_EXPORT ts_status* ts_exec_settings_get(ts_exec_settings* out) TS_NOEXCEPT TS_MUST_CHECK;
+/* Sets all four (a field other than 0 or 1 is TS_CODE_INVALID_ARGUMENT and sets nothing). */
+TS_EXPORT ts_status* ts_exec_settings_set(const ts_exec_settings* s) TS_NOEXCEPT TS_MUST_CHECK;
+/* ---- end of execution settings ---- */
 
 #ifdef __cplusplus
 }

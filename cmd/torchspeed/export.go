@@ -63,12 +63,14 @@ type exported struct {
 	lines          []string
 	notes          []string
 	json           func(cost *export.Cost) any
+	cost           *export.Cost // measured while writing (Triton's parameters depend on it)
 }
 
 // exportTarget is one server export: its subcommand and server name, what its instance count
 // flag is called, and how it writes its files.
 type exportTarget struct {
 	cmd, server, loads string // "triton", "Triton", "plain torch::jit::load"
+	measuring          string // what else the measurement times, for the log line
 	countFlag          string // --instances or --workers
 	write              func(a *export.Artifact, sweep *bench.SweepResult) (exported, error)
 }
@@ -93,13 +95,15 @@ func (t exportTarget) run(c *cobra.Command, u *ui, f *exportFlags, count int, sw
 	if err != nil {
 		return err
 	}
+	if f.measure {
+		fmt.Fprintf(u.logOrDiscard(c.ErrOrStderr()), "export: timing the artifact as %s loads it (%s%s) against torchspeed.Load ...\n", t.server, t.loads, t.measuring)
+	}
 	e, err := t.write(a, sweep)
 	if err != nil {
 		return err
 	}
-	var cost *export.Cost
-	if f.measure {
-		fmt.Fprintf(u.logOrDiscard(c.ErrOrStderr()), "export: timing the artifact as %s loads it (%s) against torchspeed.Load ...\n", t.server, t.loads)
+	cost := e.cost
+	if f.measure && cost == nil {
 		if cost, err = export.MeasureCost(a, e.served, e.optimizedSaved, export.CostOptions{Runs: f.runs, Server: t.server}); err != nil {
 			return err
 		}
@@ -110,6 +114,9 @@ func (t exportTarget) run(c *cobra.Command, u *ui, f *exportFlags, count int, sw
 	}
 	for _, l := range e.lines {
 		fmt.Fprintln(w, l)
+	}
+	if cost != nil && cost.Params != nil {
+		fmt.Fprintln(w, cost.Params.Table())
 	}
 	printExportNotes(w, e.notes, cost)
 	return nil
@@ -124,14 +131,18 @@ func newExportTritonCmd(u *ui) *cobra.Command {
 	var f exportFlags
 	var o export.TritonOptions
 	var sweep string
+	measureParams := true
 	t := exportTarget{cmd: "triton", server: "Triton", loads: "plain torch::jit::load", countFlag: "instances",
 		write: func(a *export.Artifact, s *bench.SweepResult) (exported, error) {
 			o.Name, o.Overwrite, o.BatchSweep = f.name, f.overwrite, s
+			if f.measure {
+				o.Measure = &export.CostOptions{Runs: f.runs, Params: measureParams}
+			}
 			e, err := export.WriteTriton(a, f.out, o)
 			if err != nil {
 				return exported{}, err
 			}
-			return exported{served: e.ModelPath, optimizedSaved: e.OptimizedSaved, notes: e.Notes,
+			return exported{served: e.ModelPath, optimizedSaved: e.OptimizedSaved, notes: e.Notes, cost: e.Cost,
 				lines: []string{"wrote " + e.ModelPath, "wrote " + e.ConfigPath},
 				json:  func(cost *export.Cost) any { return exportTritonOutput{TritonExport: e, Cost: cost} }}, nil
 		}}
@@ -139,12 +150,21 @@ func newExportTritonCmd(u *ui) *cobra.Command {
 		Use:   "triton -m ARTIFACT -o REPO [--name NAME] [--max-batch N] [--instances N]",
 		Short: "Write REPO/NAME/1/model.pt and REPO/NAME/config.pbtxt for Triton's PyTorch backend",
 		Args:  cobra.NoArgs,
-		RunE:  func(c *cobra.Command, _ []string) error { return t.run(c, u, &f, o.Instances, sweep) },
+		RunE: func(c *cobra.Command, _ []string) error {
+			if c.Flags().Changed("measure-params") && measureParams && !f.measure {
+				return exitcode.Usagef("export triton: --measure-params times the executor settings within the cost measurement: drop --measure=false")
+			}
+			if measureParams {
+				t.measuring = ", and under each executor setting the backend offers"
+			}
+			return t.run(c, u, &f, o.Instances, sweep)
+		},
 	}
 	f.bind(c)
 	c.Flags().IntVar(&o.MaxBatch, "max-batch", 0, fmt.Sprintf("max_batch_size for a batchable model (0: %d; -1: no batching)", export.DefaultMaxBatch))
 	c.Flags().StringVar(&sweep, "batch-sweep", "", "JSON report of `torchspeed bench -m ARTIFACT --sweep-batch 1,2,4,8 [--latency-budget D] --json`: write dynamic_batching when it shows batching pays")
 	c.Flags().IntVar(&o.Instances, "instances", 0, "KIND_CPU instance count measured with `torchspeed bench --instances` (0: not measured, write 1)")
+	c.Flags().BoolVar(&measureParams, "measure-params", true, "with --measure, also time the model under each of the backend's executor settings and write the fastest significant one's parameters (false: the backend's defaults)")
 	return c
 }
 

@@ -36,6 +36,7 @@ func TestCLIExport(t *testing.T) {
 		{"bad instances", []string{"export", "triton", "-m", artifact, "-o", repo, "--instances", "-2"}, 2, "--instances -2"},
 		{"missing artifact", []string{"export", "torchserve", "-m", filepath.Join(out, "nope.pt"), "-o", repo}, 1, "nope.pt"},
 		{"plain TorchScript", []string{"export", "triton", "-m", fx + "/digits.pt", "-o", repo}, 1, "no torchspeed manifest"},
+		{"params without measuring", []string{"export", "triton", "-m", artifact, "-o", repo, "--measure=false", "--measure-params"}, 2, "--measure-params"},
 		{"sweep of nothing", []string{"export", "triton", "-m", artifact, "-o", repo, "--batch-sweep", cfg}, 2, "not a `torchspeed bench --json` report"},
 	}
 	for _, c := range cases {
@@ -61,6 +62,13 @@ func TestCLIExport(t *testing.T) {
 		Cost       struct {
 			PlainP50Ms float64 `json:"plain_p50_ms"`
 			Sentence   string  `json:"sentence"`
+			Params     *struct {
+				Settings []struct {
+					Setting string  `json:"setting"`
+					P50Ms   float64 `json:"p50_ms"`
+				} `json:"settings"`
+				Chosen string `json:"chosen"`
+			} `json:"triton_params"`
 		} `json:"cost"`
 	}
 	if err := json.Unmarshal(b, &res); err != nil {
@@ -74,6 +82,26 @@ func TestCLIExport(t *testing.T) {
 			t.Error(err)
 		}
 	}
+	if p := res.Cost.Params; p == nil || len(p.Settings) != 5 || p.Chosen == "" || p.Settings[0].P50Ms <= 0 {
+		t.Errorf("export triton --json: no executor setting measurement: %s", b)
+	}
+	// Text output: the table of settings, and --measure-params=false leaves the defaults.
+	b, err = exec.Command(bin, "export", "triton", "-m", artifact, "-o", repo, "--runs", "5", "--overwrite").Output()
+	if err != nil {
+		t.Fatalf("export triton: %v\n%s", err, b)
+	}
+	for _, want := range []string{"Triton backend parameters, measured", "inference mode off", "<- chosen", "Triton will run this model at p50 "} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("export triton output lacks %q:\n%s", want, b)
+		}
+	}
+	b, err = exec.Command(bin, "export", "triton", "-m", artifact, "-o", repo, "--runs", "5", "--overwrite", "--measure-params=false").Output()
+	if err != nil {
+		t.Fatalf("export triton --measure-params=false: %v\n%s", err, b)
+	}
+	if strings.Contains(string(b), "backend parameters, measured") || !strings.Contains(string(b), "not measured (--measure-params=false)") {
+		t.Errorf("export triton --measure-params=false output:\n%s", b)
+	}
 	dir := t.TempDir()
 	b, err = exec.Command(bin, "export", "torchserve", "-m", artifact, "-o", dir, "--measure=false", "--workers", "2").Output()
 	if err != nil {
@@ -81,6 +109,14 @@ func TestCLIExport(t *testing.T) {
 	}
 	if !strings.Contains(string(b), "torch-model-archiver --model-name digits ") || strings.Contains(string(b), "will run this model") {
 		t.Errorf("export torchserve --measure=false output:\n%s", b)
+	}
+	// The TorchServe export prints its own cost line, and no Triton parameter table.
+	b, err = exec.Command(bin, "export", "torchserve", "-m", artifact, "-o", t.TempDir(), "--runs", "5").Output()
+	if err != nil {
+		t.Fatalf("export torchserve: %v\n%s", err, b)
+	}
+	if !strings.Contains(string(b), "TorchServe will run this model at p50 ") || strings.Contains(string(b), "backend parameters, measured") {
+		t.Errorf("export torchserve output:\n%s", b)
 	}
 	props, _ := os.ReadFile(filepath.Join(dir, "config.properties"))
 	if !strings.Contains(string(props), "default_workers_per_model=2\n") {

@@ -64,5 +64,8 @@ rc=0; wait "$pid" || rc=$?
 pid=
 [ "$rc" = 0 ] || { echo "test-example: serve exited $rc on SIGTERM, want 0:" >&2; cat "$tmp/err" >&2; exit 1; }
 [ "$bad" = 400 ] || { echo "test-example: a request with 2 values for 64 elements got HTTP $bad, want 400" >&2; exit 1; }
+# Both answers must be class indices: two missing fields (jq's null) are not agreement.
+[[ "$want" =~ ^[0-9]+$ ]] || { echo "test-example: torchspeed run gave no top-1 index ('$want')" >&2; exit 1; }
+[[ "$got" =~ ^[0-9]+$ ]] || { echo "test-example: serve gave no top-1 index ('$got')" >&2; exit 1; }
 [ "$got" = "$want" ] || { echo "test-example: serve answered top-1 $got, torchspeed run $want" >&2; exit 1; }
 echo "test-example: ok (top-1 $got from $addr, built against $prefix only)"

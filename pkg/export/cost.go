@@ -19,6 +19,9 @@ type CostOptions struct {
 	Warmup int
 	// Server names the server in the sentence ("Triton", "TorchServe").
 	Server string
+	// Params also times the plainly loaded model under each of Triton's executor settings
+	// (TritonSettings), in the same interleaved rounds, and chooses its parameters.
+	Params bool
 }
 
 // Cost compares the artifact as stock servers run it (plain torch::jit::load, contiguous
@@ -43,11 +46,14 @@ type Cost struct {
 	// Lost lists what torchspeed.Load does that a plain load does not.
 	Lost     []string `json:"lost"`
 	Sentence string   `json:"sentence"`
+	// Params is the measured choice of Triton's executor parameters (CostOptions.Params).
+	Params *ParamChoice `json:"triton_params,omitempty"`
 }
 
 // MeasureCost times served (the file the server loads: the artifact, or its graph saved after
 // optimize_for_inference when optimizedSaved) loaded plainly against a's artifact loaded with
-// torchspeed.Load, interleaved in shuffled rounds, at the manifest's thread count.
+// torchspeed.Load, interleaved in shuffled rounds, at the manifest's thread count; with
+// o.Params, also under each of Triton's executor settings.
 func MeasureCost(a *Artifact, served string, optimizedSaved bool, o CostOptions) (*Cost, error) {
 	if o.Runs <= 0 {
 		o.Runs = 100
@@ -64,21 +70,6 @@ func MeasureCost(a *Artifact, served string, optimizedSaved bool, o CostOptions)
 			return nil, err
 		}
 	}
-	// The plain module is loaded first, before torchspeed.Load sets the quantized engine: a
-	// server process does not set it either.
-	plain, err := torch.Load(served)
-	if err != nil {
-		return nil, fmt.Errorf("plain load of %q: %w", served, err)
-	}
-	defer plain.Close()
-	if err := plain.Eval(); err != nil {
-		return nil, err
-	}
-	tsm, err := torchspeed.Load(a.Path, torchspeed.LoadOptions{KeepThreads: true})
-	if err != nil {
-		return nil, err
-	}
-	defer tsm.Close()
 	var ins []*torch.Tensor
 	defer func() {
 		for _, t := range ins {
@@ -92,10 +83,25 @@ func MeasureCost(a *Artifact, served string, optimizedSaved bool, o CostOptions)
 		}
 		ins = append(ins, t)
 	}
-	targets := []bench.Target{
-		&loaderTarget{name: "torchspeed.Load", run: func() ([]torch.Output, error) { return tsm.Predict(ins...) }},
-		&loaderTarget{name: "plain torch::jit::load", run: func() ([]torch.Output, error) { return plain.Forward(ins...) }},
+	settings := TritonSettings()
+	if !o.Params {
+		settings = settings[:1]
 	}
+	// The plain modules are loaded first, before torchspeed.Load sets the quantized engine: a
+	// server process does not set it either.
+	plain, closePlain, err := settingTargets(served, settings, ins)
+	if err != nil {
+		return nil, err
+	}
+	defer closePlain()
+	tsm, err := torchspeed.Load(a.Path, torchspeed.LoadOptions{KeepThreads: true})
+	if err != nil {
+		return nil, err
+	}
+	defer tsm.Close()
+	targets := append([]bench.Target{
+		&loaderTarget{name: "torchspeed.Load", run: func() ([]torch.Output, error) { return tsm.Predict(ins...) }},
+	}, plain...)
 	cmp, err := bench.Compare(targets, bench.CompareOptions{
 		Options: bench.Options{Runs: o.Runs, Warmup: o.Warmup}, Order: bench.Shuffled, Seed: 1,
 	})
@@ -109,6 +115,11 @@ func MeasureCost(a *Artifact, served string, optimizedSaved bool, o CostOptions)
 		PlainP50Ms: ms(pl.P50), PlainP95Ms: ms(pl.P95), TorchspeedP50Ms: ms(ts.P50), TorchspeedP95Ms: ms(ts.P95),
 		Ratio: pair.Ratio, RatioLo: pair.RatioLo, RatioHi: pair.RatioHi, Significant: pair.Significant,
 		Verdict: pair.Verdict, Rounds: cmp.Rounds, Threads: torch.NumThreads(), Lost: lostAtPlainLoad(a.Manifest, optimizedSaved),
+	}
+	if o.Params {
+		if c.Params, err = chooseParams(settings, cmp.Results[1:]); err != nil {
+			return nil, err
+		}
 	}
 	c.Sentence = c.sentence()
 	return c, nil
@@ -138,8 +149,12 @@ func (c *Cost) sentence() string {
 	if c.Significant {
 		diff = fmt.Sprintf("plain loading takes %.2fx the time (95%% CI %.2f-%.2f)", c.Ratio, c.RatioLo, c.RatioHi)
 	}
-	return fmt.Sprintf("%s will run this model at p50 %.3f ms vs %.3f ms with torchspeed's loader (%s, %d intra-op thread(s), %d interleaved rounds): %s",
+	s := fmt.Sprintf("%s will run this model at p50 %.3f ms vs %.3f ms with torchspeed's loader (%s, %d intra-op thread(s), %d interleaved rounds): %s",
 		c.Server, c.PlainP50Ms, c.TorchspeedP50Ms, diff, c.Threads, c.Rounds, why)
+	if p := c.Params; p != nil && p.Chosen != DefaultTritonSetting {
+		s += fmt.Sprintf("; with the chosen backend parameters (%s) p50 %.3f ms", p.Chosen, p.byName(p.Chosen).P50Ms)
+	}
+	return s
 }
 
 func majorMinor(v string) string {

@@ -50,6 +50,10 @@ type TritonOptions struct {
 	// BatchSweep is a `torchspeed bench --sweep-batch` result for the artifact (ReadBatchSweep);
 	// with it, dynamic_batching is written when the sweep shows batching pays.
 	BatchSweep *bench.SweepResult
+	// Measure, when set, times model.pt as Triton loads it against torchspeed.Load (MeasureCost)
+	// after writing it and before writing config.pbtxt; with Measure.Params the executor
+	// parameters written are the measured choice. Without it they are the backend's defaults.
+	Measure *CostOptions
 }
 
 // TritonExport is what WriteTriton wrote.
@@ -64,6 +68,8 @@ type TritonExport struct {
 	OptimizedSaved bool `json:"optimized_saved"`
 	// Notes say what was left out or defaulted, and why.
 	Notes []string `json:"notes"`
+	// Cost is the measurement TritonOptions.Measure asked for (nil without it).
+	Cost *Cost `json:"-"`
 }
 
 // extraSpace matches a field name at the start of a line and the spaces after its colon.
@@ -174,7 +180,7 @@ func TritonConfig(a *Artifact, o TritonOptions) (*tritonpb.ModelConfig, []string
 		notes = append(notes, "instance_group count 1: the manifest records no instance measurement; measure with `torchspeed bench --instances N` on the serving machine and pass --instances")
 	}
 	cfg.InstanceGroup = []*tritonpb.ModelInstanceGroup{{Kind: tritonpb.ModelInstanceGroup_KIND_CPU, Count: int32(instances)}}
-	cfg.Parameters = TritonParameters(a)
+	cfg.Parameters = TritonParameters(a, nil)
 	switch {
 	case o.BatchSweep == nil:
 		notes = append(notes, "dynamic_batching left out: the manifest records no throughput sweep over batch sizes, so nothing shows that batching pays for this model; pass --batch-sweep with a `torchspeed bench --sweep-batch --json` report")
@@ -199,14 +205,17 @@ func TritonConfig(a *Artifact, o TritonOptions) (*tritonpb.ModelConfig, []string
 }
 
 // TritonParameters are the backend parameters carrying the runtime torchspeed measured: the
-// manifest's thread counts, and the executor settings every torchspeed measurement ran with
-// (libtorch's defaults: optimized execution, the profiling JIT executor, InferenceMode).
-func TritonParameters(a *Artifact) map[string]*tritonpb.ModelParameter {
-	p := map[string]*tritonpb.ModelParameter{
-		ParamInferenceMode:      {StringValue: "true"},
-		ParamDisableOptimized:   {StringValue: "false"},
-		ParamEnableJITExecutor:  {StringValue: "true"},
-		ParamEnableJITProfiling: {StringValue: "true"},
+// manifest's thread counts, and the executor settings of choice (measured on the served
+// model), or without one the backend's defaults (optimized execution, the profiling JIT
+// executor, InferenceMode), which every torchspeed measurement ran with.
+func TritonParameters(a *Artifact, choice *ParamChoice) map[string]*tritonpb.ModelParameter {
+	exec := TritonSettings()[0].Params()
+	if choice != nil {
+		exec = choice.Params()
+	}
+	p := map[string]*tritonpb.ModelParameter{}
+	for k, v := range exec {
+		p[k] = &tritonpb.ModelParameter{StringValue: v}
 	}
 	if n := a.Manifest.Runtime.Threads; n > 0 {
 		p[ParamIntraOpThreads] = &tritonpb.ModelParameter{StringValue: strconv.Itoa(n)}
@@ -253,10 +262,6 @@ func WriteTriton(a *Artifact, repo string, o TritonOptions) (*TritonExport, erro
 	if err != nil {
 		return nil, fmt.Errorf("export triton %q: %w", a.Path, err)
 	}
-	text, err := MarshalTritonConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
 	dir := filepath.Join(repo, cfg.Name)
 	e := &TritonExport{
 		ModelDir: dir, ConfigPath: filepath.Join(dir, "config.pbtxt"),
@@ -272,18 +277,54 @@ func WriteTriton(a *Artifact, repo string, o TritonOptions) (*TritonExport, erro
 	if err := os.MkdirAll(filepath.Dir(e.ModelPath), 0o777); err != nil {
 		return nil, fmt.Errorf("export triton: create %s: %w", filepath.Dir(e.ModelPath), err)
 	}
-	saved, note, err := writeServedModel(a, e.ModelPath)
+	// model.pt is written beside its final name and measured there: a failed measurement
+	// leaves no new file, and an earlier export's files stay as they were.
+	tmp := filepath.Join(filepath.Dir(e.ModelPath), ".model.pt.export")
+	defer os.Remove(tmp)
+	saved, note, err := writeServedModel(a, tmp)
 	if err != nil {
 		return nil, fmt.Errorf("export triton: %w", err)
 	}
 	e.OptimizedSaved = saved
 	if note != "" {
-		e.Notes = append(e.Notes, note)
+		e.Notes = append(e.Notes, strings.ReplaceAll(note, filepath.Base(tmp), filepath.Base(e.ModelPath)))
+	}
+	text, err := tritonConfigText(a, e, tmp, o.Measure)
+	if err != nil {
+		return nil, fmt.Errorf("export triton: %w", err)
+	}
+	if err := os.Rename(tmp, e.ModelPath); err != nil {
+		return nil, fmt.Errorf("export triton: %w", err)
 	}
 	if err := safefile.WriteFile(e.ConfigPath, text); err != nil {
+		// No half-written repository entry: model.pt goes with the config it needs.
+		os.Remove(e.ModelPath)
 		return nil, fmt.Errorf("export triton: write %s: %w", e.ConfigPath, err)
 	}
 	return e, nil
+}
+
+// tritonConfigText measures the served model (at served) when asked, sets the executor
+// parameters from the measurement, and returns config.pbtxt's text.
+func tritonConfigText(a *Artifact, e *TritonExport, served string, measure *CostOptions) ([]byte, error) {
+	if measure == nil {
+		e.Notes = append(e.Notes, "executor parameters (INFERENCE_MODE, DISABLE_OPTIMIZED_EXECUTION, ENABLE_JIT_EXECUTOR, ENABLE_JIT_PROFILING) are the backend's defaults: not measured")
+		return MarshalTritonConfig(e.Config)
+	}
+	o := *measure
+	o.Server = "Triton"
+	c, err := MeasureCost(a, served, e.OptimizedSaved, o)
+	if err != nil {
+		return nil, err
+	}
+	e.Cost = c
+	if c.Params == nil {
+		e.Notes = append(e.Notes, "executor parameters are the backend's defaults: not measured (--measure-params=false)")
+	} else {
+		e.Config.Parameters = TritonParameters(a, c.Params)
+		e.Notes = append(e.Notes, "executor parameters: "+c.Params.Chosen+": "+c.Params.Why)
+	}
+	return MarshalTritonConfig(e.Config)
 }
 
 // copyFile copies src to dst atomically (dst appears whole or not at all).
