@@ -119,7 +119,7 @@ inline int32_t code_of(const c10::Error& e) noexcept {
 }
 
 // Whether ts_module_forward/_run_method on this thread run under c10::InferenceMode
-// (ts_exec_settings.inference_mode; executor.cpp).
+// (ts_exec_settings.inference_mode; profile.cpp).
 extern thread_local bool tl_inference_mode;
 
 }  // namespace tsimpl
