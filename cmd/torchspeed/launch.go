@@ -18,6 +18,7 @@ import (
 	"github.com/torchspeed/torchspeed/pkg/cpu"
 	"github.com/torchspeed/torchspeed/pkg/launch"
 	"github.com/torchspeed/torchspeed/pkg/runenv"
+	"github.com/torchspeed/torchspeed/pkg/torchspeed"
 )
 
 type launchCmd struct {
@@ -29,6 +30,7 @@ type launchCmd struct {
 	printEnv   bool
 	asJSON     bool
 	logDir     string
+	artifact   string
 
 	// The hidden trampoline mode (launch.SelfTrampoline) for callers of pkg/launch that
 	// want torchspeed to pin and exec inside the child.
@@ -80,6 +82,7 @@ launch says so.
 	f.BoolVar(&l.latency, "latency-mode", false, "same as --mode latency")
 	f.BoolVar(&l.throughput, "throughput-mode", false, "same as --mode throughput")
 	f.StringVar(&l.logDir, "log-dir", "", "write each instance's stdout and stderr to FOLDER/instance-N.log instead of this terminal (as ipexrun's --log_dir)")
+	f.StringVar(&l.artifact, "artifact", "", "apply the OpenMP wait policy and allocator optimize measured fastest for this artifact (its manifest's runtime); --wait-policy and --allocator win over it")
 	f.BoolVar(&l.printEnv, "print-env", false, "print the settings as shell exports (JSON with --json) and start nothing")
 	f.BoolVar(&l.asJSON, "json", false, "print settings (--print-env) or the per-instance exit summary as JSON on stdout")
 	f.BoolVar(&l.internalExec, "internal-exec", false, "trampoline mode used by launch itself")
@@ -114,6 +117,9 @@ func (l *launchCmd) run(c *cobra.Command, args []string) error {
 	settings, err := runenv.Compute(probe, l.opts)
 	if err != nil {
 		return exitcode.New(exitcode.Usage, fmt.Errorf("launch: %w", err))
+	}
+	if err := l.applyArtifact(c, settings); err != nil {
+		return err
 	}
 	out := c.OutOrStdout()
 	if l.printEnv {
@@ -250,4 +256,42 @@ func overrides(settings []runenv.Settings, environ []string) []string {
 		}
 	}
 	return notes
+}
+
+// applyArtifact puts the runtime setting measured for --artifact into every instance's
+// settings, leaving out what --wait-policy or --allocator chose.
+func (l *launchCmd) applyArtifact(c *cobra.Command, settings []runenv.Settings) error {
+	if l.artifact == "" {
+		return nil
+	}
+	man, err := torchspeed.VerifyArchive(l.artifact)
+	if err != nil {
+		return exitcode.New(exitcode.Usage, fmt.Errorf("launch: --artifact: %w", err))
+	}
+	if man == nil {
+		return exitcode.Usagef("launch: --artifact %q: not a torchspeed artifact (no manifest); give the .torchspeed.pt that optimize wrote", l.artifact)
+	}
+	cand, err := artifactRuntime(l.artifact)
+	if err != nil {
+		return exitcode.New(exitcode.Usage, fmt.Errorf("launch: %w", err))
+	}
+	if cand == nil {
+		return nil // measured: libtorch's defaults won (or not measured)
+	}
+	f := c.Flags()
+	for i := range settings {
+		cc := *cand
+		if f.Changed("wait-policy") || settings[i].Mode == runenv.ModeThroughput {
+			// The user's choice, or throughput mode's spinning: measured for one request at
+			// a time, the artifact's policy is not for many.
+			cc.WaitPolicy, cc.SpinCount = settings[i].WaitPolicy, settings[i].SpinCount
+		}
+		if f.Changed("allocator") {
+			cc.Allocator, cc.AllocatorPath = "", "" // keeps the settings' own
+		}
+		if settings[i], err = cc.Apply(settings[i]); err != nil {
+			return exitcode.New(exitcode.Usage, fmt.Errorf("launch: --artifact: %w", err))
+		}
+	}
+	return nil
 }

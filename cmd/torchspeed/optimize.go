@@ -98,7 +98,7 @@ func (o *optimizeCmd) run(c *cobra.Command) error {
 	probe, s, applied, warnings, err := setUpRuntime(runenv.Options{
 		Threads: cfg.Runtime.Threads, InteropThreads: cfg.Runtime.InteropThreads,
 		Allocator: cfg.Runtime.Allocator, Mode: runenv.Mode(cfg.Runtime.Mode), NUMANodes: numaNodes(cfg.Runtime.NUMANode),
-	})
+	}, nil)
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/torchspeed/torchspeed/pkg/config"
 	"github.com/torchspeed/torchspeed/pkg/cpu"
 	"github.com/torchspeed/torchspeed/pkg/runenv"
+	"github.com/torchspeed/torchspeed/pkg/torchspeed"
 )
 
 // The runtime settings shared by the commands that run models (optimize, bench): one
@@ -36,10 +37,11 @@ func inheritCPUCount() {
 	}
 }
 
-// setUpRuntime computes the runtime settings for this process, re-executes it when the OpenMP
-// variables or the allocator need a fresh start, then pins and binds it and sets libtorch's
-// thread counts.
-func setUpRuntime(o runenv.Options) (*cpu.Probe, runenv.Settings, []string, []string, error) {
+// setUpRuntime computes the runtime settings for this process, with cand's wait policy and
+// allocator when cand is not nil (an artifact's measured runtime, see artifactRuntime),
+// re-executes it when the OpenMP variables or the allocator need a fresh start, then pins and
+// binds it and sets libtorch's thread counts.
+func setUpRuntime(o runenv.Options, cand *runenv.Candidate) (*cpu.Probe, runenv.Settings, []string, []string, error) {
 	probe, err := cpu.Detect(cpu.Options{})
 	if err != nil {
 		return nil, runenv.Settings{}, nil, nil, err
@@ -58,6 +60,11 @@ func setUpRuntime(o runenv.Options) (*cpu.Probe, runenv.Settings, []string, []st
 			return nil, s, nil, nil, exitcode.New(exitcode.Usage, fmt.Errorf("runtime settings: %w", err))
 		}
 		s = settings[0]
+		if cand != nil {
+			if s, err = cand.Apply(s); err != nil {
+				return nil, s, nil, nil, err
+			}
+		}
 		raw, err := json.Marshal(s)
 		if err != nil {
 			return nil, s, nil, nil, err
@@ -116,4 +123,26 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// artifactRuntime returns the runtime setting optimize measured fastest for the artifact at
+// path (its manifest's runtime), ready to apply, or nil when the file is not an artifact or
+// its runtime was not measured (or is libtorch's defaults). A manifest naming an allocator
+// this machine lacks is an error that says which package to install.
+func artifactRuntime(path string) (*runenv.Candidate, error) {
+	man, err := torchspeed.VerifyArchive(path)
+	if err != nil || man == nil {
+		// Not an artifact, or a damaged one: loading it says what is wrong.
+		return nil, nil
+	}
+	rt := man.Runtime
+	if rt.Candidate == "" || rt.Candidate == runenv.DefaultCandidate {
+		return nil, nil
+	}
+	c := runenv.Candidate{Name: rt.Candidate, WaitPolicy: rt.WaitPolicy, SpinCount: rt.SpinCount, Allocator: rt.Allocator}
+	c, err = c.Resolve(nil)
+	if err != nil {
+		return nil, fmt.Errorf("artifact %q was measured fastest with %w, or choose another --allocator", path, err)
+	}
+	return &c, nil
 }
