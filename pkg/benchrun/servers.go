@@ -124,7 +124,9 @@ func (s *Servers) Ask(ctx context.Context, i int, line string) (string, error) {
 		if r.err != nil {
 			return "", s.g.childErr(i, fmt.Errorf("%w before answering %q", s.g.exitReason(i, r.err), line))
 		}
-		if err := s.signal(i, syscall.SIGSTOP); err != nil {
+		// A server that answered and then ended (after an "error" line) is not there to stop;
+		// the next turn reports how it ended.
+		if err := s.signal(i, syscall.SIGSTOP); err != nil && !errors.Is(err, syscall.ESRCH) {
 			return "", err
 		}
 		return r.text, nil
