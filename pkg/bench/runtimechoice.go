@@ -3,6 +3,7 @@ package bench
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // RuntimeVerdict is one runtime setting measured against the runtime's defaults.
@@ -29,6 +30,11 @@ type RuntimeChoice struct {
 	// Chosen is the name of the setting kept.
 	Chosen   string           `json:"chosen"`
 	Verdicts []RuntimeVerdict `json:"verdicts"`
+	// Noisy: two processes with the same (default) settings differed beyond doubt, so a
+	// difference between settings cannot be told from one between processes; the defaults
+	// are kept and Why says so.
+	Noisy bool   `json:"noisy"`
+	Why   string `json:"why"`
 }
 
 // ChooseRuntime decides between runtime settings measured in the same rounds: defaults (the
@@ -38,7 +44,13 @@ type RuntimeChoice struct {
 // defaults'. Of the winners the one with the lowest p50 is kept; with none, the defaults are.
 // Defaults are what plain libtorch runs with, so a setting that only ties, or trades the tail
 // for the median, is not worth changing a user's environment for.
-func ChooseRuntime(defaults *Result, others []*Result, minSpeedup float64, seed uint64) (*RuntimeChoice, error) {
+//
+// control, when not nil, is a second process with the defaults, measured in the same rounds:
+// when its p50 differs from the first's beyond doubt (the interval excludes 1), processes
+// differ by themselves (on a loaded machine one process's OpenMP workers can keep missing
+// each other, 50x slower for its whole life), nothing is kept, and Why says the machine was
+// too noisy to decide. It is the last verdict.
+func ChooseRuntime(defaults, control *Result, others []*Result, minSpeedup float64, seed uint64) (*RuntimeChoice, error) {
 	if defaults == nil {
 		return nil, errors.New("choose runtime: no measurement of the defaults")
 	}
@@ -69,6 +81,33 @@ func ChooseRuntime(defaults *Result, others []*Result, minSpeedup float64, seed 
 		ch.Verdicts = append(ch.Verdicts, v)
 		if v.Wins && (best < 0 || v.Stats.P50 < ch.Verdicts[best].Stats.P50) {
 			best = len(ch.Verdicts) - 1
+		}
+	}
+	if control != nil {
+		st, err := Summarize(control.Samples)
+		if err != nil {
+			return nil, fmt.Errorf("choose runtime: %s: %w", control.Name, err)
+		}
+		p, err := ComparePair(defaults, control, DefaultResamples, seed)
+		if err != nil {
+			return nil, err
+		}
+		v := RuntimeVerdict{Name: control.Name, Stats: st, Ratio: p.Ratio, RatioLo: p.RatioLo, RatioHi: p.RatioHi}
+		if base.P95 > 0 {
+			v.P95Ratio = float64(st.P95) / float64(base.P95)
+		}
+		ci := fmt.Sprintf("p50 ratio %.3f (95%% CI %.3f-%.3f) vs %s", v.Ratio, v.RatioLo, v.RatioHi, defaults.Name)
+		v.Why = "control: the same settings in another process: " + ci
+		ch.Verdicts = append(ch.Verdicts, v)
+		if v.RatioLo > 1 || v.RatioHi < 1 {
+			ch.Noisy = true
+			ch.Why = "too noisy to decide: two processes with libtorch's defaults differed beyond doubt (" + ci + "); libtorch's defaults kept: rerun on a quiet machine"
+			ch.Verdicts[0].Kept = true
+			ch.Verdicts[0].Why = "kept: " + ch.Why
+			for i := 1; i < len(ch.Verdicts)-1; i++ {
+				ch.Verdicts[i].Why = "not kept: too noisy to decide (see the control); " + strings.TrimPrefix(strings.TrimPrefix(ch.Verdicts[i].Why, "not kept: "), "kept: ")
+			}
+			return ch, nil
 		}
 	}
 	if best < 0 {

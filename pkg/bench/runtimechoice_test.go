@@ -52,7 +52,7 @@ func TestChooseRuntime(t *testing.T) {
 					others = append(others, &Result{Name: n, Samples: s})
 				}
 			}
-			ch, err := ChooseRuntime(def, others, c.minSpeedup, 1)
+			ch, err := ChooseRuntime(def, nil, others, c.minSpeedup, 1)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -85,14 +85,48 @@ func TestChooseRuntime(t *testing.T) {
 }
 
 func TestChooseRuntimeBadInput(t *testing.T) {
-	if _, err := ChooseRuntime(nil, nil, 1, 1); err == nil {
+	if _, err := ChooseRuntime(nil, nil, nil, 1, 1); err == nil {
 		t.Error("no defaults: no error")
 	}
 	def := &Result{Name: "default", Samples: lat(10, 20, 0, 1)}
-	if _, err := ChooseRuntime(def, []*Result{{Name: "x"}}, 1, 1); err == nil || !strings.Contains(err.Error(), "x") {
+	if _, err := ChooseRuntime(def, nil, []*Result{{Name: "x"}}, 1, 1); err == nil || !strings.Contains(err.Error(), "x") {
 		t.Errorf("a setting without samples: %v", err)
 	}
-	if _, err := ChooseRuntime(def, []*Result{nil}, 1, 1); err == nil {
+	if _, err := ChooseRuntime(def, nil, []*Result{nil}, 1, 1); err == nil {
 		t.Error("a nil setting: no error")
+	}
+}
+
+// A second process with the defaults is the control: when it differs from the first beyond
+// doubt, processes differ by themselves and nothing is kept, however fast a candidate looked.
+func TestChooseRuntimeControl(t *testing.T) {
+	def := &Result{Name: "default", Samples: lat(10, 200, 0, 1)}
+	fast := &Result{Name: "active", Samples: lat(8, 200, 0, 1)}
+	for _, c := range []struct {
+		name    string
+		control []time.Duration
+		noisy   bool
+		chosen  string
+	}{
+		{"control agrees", lat(10, 200, 0, 1), false, "active"},
+		{"control differs", lat(30, 200, 0, 1), true, "default"},
+		{"control faster", lat(7, 200, 0, 1), true, "default"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ch, err := ChooseRuntime(def, &Result{Name: "default (second process)", Samples: c.control}, []*Result{fast}, 1.02, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ch.Noisy != c.noisy || ch.Chosen != c.chosen {
+				t.Fatalf("noisy %v chosen %s, want %v %s: %s %+v", ch.Noisy, ch.Chosen, c.noisy, c.chosen, ch.Why, ch.Verdicts)
+			}
+			last := ch.Verdicts[len(ch.Verdicts)-1]
+			if last.Name != "default (second process)" || last.Kept || !strings.HasPrefix(last.Why, "control:") {
+				t.Errorf("control verdict %+v", last)
+			}
+			if c.noisy && (!strings.Contains(ch.Why, "too noisy to decide") || !strings.Contains(ch.Verdicts[1].Why, "not kept: too noisy")) {
+				t.Errorf("why %q, active %q", ch.Why, ch.Verdicts[1].Why)
+			}
+		})
 	}
 }

@@ -21,6 +21,8 @@ const (
 	// minRuntimeRounds gives each candidate at least 60 latencies, enough for a bootstrap
 	// interval of the ratio of medians that separates a few percent on a quiet machine.
 	minRuntimeRounds = 6
+	// controlName is the second process with libtorch's defaults.
+	controlName = "default (second process)"
 )
 
 // measureRuntime times the artifact under each runtime candidate (runenv.Candidates: libtorch's
@@ -93,6 +95,10 @@ func (r *run) timeRuntime(rt *report.Runtime) error {
 		specs[i] = benchrun.ServerSpec{Name: "runtime candidate " + c.Name,
 			Argv: append(append([]string(nil), r.opts.Serve...), args...), Env: append(append([]string(nil), base...), envs[i]...)}
 	}
+	// The control: a second process with the defaults, to tell a difference between settings
+	// from one between processes (bench.ChooseRuntime).
+	specs = append(specs, benchrun.ServerSpec{Name: "runtime control " + controlName, Argv: specs[0].Argv, Env: specs[0].Env})
+	envs = append(envs, envs[0])
 	rounds := max(minRuntimeRounds, r.cfg.Bench.StageRuns)
 	r.logf("measuring %d runtime settings in processes of their own, %d shuffled rounds at %d thread(s)", len(cands), rounds, r.threads)
 	srv, err := benchrun.StartServers(r.ctx, specs, nil)
@@ -115,11 +121,15 @@ func (r *run) timeRuntime(rt *report.Runtime) error {
 	for i, c := range cands {
 		results[i] = &bench.Result{Name: c.Name, Samples: lat[i]}
 	}
-	ch, err := bench.ChooseRuntime(results[0], results[1:], r.cfg.Optimize.MinSpeedup, r.cfg.Bench.Seed)
+	control := &bench.Result{Name: controlName, Samples: lat[len(cands)]}
+	ch, err := bench.ChooseRuntime(results[0], control, results[1:], r.cfg.Optimize.MinSpeedup, r.cfg.Bench.Seed)
 	if err != nil {
 		return err
 	}
-	rt.Measured, rt.Chosen = true, ch.Chosen
+	rt.Measured, rt.Chosen, rt.Noisy, rt.Note = true, ch.Chosen, ch.Noisy, ch.Why
+	if ch.Noisy {
+		r.warn("runtime settings: " + ch.Why)
+	}
 	rt.Rounds, rt.RunsPerRound, rt.WarmupPerRound = rounds, runtimeTurnRuns, runtimeTurnWarmup
 	for i, v := range ch.Verdicts {
 		rt.Candidates = append(rt.Candidates, report.RuntimeCandidate{
@@ -127,7 +137,7 @@ func (r *run) timeRuntime(rt *report.Runtime) error {
 			Ratio: v.Ratio, RatioLo: v.RatioLo, RatioHi: v.RatioHi, P95Ratio: v.P95Ratio, Kept: v.Kept, Why: v.Why,
 		})
 		r.logf("  %-20s p50 %.3f ms p95 %.3f ms: %s", v.Name, msOf(v.Stats.P50), msOf(v.Stats.P95), v.Why)
-		if v.Kept {
+		if v.Kept && i < len(cands) {
 			r.runtime = cands[i]
 		}
 	}

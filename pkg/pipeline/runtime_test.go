@@ -82,6 +82,12 @@ func TestRuntimeMeasured(t *testing.T) {
 	if kept == "" || kept != rt.Chosen {
 		t.Fatalf("kept %q, chosen %q", kept, rt.Chosen)
 	}
+	if c := rt.Candidates[len(rt.Candidates)-1]; c.Name != controlName || c.Kept || len(c.Env) != 0 || !strings.HasPrefix(c.Why, "control:") {
+		t.Errorf("the last row is not the control: %+v", c)
+	}
+	if rt.Noisy != strings.Contains(rt.Note, "too noisy to decide") || (rt.Noisy && kept != "default") {
+		t.Errorf("noisy %v, note %q, kept %s", rt.Noisy, rt.Note, kept)
+	}
 	if d := rt.Candidates[0]; d.Ratio != 1 || len(d.Env) != 0 {
 		t.Errorf("defaults row %+v", d)
 	}

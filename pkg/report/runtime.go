@@ -6,8 +6,10 @@ import "strings"
 // candidate (libtorch's defaults always one) timed by the artifact in a process of its own, the
 // processes taking turns in shuffled rounds.
 type Runtime struct {
-	// Measured is false when the candidates were not timed; Note says why.
+	// Measured is false when the candidates were not timed; Note says why. Noisy: timed, but
+	// two processes with the same settings differed, so the defaults were kept (Note says so).
 	Measured bool   `json:"measured"`
+	Noisy    bool   `json:"noisy"`
 	Note     string `json:"note,omitempty"`
 	// Chosen names the candidate kept ("default": libtorch's own).
 	Chosen string `json:"chosen"`
@@ -47,8 +49,11 @@ func (r *Report) writeRuntime(p func(string, ...any)) {
 		p("Not measured: %s. The artifact runs with libtorch's defaults.\n", rt.Note)
 		return
 	}
-	p("Each candidate served the artifact in a process of its own at %d intra-op thread(s), the processes taking turns (the others stopped) in %d shuffled rounds of %d timed inferences after %d untimed. A candidate is kept only when its p50 is lower than the defaults' beyond doubt (the interval of the ratio lies below 1) without a higher p95. Kept: **%s**.\n\n",
+	p("Each candidate served the artifact in a process of its own at %d intra-op thread(s), the processes taking turns (the others stopped) in %d shuffled rounds of %d timed inferences after %d untimed. A candidate is kept only when its p50 is lower than the defaults' beyond doubt (the interval of the ratio lies below 1) without a higher p95, and only when a second process with the defaults (the control) agrees with the first. Kept: **%s**.\n\n",
 		rt.Threads, rt.Rounds, rt.RunsPerRound, rt.WarmupPerRound, rt.Chosen)
+	if rt.Noisy {
+		p("**%s.**\n\n", strings.ToUpper(rt.Note[:1])+rt.Note[1:])
+	}
 	p("| candidate | environment | p50 ms | p95 ms | p50 ratio [95%% CI] | p95 ratio | kept | why |\n|---|---|---:|---:|---|---:|---|---|\n")
 	for _, c := range rt.Candidates {
 		env := strings.Join(c.Env, " ")
