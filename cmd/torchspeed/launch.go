@@ -18,7 +18,6 @@ import (
 	"github.com/torchspeed/torchspeed/pkg/cpu"
 	"github.com/torchspeed/torchspeed/pkg/launch"
 	"github.com/torchspeed/torchspeed/pkg/runenv"
-	"github.com/torchspeed/torchspeed/pkg/torchspeed"
 )
 
 type launchCmd struct {
@@ -256,42 +255,4 @@ func overrides(settings []runenv.Settings, environ []string) []string {
 		}
 	}
 	return notes
-}
-
-// applyArtifact puts the runtime setting measured for --artifact into every instance's
-// settings, leaving out what --wait-policy or --allocator chose.
-func (l *launchCmd) applyArtifact(c *cobra.Command, settings []runenv.Settings) error {
-	if l.artifact == "" {
-		return nil
-	}
-	man, err := torchspeed.VerifyArchive(l.artifact)
-	if err != nil {
-		return exitcode.New(exitcode.Usage, fmt.Errorf("launch: --artifact: %w", err))
-	}
-	if man == nil {
-		return exitcode.Usagef("launch: --artifact %q: not a torchspeed artifact (no manifest); give the .torchspeed.pt that optimize wrote", l.artifact)
-	}
-	cand, err := artifactRuntime(l.artifact)
-	if err != nil {
-		return exitcode.New(exitcode.Usage, fmt.Errorf("launch: %w", err))
-	}
-	if cand == nil {
-		return nil // measured: libtorch's defaults won (or not measured)
-	}
-	f := c.Flags()
-	for i := range settings {
-		cc := *cand
-		if f.Changed("wait-policy") || settings[i].Mode == runenv.ModeThroughput {
-			// The user's choice, or throughput mode's spinning: measured for one request at
-			// a time, the artifact's policy is not for many.
-			cc.WaitPolicy, cc.SpinCount = settings[i].WaitPolicy, settings[i].SpinCount
-		}
-		if f.Changed("allocator") {
-			cc.Allocator, cc.AllocatorPath = "", "" // keeps the settings' own
-		}
-		if settings[i], err = cc.Apply(settings[i]); err != nil {
-			return exitcode.New(exitcode.Usage, fmt.Errorf("launch: --artifact: %w", err))
-		}
-	}
-	return nil
 }
