@@ -3,8 +3,8 @@ package main
 import (
 	"github.com/torchspeed/torchspeed/internal/exitcode"
 
-	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -17,7 +17,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -25,6 +24,7 @@ import (
 	"github.com/torchspeed/torchspeed/internal/fixtures"
 	"github.com/torchspeed/torchspeed/pkg/bench"
 	"github.com/torchspeed/torchspeed/pkg/benchrun"
+	"github.com/torchspeed/torchspeed/pkg/runenv"
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
 	"github.com/torchspeed/torchspeed/pkg/version"
 )
@@ -288,22 +288,9 @@ func TestBenchSpecs(t *testing.T) {
 	}
 }
 
-// scrubbedEnv is this process's environment without the variables that
-// change how libtorch's threads run (OpenMP, MKL, a preloaded allocator) or
-// that carry torchspeed's settings into a re-executed process: a child
-// started with it runs with libtorch's defaults unless it applies settings.
-func scrubbedEnv() []string {
-	var out []string
-	for _, kv := range os.Environ() {
-		name, _, _ := strings.Cut(kv, "=")
-		if name == "LD_PRELOAD" || slices.ContainsFunc([]string{"OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "GOTO_", "TORCHSPEED_"},
-			func(p string) bool { return strings.HasPrefix(name, p) }) {
-			continue
-		}
-		out = append(out, kv)
-	}
-	return out
-}
+// scrubbedEnv is this process's environment without the variables that change how
+// libtorch's threads run or carry torchspeed's settings (runenv.ScrubEnv).
+func scrubbedEnv() []string { return runenv.ScrubEnv(os.Environ()) }
 
 // runBenchCLI runs the built CLI's bench with a scrubbed environment and
 // returns stdout, stderr and the exit code.
@@ -409,81 +396,35 @@ func TestCLIBenchRuntimeBadInput(t *testing.T) {
 	}
 }
 
-// benchServer is a long-lived `torchspeed bench --serve` process.
-type benchServer struct {
-	cmd      *exec.Cmd
-	in       io.WriteCloser
-	out      *bufio.Reader
-	stderr   bytes.Buffer
-	settings map[string]string
-}
-
-func startBenchServer(tb testing.TB, env []string, args ...string) *benchServer {
+// startBenchServers starts `torchspeed bench --serve` processes that take turns, one per
+// argument list, each with its environment.
+func startBenchServers(tb testing.TB, envs [][]string, args ...[]string) *benchrun.Servers {
 	tb.Helper()
-	s := &benchServer{cmd: exec.Command(torchspeedBin(tb), append([]string{"bench", "--serve"}, args...)...)}
-	s.cmd.Env = env
-	s.cmd.Stderr = &s.stderr
-	var err error
-	if s.in, err = s.cmd.StdinPipe(); err != nil {
-		tb.Fatal(err)
+	var specs []benchrun.ServerSpec
+	for i, a := range args {
+		specs = append(specs, benchrun.ServerSpec{Name: fmt.Sprintf("server %d", i), Argv: append([]string{torchspeedBin(tb), "bench", "--serve"}, a...), Env: envs[i]})
 	}
-	stdout, err := s.cmd.StdoutPipe()
+	s, err := benchrun.StartServers(context.Background(), specs, nil)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	s.out = bufio.NewReaderSize(stdout, 1<<20)
-	if err := s.cmd.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { s.close() })
-	line, err := s.out.ReadString('\n')
-	raw, ok := strings.CutPrefix(line, "ready ")
-	if err != nil || !ok {
-		tb.Fatalf("bench --serve %v did not start: %q %v\n%s", args, line, err, s.stderr.String())
-	}
-	if err := json.Unmarshal([]byte(raw), &s.settings); err != nil {
-		tb.Fatalf("bench --serve: settings %q: %v", raw, err)
-	}
+	tb.Cleanup(func() { s.Close() })
 	return s
 }
 
-// round asks for k timed inferences and returns their latencies.
-func (s *benchServer) round(k int) ([]time.Duration, error) {
-	if _, err := fmt.Fprintf(s.in, "run %d\n", k); err != nil {
-		return nil, err
-	}
-	line, err := s.out.ReadString('\n')
-	if err != nil {
-		return nil, fmt.Errorf("%v\n%s", err, s.stderr.String())
-	}
-	return benchrun.ParseAnswer(strings.TrimSpace(line), k)
-}
-
-// pause stops the whole process (every thread) with SIGSTOP; resume continues it. A
-// paused process cannot run anything, not even the OpenMP or BLAS workers that keep
-// spinning for a while after an inference.
-func (s *benchServer) pause() error  { return s.cmd.Process.Signal(syscall.SIGSTOP) }
-func (s *benchServer) resume() error { return s.cmd.Process.Signal(syscall.SIGCONT) }
-
-func (s *benchServer) close() error {
-	if s.cmd.ProcessState != nil {
-		return nil
-	}
-	s.resume()
-	fmt.Fprintln(s.in, "quit")
-	s.in.Close()
-	return s.cmd.Wait()
-}
-
 func TestCLIBenchServe(t *testing.T) {
-	s := startBenchServer(t, scrubbedEnv(), "-m", digits(t), "--input-shape", "1x1x8x8", "--warmup", "2", "--threads", "1")
-	if s.settings["runtime"] != runtimeTorchspeed || s.settings["threads"] != "1" || s.settings["input-shape"] != "1x1x8x8" {
-		t.Errorf("ready settings %v", s.settings)
+	s := startBenchServers(t, [][]string{scrubbedEnv()}, []string{"-m", digits(t), "--input-shape", "1x1x8x8", "--warmup", "2", "--threads", "1"})
+	ctx := context.Background()
+	if st := s.Ready[0]; st["runtime"] != runtimeTorchspeed || st["threads"] != "1" || st["input-shape"] != "1x1x8x8" {
+		t.Errorf("ready settings %v", st)
 	}
 	for _, k := range []int{5, 1} {
-		lat, err := s.round(k)
+		lat, err := s.Turn(ctx, 0, 0, k)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if len(lat) != k {
+			t.Errorf("run %d gave %d latencies", k, len(lat))
 		}
 		for _, d := range lat {
 			if d <= 0 || d > time.Minute {
@@ -492,14 +433,13 @@ func TestCLIBenchServe(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"run 0", "run x", "go"} {
-		fmt.Fprintln(s.in, bad)
-		line, err := s.out.ReadString('\n')
+		line, err := s.Ask(ctx, 0, bad)
 		if err != nil || !strings.HasPrefix(line, "error ") || !strings.Contains(line, "run K") {
 			t.Errorf("%q answered %q, %v", bad, line, err)
 		}
 	}
-	if err := s.close(); err != nil {
-		t.Errorf("quit: %v\n%s", err, s.stderr.String())
+	if err := s.Close(); err != nil {
+		t.Errorf("quit: %v", err)
 	}
 }
 
@@ -514,6 +454,7 @@ var (
 	rsArgs        = flag.String("rs-args", "", "BenchmarkRuntimeSettings: space-separated extra bench flags for the torchspeed side (e.g. --allocator jemalloc)")
 	rsSamples     = flag.String("rs-samples", "", "BenchmarkRuntimeSettings: write each side's latencies (ns, in the order taken) as JSON to this file")
 	rsDefaultEnv  = flag.String("rs-default-env", "", "BenchmarkRuntimeSettings: space-separated NAME=VALUE added to the default side's environment (to compare a setting against torchspeed's)")
+	rsModels      = flag.String("rs-models", "", "BenchmarkRuntimeSettings: comma-separated artifacts (their manifest gives the inputs) instead of the resnet18 and transformer fixtures")
 	rsEnv         = flag.String("rs-env", "", "BenchmarkRuntimeSettings: space-separated NAME=VALUE added to the torchspeed side's environment (to try a setting)")
 )
 
@@ -533,32 +474,43 @@ var (
 // -rs-threads, -rs-env, -rs-args and -rs-default-env try other settings on one
 // side; -rs-samples writes every latency for a closer look.
 func BenchmarkRuntimeSettings(b *testing.B) {
-	m := fixtures.Load(b)
-	for _, c := range []struct{ fixture, shape string }{
-		{"resnet18", "1x3x224x224"},
-		{"transformer_traced", "1x16x128"},
-	} {
-		b.Run(c.fixture, func(b *testing.B) {
-			model := m.Get(b, c.fixture).ModelPath()
-			args := []string{"-m", model, "--input-shape", c.shape, "--warmup", "20"}
+	type model struct{ name, path, shape string }
+	var models []model
+	if *rsModels != "" {
+		// Artifacts carry their input spec in the manifest.
+		for _, p := range strings.Split(*rsModels, ",") {
+			models = append(models, model{filepath.Base(p), p, ""})
+		}
+	} else {
+		m := fixtures.Load(b)
+		for _, c := range []struct{ fixture, shape string }{
+			{"resnet18", "1x3x224x224"},
+			{"transformer_traced", "1x16x128"},
+		} {
+			models = append(models, model{c.fixture, m.Get(b, c.fixture).ModelPath(), c.shape})
+		}
+	}
+	for _, c := range models {
+		b.Run(c.name, func(b *testing.B) {
+			args := []string{"-m", c.path, "--warmup", "20"}
+			if c.shape != "" {
+				args = append(args, "--input-shape", c.shape)
+			}
 			if *rsThreads > 0 {
 				args = append(args, "--threads", strconv.Itoa(*rsThreads))
 			}
-			sides := []*benchServer{
-				startBenchServer(b, append(scrubbedEnv(), strings.Fields(*rsDefaultEnv)...), append(args, "--runtime", runtimeDefault)...),
-				startBenchServer(b, append(scrubbedEnv(), strings.Fields(*rsEnv)...), append(append(args, "--runtime", runtimeTorchspeed), strings.Fields(*rsArgs)...)...),
-			}
+			ctx := context.Background()
+			// Both start stopped, and each runs only in its turn: their idle workers would
+			// otherwise spin on the CPUs of the side measuring (libgomp and OpenBLAS spin for
+			// a while after each call), and each would be timed as if sharing the machine
+			// with the other.
+			srv := startBenchServers(b,
+				[][]string{append(scrubbedEnv(), strings.Fields(*rsDefaultEnv)...), append(scrubbedEnv(), strings.Fields(*rsEnv)...)},
+				append(slices.Clone(args), "--runtime", runtimeDefault),
+				append(append(slices.Clone(args), "--runtime", runtimeTorchspeed), strings.Fields(*rsArgs)...))
 			names := []string{"default", "torchspeed"}
-			for i, s := range sides {
-				b.Logf("%s: %s", names[i], describeSettings(s.settings))
-			}
-			// The side not measuring is paused: its idle workers would otherwise spin on the
-			// CPUs of the side measuring (libgomp and OpenBLAS spin for a while after each
-			// call), and each would be timed as if sharing the machine with the other.
-			for _, s := range sides {
-				if err := s.pause(); err != nil {
-					b.Fatal(err)
-				}
+			for i := range names {
+				b.Logf("%s: %s", names[i], describeSettings(srv.Ready[i]))
 			}
 			// The machine's own spread: a fixed loop as long as torchspeed's median, on as
 			// many threads, timed in the same rounds while both servers are paused. Its
@@ -588,7 +540,7 @@ func BenchmarkRuntimeSettings(b *testing.B) {
 								if err != nil {
 									b.Fatal(err)
 								}
-								floor = newFloorLoop(b, max(1, atoiOr(sides[1].settings["threads"])), ts.P50)
+								floor = newFloorLoop(b, max(1, atoiOr(srv.Ready[1]["threads"])), ts.P50)
 							}
 							for k := 0; k < *rsRoundWarmup+*rsRuns; k++ {
 								if d := floor.run(); k >= *rsRoundWarmup {
@@ -597,17 +549,11 @@ func BenchmarkRuntimeSettings(b *testing.B) {
 							}
 							continue
 						}
-						if err := sides[side].resume(); err != nil {
-							b.Fatal(err)
-						}
-						lat, err := sides[side].round(*rsRoundWarmup + *rsRuns)
+						lat, err := srv.Turn(ctx, side, *rsRoundWarmup, *rsRuns)
 						if err != nil {
 							b.Fatalf("%s: %v", names[side], err)
 						}
-						if err := sides[side].pause(); err != nil {
-							b.Fatal(err)
-						}
-						samples[side] = append(samples[side], lat[*rsRoundWarmup:]...)
+						samples[side] = append(samples[side], lat...)
 					}
 				}
 			}
@@ -622,7 +568,7 @@ func BenchmarkRuntimeSettings(b *testing.B) {
 				}
 			}
 			var st [2]bench.Summary
-			for i := range sides {
+			for i := range names {
 				var err error
 				if st[i], err = bench.Summarize(samples[i]); err != nil {
 					b.Fatal(err)

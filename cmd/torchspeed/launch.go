@@ -29,6 +29,7 @@ type launchCmd struct {
 	printEnv   bool
 	asJSON     bool
 	logDir     string
+	artifact   string
 
 	// The hidden trampoline mode (launch.SelfTrampoline) for callers of pkg/launch that
 	// want torchspeed to pin and exec inside the child.
@@ -81,6 +82,7 @@ launch says so.
 	f.BoolVar(&l.latency, "latency-mode", false, "same as --mode latency")
 	f.BoolVar(&l.throughput, "throughput-mode", false, "same as --mode throughput")
 	f.StringVar(&l.logDir, "log-dir", "", "write each instance's stdout and stderr to FOLDER/instance-N.log instead of this terminal (as ipexrun's --log_dir)")
+	f.StringVar(&l.artifact, "artifact", "", "apply the OpenMP wait policy and allocator optimize measured fastest for this artifact (its manifest's runtime); --wait-policy and --allocator win over it")
 	f.BoolVar(&l.printEnv, "print-env", false, "print the settings as shell exports (JSON with --json) and start nothing")
 	f.BoolVar(&l.asJSON, "json", false, "print settings (--print-env) or the per-instance exit summary as JSON on stdout")
 	f.BoolVar(&l.internalExec, "internal-exec", false, "trampoline mode used by launch itself")
@@ -115,6 +117,9 @@ func (l *launchCmd) run(c *cobra.Command, args []string) error {
 	settings, err := runenv.Compute(probe, l.opts)
 	if err != nil {
 		return exitcode.New(exitcode.Usage, fmt.Errorf("launch: %w", err))
+	}
+	if err := l.applyArtifact(c, settings); err != nil {
+		return err
 	}
 	out := c.OutOrStdout()
 	if l.printEnv {

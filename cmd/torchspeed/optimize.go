@@ -28,18 +28,19 @@ type optimizeCmd struct {
 
 // optimizeKeys binds optimize's flags to config keys.
 var optimizeKeys = map[string]string{
-	"model":       "model.path",
-	"name":        "model.name",
-	"output":      "output.dir",
-	"threads":     "runtime.threads",
-	"mode":        "runtime.mode",
-	"allocator":   "runtime.allocator",
-	"quantize":    "quantize.mode",
-	"engine":      "quantize.engine",
-	"calibration": "calibration.path",
-	"runs":        "bench.runs",
-	"quiet":       "output.quiet",
-	"overwrite":   "output.overwrite",
+	"model":           "model.path",
+	"name":            "model.name",
+	"output":          "output.dir",
+	"threads":         "runtime.threads",
+	"mode":            "runtime.mode",
+	"allocator":       "runtime.allocator",
+	"measure-runtime": "runtime.measure",
+	"quantize":        "quantize.mode",
+	"engine":          "quantize.engine",
+	"calibration":     "calibration.path",
+	"runs":            "bench.runs",
+	"quiet":           "output.quiet",
+	"overwrite":       "output.overwrite",
 }
 
 func newOptimizeCmd(u *ui) *cobra.Command {
@@ -73,10 +74,11 @@ the config file (-c), then defaults; without a file, -m and --input-shape are en
 	f.String("calibration", "", "calibration data for --quantize static: .npy, .npz or an image folder (calibration.path)")
 	f.Int("runs", 0, "final benchmark rounds (bench.runs)")
 	f.String("allocator", "", "default, jemalloc or tcmalloc (runtime.allocator)")
+	f.String("measure-runtime", "", "time OpenMP wait policies and allocators against libtorch's defaults, each in its own process, and keep a winner: auto, true or false (runtime.measure; auto: when --runs >= 100)")
 	f.Bool("overwrite", false, "replace an existing artifact (output.overwrite)")
 	f.BoolVar(&o.asJSON, "json", false, "print report.json to stdout instead of the table")
 	f.SetNormalizeFunc(outAlias)
-	completeEnums(c, map[string][]string{"quantize": quantModes, "engine": engines, "allocator": allocators, "mode": modes, "dtype": dtypes})
+	completeEnums(c, map[string][]string{"measure-runtime": {"auto", "true", "false"}, "quantize": quantModes, "engine": engines, "allocator": allocators, "mode": modes, "dtype": dtypes})
 	return c
 }
 
@@ -96,7 +98,7 @@ func (o *optimizeCmd) run(c *cobra.Command) error {
 	probe, s, applied, warnings, err := setUpRuntime(runenv.Options{
 		Threads: cfg.Runtime.Threads, InteropThreads: cfg.Runtime.InteropThreads,
 		Allocator: cfg.Runtime.Allocator, Mode: runenv.Mode(cfg.Runtime.Mode), NUMANodes: numaNodes(cfg.Runtime.NUMANode),
-	})
+	}, nil)
 	if err != nil {
 		return err
 	}
@@ -107,6 +109,10 @@ func (o *optimizeCmd) run(c *cobra.Command) error {
 	opts := pipeline.Options{Threads: s.Threads, Settings: settingsMap(s, applied), Machine: probe}
 	if cfg.Optimize.OptimizeForInference != config.Off {
 		opts.MKLDNNBroken = checkMKLDNN(context.Background(), func(w string) { fmt.Fprintln(stderr, "warning:", w) })
+	}
+	// The runtime settings are measured in `bench --serve` processes of this binary.
+	if exe, err := os.Executable(); err == nil {
+		opts.Serve = []string{exe, "bench", "--serve"}
 	}
 	if cfg.Runtime.Threads == 0 && s.Threads > 1 {
 		opts.AutoThreads = bench.ThreadCandidates(s.Threads)

@@ -6,11 +6,14 @@ import (
 	"os"
 	"strconv"
 
+	"github.com/spf13/cobra"
+
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/internal/exitcode"
 	"github.com/torchspeed/torchspeed/pkg/config"
 	"github.com/torchspeed/torchspeed/pkg/cpu"
 	"github.com/torchspeed/torchspeed/pkg/runenv"
+	"github.com/torchspeed/torchspeed/pkg/torchspeed"
 )
 
 // The runtime settings shared by the commands that run models (optimize, bench): one
@@ -36,10 +39,11 @@ func inheritCPUCount() {
 	}
 }
 
-// setUpRuntime computes the runtime settings for this process, re-executes it when the OpenMP
-// variables or the allocator need a fresh start, then pins and binds it and sets libtorch's
-// thread counts.
-func setUpRuntime(o runenv.Options) (*cpu.Probe, runenv.Settings, []string, []string, error) {
+// setUpRuntime computes the runtime settings for this process, with cand's wait policy and
+// allocator when cand is not nil (an artifact's measured runtime, see artifactRuntime),
+// re-executes it when the OpenMP variables or the allocator need a fresh start, then pins and
+// binds it and sets libtorch's thread counts.
+func setUpRuntime(o runenv.Options, cand *runenv.Candidate) (*cpu.Probe, runenv.Settings, []string, []string, error) {
 	probe, err := cpu.Detect(cpu.Options{})
 	if err != nil {
 		return nil, runenv.Settings{}, nil, nil, err
@@ -58,6 +62,11 @@ func setUpRuntime(o runenv.Options) (*cpu.Probe, runenv.Settings, []string, []st
 			return nil, s, nil, nil, exitcode.New(exitcode.Usage, fmt.Errorf("runtime settings: %w", err))
 		}
 		s = settings[0]
+		if cand != nil {
+			if s, err = cand.Apply(s); err != nil {
+				return nil, s, nil, nil, err
+			}
+		}
 		raw, err := json.Marshal(s)
 		if err != nil {
 			return nil, s, nil, nil, err
@@ -116,4 +125,64 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// artifactRuntime returns the runtime setting optimize measured fastest for the artifact at
+// path (its manifest's runtime), ready to apply, or nil when the file is not an artifact or
+// its runtime was not measured (or is libtorch's defaults). A manifest naming an allocator
+// this machine lacks is an error that says which package to install.
+func artifactRuntime(path string) (*runenv.Candidate, error) {
+	man, err := torchspeed.VerifyArchive(path)
+	if err != nil || man == nil {
+		// Not an artifact, or a damaged one: loading it says what is wrong.
+		return nil, nil
+	}
+	rt := man.Runtime
+	if rt.Candidate == "" || rt.Candidate == runenv.DefaultCandidate {
+		return nil, nil
+	}
+	c := runenv.Candidate{Name: rt.Candidate, WaitPolicy: rt.WaitPolicy, SpinCount: rt.SpinCount, Allocator: rt.Allocator}
+	c, err = c.Resolve(nil)
+	if err != nil {
+		return nil, fmt.Errorf("artifact %q was measured fastest with %w, or choose another --allocator", path, err)
+	}
+	return &c, nil
+}
+
+// applyArtifact puts the runtime setting measured for --artifact into every instance's
+// settings, leaving out what --wait-policy or --allocator chose.
+func (l *launchCmd) applyArtifact(c *cobra.Command, settings []runenv.Settings) error {
+	if l.artifact == "" {
+		return nil
+	}
+	man, err := torchspeed.VerifyArchive(l.artifact)
+	if err != nil {
+		return exitcode.New(exitcode.Usage, fmt.Errorf("launch: --artifact: %w", err))
+	}
+	if man == nil {
+		return exitcode.Usagef("launch: --artifact %q: not a torchspeed artifact (no manifest); give the .torchspeed.pt that optimize wrote", l.artifact)
+	}
+	cand, err := artifactRuntime(l.artifact)
+	if err != nil {
+		return exitcode.New(exitcode.Usage, fmt.Errorf("launch: %w", err))
+	}
+	if cand == nil {
+		return nil // measured: libtorch's defaults won (or not measured)
+	}
+	f := c.Flags()
+	for i := range settings {
+		cc := *cand
+		if f.Changed("wait-policy") || settings[i].Mode == runenv.ModeThroughput {
+			// The user's choice, or throughput mode's spinning: measured for one request at
+			// a time, the artifact's policy is not for many.
+			cc.WaitPolicy, cc.SpinCount = settings[i].WaitPolicy, settings[i].SpinCount
+		}
+		if f.Changed("allocator") {
+			cc.Allocator, cc.AllocatorPath = "", "" // keeps the settings' own
+		}
+		if settings[i], err = cc.Apply(settings[i]); err != nil {
+			return exitcode.New(exitcode.Usage, fmt.Errorf("launch: --artifact: %w", err))
+		}
+	}
+	return nil
 }

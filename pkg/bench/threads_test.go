@@ -71,17 +71,34 @@ func noisyRun(clock *SimClock, base map[int]time.Duration, cur *int, factors []f
 }
 
 func TestChooseThreadsTieKeepsFewerThreads(t *testing.T) {
-	clock := &SimClock{}
-	cur := 0
-	set := func(n int) error { cur = n; return nil }
-	// 2 threads 0.5% faster than 1: within the 2% band, so the single thread is kept.
-	base := map[int]time.Duration{1: 1000 * time.Microsecond, 2: 995 * time.Microsecond}
-	ch, err := ChooseThreads([]int{1, 2}, set, noisyRun(clock, base, &cur, []float64{1, 1.003, 0.998, 1.001, 0.999}), 4, 5, clock)
-	if err != nil {
-		t.Fatal(err)
+	cases := []struct {
+		name    string
+		two     time.Duration // 2 threads' cost; 1 thread's is 1000 us
+		factors []float64     // noise, by run
+		want    int
+	}{
+		// Equal costs, noise of +-0.3% that reaches both counts alike: the interval reaches 1
+		// within the 2% band, so the single thread is kept.
+		{"equal", 1000 * time.Microsecond, []float64{1, 1.003, 0.998, 1.001, 0.999, 1.002}, 1},
+		// 2 threads 1% faster in every block: faster beyond doubt, however little, so 2.
+		{"two slightly faster", 990 * time.Microsecond, []float64{1}, 2},
+		// 1 thread 1% faster: 1.
+		{"one slightly faster", 1010 * time.Microsecond, []float64{1}, 1},
 	}
-	if ch.Threads != 1 || cur != 1 || !ch.Decided {
-		t.Fatalf("chose %d (decided %v), want 1 thread on a tie: %s", ch.Threads, ch.Decided, ch.Why)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			clock := &SimClock{}
+			cur := 0
+			set := func(n int) error { cur = n; return nil }
+			base := map[int]time.Duration{1: 1000 * time.Microsecond, 2: c.two}
+			ch, err := ChooseThreads([]int{1, 2}, set, noisyRun(clock, base, &cur, c.factors), 4, 5, clock)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ch.Threads != c.want || cur != c.want || !ch.Decided {
+				t.Fatalf("chose %d (decided %v), want %d: %s", ch.Threads, ch.Decided, c.want, ch.Why)
+			}
+		})
 	}
 }
 

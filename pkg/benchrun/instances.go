@@ -112,7 +112,7 @@ func RunInstances(ctx context.Context, cfg InstancesConfig) (*InstancesResult, e
 	logw := orDiscard(cfg.Log)
 	g := &group{stderr: orDiscard(cfg.Stderr)}
 	defer g.stop()
-	if err := g.start(cfg, base); err != nil {
+	if err := g.start(func() error { return g.spawn(cfg, base) }); err != nil {
 		return nil, err
 	}
 	for _, c := range g.children {
@@ -248,6 +248,7 @@ func orDiscard(w io.Writer) io.Writer {
 // child is one serve process.
 type child struct {
 	i      int
+	what   string // "instance 2", "runtime candidate passive": how messages name it
 	cmd    *exec.Cmd
 	in     io.WriteCloser
 	outR   *os.File // read end of its stdout, closed by group.stop
@@ -274,12 +275,12 @@ type group struct {
 // been waited for: PR_SET_PDEATHSIG fires when the thread that forked a child ends, so the
 // kernel kills the instances if this process dies without stopping them (SIGKILL, a crash),
 // and never while it still runs.
-func (g *group) start(cfg InstancesConfig, base []string) error {
+func (g *group) start(spawn func() error) error {
 	g.release = make(chan struct{})
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
-		errc <- g.spawn(cfg, base)
+		errc <- spawn()
 		<-g.release
 	}()
 	return <-errc
@@ -291,41 +292,50 @@ func (g *group) spawn(cfg InstancesConfig, base []string) error {
 		if s.MemBind {
 			node = s.NUMANode
 		}
-		argv := append(append([]string(nil), cfg.Trampoline[1:]...), launch.TrampolineArgs(launch.Spec{CPUs: s.CPUs, MemNode: node}, cfg.Command(i))...)
-		c := &child{i: i, cmd: exec.Command(cfg.Trampoline[0], argv...), exited: make(chan struct{})}
-		c.cmd.Env = append(s.Environ(base), fmt.Sprintf("%s=%d", DriverEnv, os.Getpid()))
-		c.stderr = &tailWriter{w: g.stderr, prefix: fmt.Sprintf("instance %d: ", i)}
-		c.cmd.Stderr = c.stderr
-		// A group of its own, so a terminal's ^C reaches the instances only through this
-		// process, which kills them; and a parent-death signal as the backstop while the
-		// trampoline runs (the instance asks again, see FollowDriver).
-		c.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-		var err error
-		if c.in, err = c.cmd.StdinPipe(); err != nil {
+		argv := append(append([]string(nil), cfg.Trampoline...), launch.TrampolineArgs(launch.Spec{CPUs: s.CPUs, MemNode: node}, cfg.Command(i))...)
+		if err := g.spawnOne(fmt.Sprintf("instance %d", i), argv, append(s.Environ(base), fmt.Sprintf("%s=%d", DriverEnv, os.Getpid()))); err != nil {
 			return err
 		}
-		// Our own pipe, not StdoutPipe: Wait (which runs as soon as the child exits) would
-		// close StdoutPipe's read end under a reader and lose what is still buffered.
-		var w *os.File
-		if c.outR, w, err = os.Pipe(); err != nil {
-			c.in.Close()
-			return err
-		}
-		c.cmd.Stdout = w
-		err = c.cmd.Start()
-		w.Close()
-		if err != nil {
-			c.in.Close()
-			c.outR.Close()
-			return fmt.Errorf("bench: start instance %d (%s): %w", i, cfg.Trampoline[0], err)
-		}
-		c.out = bufio.NewReaderSize(c.outR, 1<<20)
-		go func() {
-			c.waitErr = c.cmd.Wait()
-			close(c.exited)
-		}()
-		g.children = append(g.children, c)
 	}
+	return nil
+}
+
+// spawnOne starts one serve process, named what in messages, with argv and env.
+func (g *group) spawnOne(what string, argv, env []string) error {
+	i := len(g.children)
+	c := &child{i: i, what: what, cmd: exec.Command(argv[0], argv[1:]...), exited: make(chan struct{})}
+	c.cmd.Env = env
+	c.stderr = &tailWriter{w: g.stderr, prefix: what + ": "}
+	c.cmd.Stderr = c.stderr
+	// A group of its own, so a terminal's ^C reaches the instances only through this
+	// process, which kills them; and a parent-death signal as the backstop while the
+	// trampoline runs (the instance asks again, see FollowDriver).
+	c.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	var err error
+	if c.in, err = c.cmd.StdinPipe(); err != nil {
+		return err
+	}
+	// Our own pipe, not StdoutPipe: Wait (which runs as soon as the child exits) would
+	// close StdoutPipe's read end under a reader and lose what is still buffered.
+	var w *os.File
+	if c.outR, w, err = os.Pipe(); err != nil {
+		c.in.Close()
+		return err
+	}
+	c.cmd.Stdout = w
+	err = c.cmd.Start()
+	w.Close()
+	if err != nil {
+		c.in.Close()
+		c.outR.Close()
+		return fmt.Errorf("bench: start %s (%s): %w", what, argv[0], err)
+	}
+	c.out = bufio.NewReaderSize(c.outR, 1<<20)
+	go func() {
+		c.waitErr = c.cmd.Wait()
+		close(c.exited)
+	}()
+	g.children = append(g.children, c)
 	return nil
 }
 
@@ -383,7 +393,7 @@ func (g *group) exitReason(i int, readErr error) error {
 func (g *group) childErr(i int, err error) error {
 	g.stop()
 	c := g.children[i]
-	msg := fmt.Sprintf("bench: instance %d (pid %d): %v", i, c.cmd.Process.Pid, err)
+	msg := fmt.Sprintf("bench: %s (pid %d): %v", c.what, c.cmd.Process.Pid, err)
 	if tail := c.stderr.tail(); tail != "" {
 		msg += "; its stderr ends:\n" + tail
 	}
@@ -402,10 +412,10 @@ func (g *group) quit() error {
 		select {
 		case <-c.exited:
 			if c.waitErr != nil {
-				errs = append(errs, fmt.Errorf("bench: instance %d: %v after quit", c.i, c.waitErr))
+				errs = append(errs, fmt.Errorf("bench: %s: %v after quit", c.what, c.waitErr))
 			}
 		case <-timeout:
-			errs = append(errs, fmt.Errorf("bench: instance %d did not quit within 30s; killed", c.i))
+			errs = append(errs, fmt.Errorf("bench: %s did not quit within 30s; killed", c.what))
 			g.stop()
 		}
 	}

@@ -184,6 +184,23 @@ type Runtime struct {
 	Allocator      string `mapstructure:"allocator" json:"allocator"`
 	// Mode: "latency" or "throughput" presets for thread and OpenMP settings.
 	Mode string `mapstructure:"mode" json:"mode"`
+	// Measure: time the OpenMP wait policies and allocators against libtorch's defaults in
+	// processes of their own and keep one only where it wins; auto: when the final benchmark
+	// is long enough to be worth it (MeasureRuntime).
+	Measure Toggle `mapstructure:"measure" json:"measure"`
+}
+
+// MeasureRuntime says whether optimize measures the runtime settings: runtime.measure true,
+// or auto with bench.runs >= 100 or bench.duration >= 10s (the measurement takes a few
+// seconds; quick runs and tests skip it).
+func (c *Config) MeasureRuntime() bool {
+	switch c.Runtime.Measure {
+	case On:
+		return true
+	case Auto:
+		return c.Bench.Runs >= 100 || c.Bench.Duration >= 10*time.Second
+	}
+	return false
 }
 
 // Bench is the final measurement and the short per-stage ones.
@@ -215,7 +232,7 @@ func Default() Config {
 			ReduceRange: Auto, Fallback: true, MaxFallbackLayers: 8,
 		},
 		Validation: Validation{MinCosine: 0.99, MinTop1Agreement: 0.98, MaxAccuracyDrop: 1.0},
-		Runtime:    Runtime{InteropThreads: 1, NUMANode: -1, Allocator: "default", Mode: "latency"},
+		Runtime:    Runtime{InteropThreads: 1, NUMANode: -1, Allocator: "default", Mode: "latency", Measure: Auto},
 		Bench:      Bench{Runs: 200, Warmup: 20, StageRuns: 30, Seed: 1},
 		Output:     Output{Dir: "out"},
 	}
@@ -502,7 +519,7 @@ func (c *Config) ValidateValues() error {
 	for _, t := range []struct {
 		key string
 		v   Toggle
-	}{{"optimize.optimize_for_inference", c.Optimize.OptimizeForInference}, {"optimize.channels_last", c.Optimize.ChannelsLast}, {"quantize.reduce_range", c.Quantize.ReduceRange}} {
+	}{{"optimize.optimize_for_inference", c.Optimize.OptimizeForInference}, {"optimize.channels_last", c.Optimize.ChannelsLast}, {"quantize.reduce_range", c.Quantize.ReduceRange}, {"runtime.measure", c.Runtime.Measure}} {
 		if t.v != Auto && t.v != On && t.v != Off {
 			bad(t.key, t.v, "auto, true or false")
 		}

@@ -151,6 +151,13 @@ func (r *run) manifest(final *candidate) *torchspeed.Manifest {
 	if len(m.QuantizedOps) == 0 {
 		m.QuantizedOps = nil
 	}
+	if c := r.runtime; c.Name != "" {
+		m.Runtime.Candidate, m.Runtime.WaitPolicy, m.Runtime.SpinCount = c.Name, c.WaitPolicy, c.SpinCount
+		m.Runtime.OpenMP = r.opts.Settings["openmp"]
+		if c.Allocator != "" && c.Allocator != "default" {
+			m.Runtime.Allocator = c.Allocator
+		}
+	}
 	if m.LoadPasses == nil {
 		m.LoadPasses = []string{}
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/torchspeed/torchspeed/pkg/cpu"
 	"github.com/torchspeed/torchspeed/pkg/npy"
 	"github.com/torchspeed/torchspeed/pkg/report"
+	"github.com/torchspeed/torchspeed/pkg/runenv"
 	"github.com/torchspeed/torchspeed/pkg/version"
 )
 
@@ -48,6 +49,10 @@ type Options struct {
 	// machine (internal/mkldnncheck, run in a child process): the optimize_for_inference candidates,
 	// which run on them, are skipped with this reason instead of crashing the process.
 	MKLDNNBroken string
+	// Serve is the command that serves a model in a process of its own, speaking
+	// benchrun.ServeRounds' protocol, before its flags (`torchspeed bench --serve`): the
+	// runtime settings are measured in such processes (runtime.measure). nil: not measured.
+	Serve []string
 
 	// slow simulates a load change in one measurement (tests).
 	slow slowRound
@@ -90,6 +95,8 @@ type run struct {
 	stageMeas    *measurement
 	finalMeas    *measurement
 	threads      int
+	// runtime is the runtime setting measured fastest (zero: not measured).
+	runtime runenv.Candidate
 }
 
 func (r *run) logf(format string, a ...any) {
@@ -128,7 +135,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (*report.Report,
 // was written.
 func (r *run) steps(start time.Time, out *output) (*report.Report, error) {
 	ctx := r.ctx
-	steps := []func() error{r.load, r.fp32Stages, r.measureStages, r.chooseThreads, r.quantize, r.finalBench}
+	steps := []func() error{r.load, r.fp32Stages, r.measureStages, r.chooseThreads, r.quantize, r.finalBench, r.measureRuntime}
 	for _, step := range steps {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("optimize interrupted: %w (nothing was written)", err)

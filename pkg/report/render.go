@@ -34,6 +34,16 @@ func (r *Report) prepare() {
 	if r.Stages == nil {
 		r.Stages = []Stage{}
 	}
+	if rt := r.Runtime; rt != nil {
+		if rt.Candidates == nil {
+			rt.Candidates = []RuntimeCandidate{}
+		}
+		for i := range rt.Candidates {
+			if rt.Candidates[i].Env == nil {
+				rt.Candidates[i].Env = []string{}
+			}
+		}
+	}
 	if r.Measurements == nil {
 		r.Measurements = []Measurement{}
 	}
@@ -305,6 +315,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		p("\n![latency](%s)\n", *r.Plot)
 	}
 	r.writeSettings(p)
+	r.writeRuntime(p)
 	if len(r.Warnings) > 0 {
 		p("\n## Warnings\n\n")
 		for _, w := range r.Warnings {

@@ -48,6 +48,9 @@ type Report struct {
 	Quantize   *Quantize   `json:"quantize"`
 	Validation *Validation `json:"validation"`
 	Bench      *Bench      `json:"bench"`
+	// Runtime is how the runtime settings in the manifest were chosen; null when optimize
+	// did not get that far.
+	Runtime *Runtime `json:"runtime"`
 	// Roofline holds the optimized model's FLOP count and its share of the measured peak.
 	Roofline *Roofline `json:"roofline"`
 	// Artifact is the written artifact's path; null when none was written.

@@ -3,6 +3,7 @@ package runenv
 import (
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // Candidate is one runtime setting to measure against the OpenMP runtime's own defaults at
@@ -108,4 +109,49 @@ func (c Candidate) Apply(s Settings) (Settings, error) {
 	out.Vars = slices.Insert(vars, at, waitVars(out)...)
 	out.Notes = append(out.Notes, "runtime candidate: "+c.Name)
 	return out, nil
+}
+
+// Env returns the variables a process started for the candidate needs on top of libtorch's
+// defaults ("NAME=value"): the wait policy's, for the OpenMP runtime named (as in
+// Settings.OpenMP), and LD_PRELOAD with the allocator. The default candidate needs none. Add
+// them to ScrubEnv's result, so that the candidates differ in these variables alone.
+func (c Candidate) Env(openmp string) ([]string, error) {
+	s, err := c.Apply(Settings{OpenMP: openmp})
+	if err != nil {
+		return nil, err
+	}
+	return s.Env(), nil
+}
+
+// ScrubEnv returns base (as from os.Environ) without the variables that change how libtorch's
+// threads run (OpenMP, MKL, OpenBLAS, a preloaded allocator) or that carry torchspeed's
+// settings and configuration (TORCHSPEED_*): a process started with it runs with libtorch's
+// defaults unless it applies settings itself.
+func ScrubEnv(base []string) []string {
+	out := make([]string, 0, len(base))
+	for _, kv := range base {
+		name, _, _ := strings.Cut(kv, "=")
+		if name == "LD_PRELOAD" || slices.ContainsFunc(scrubbedPrefixes, func(p string) bool { return strings.HasPrefix(name, p) }) {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
+var scrubbedPrefixes = []string{"OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "GOTO_", "TORCHSPEED_"}
+
+// Resolve fills in the allocator library of a candidate read back from a manifest (which
+// names the allocator, not the path on the machine that measured it), searching libDirs (nil:
+// the system's).
+func (c Candidate) Resolve(libDirs []string) (Candidate, error) {
+	if c.Allocator == "" || c.Allocator == "default" || c.AllocatorPath != "" {
+		return c, nil
+	}
+	path, err := FindAllocator(c.Allocator, libDirs)
+	if err != nil {
+		return c, fmt.Errorf("runtime candidate %q: %w", c.Name, err)
+	}
+	c.AllocatorPath = path
+	return c, nil
 }

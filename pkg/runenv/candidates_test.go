@@ -3,6 +3,7 @@ package runenv
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -102,5 +103,46 @@ func TestCandidates(t *testing.T) {
 	}
 	if _, err := (Candidate{Name: "bad", Allocator: "jemalloc"}).Apply(s); err == nil {
 		t.Fatal("allocator without a path accepted")
+	}
+}
+
+// A candidate's process gets libtorch's defaults plus the candidate's own variables alone.
+func TestCandidateEnvAndScrub(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "libjemalloc.so.2"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{}
+	for _, c := range Candidates(Settings{Threads: 2, OpenMP: "gnu"}, []string{dir}) {
+		e, err := c.Env("gnu")
+		if err != nil {
+			t.Fatal(err)
+		}
+		env[c.Name] = strings.Join(e, " ")
+	}
+	want := map[string]string{
+		"default": "", "passive-short-spin": "OMP_WAIT_POLICY=PASSIVE GOMP_SPINCOUNT=3000",
+		"passive": "OMP_WAIT_POLICY=PASSIVE GOMP_SPINCOUNT=0", "active": "OMP_WAIT_POLICY=ACTIVE",
+		"jemalloc": "LD_PRELOAD=" + filepath.Join(dir, "libjemalloc.so.2"),
+	}
+	for k, v := range want {
+		if env[k] != v {
+			t.Errorf("%s: env %q, want %q", k, env[k], v)
+		}
+	}
+	if e, _ := (Candidate{Name: "passive", WaitPolicy: "PASSIVE"}).Env("intel"); strings.Join(e, " ") != "OMP_WAIT_POLICY=PASSIVE KMP_BLOCKTIME=0" {
+		t.Errorf("intel passive: %v", e)
+	}
+	got := ScrubEnv([]string{"PATH=/bin", "OMP_NUM_THREADS=4", "GOMP_SPINCOUNT=1", "LD_PRELOAD=/x.so", "TORCHSPEED_BENCH_RUNS=9", "HOME=/h", "OPENBLAS_NUM_THREADS=2"})
+	if strings.Join(got, " ") != "PATH=/bin HOME=/h" {
+		t.Errorf("scrubbed %v", got)
+	}
+	// A manifest names the allocator; Resolve finds its library here, or says what to install.
+	c, err := Candidate{Name: "jemalloc", Allocator: "jemalloc"}.Resolve([]string{dir})
+	if err != nil || c.AllocatorPath != filepath.Join(dir, "libjemalloc.so.2") {
+		t.Errorf("resolve: %+v %v", c, err)
+	}
+	if _, err := (Candidate{Name: "tcmalloc", Allocator: "tcmalloc"}).Resolve([]string{dir}); err == nil || !strings.Contains(err.Error(), "apt-get install") {
+		t.Errorf("resolve a missing allocator: %v", err)
 	}
 }

@@ -101,6 +101,13 @@ type Runtime struct {
 	InteropThreads int    `json:"interop_threads"`
 	OpenMP         string `json:"openmp,omitempty"`
 	Allocator      string `json:"allocator,omitempty"`
+	// Candidate names the runtime setting optimize measured fastest against libtorch's
+	// defaults ("default" when none beat them; "" when not measured); WaitPolicy ("PASSIVE",
+	// "ACTIVE" or "" for the OpenMP runtime's own) and SpinCount (GOMP_SPINCOUNT, with
+	// PASSIVE) are its wait policy. `torchspeed bench` and `launch` apply them.
+	Candidate  string `json:"candidate,omitempty"`
+	WaitPolicy string `json:"wait_policy,omitempty"`
+	SpinCount  int    `json:"spin_count,omitempty"`
 }
 
 // Marshal encodes the manifest for the archive.

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/torchspeed/torchspeed/bindings/torch"
+	"github.com/torchspeed/torchspeed/pkg/runenv"
+	"github.com/torchspeed/torchspeed/pkg/torchspeed"
+	"github.com/torchspeed/torchspeed/pkg/version"
+)
+
+// measuredArtifact saves the digits model as an artifact whose manifest says optimize measured
+// the candidate c fastest.
+func measuredArtifact(t *testing.T, c runenv.Candidate) string {
+	t.Helper()
+	mod, err := torch.Load(digits(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mod.Close()
+	path := filepath.Join(t.TempDir(), "digits.torchspeed.pt")
+	man := &torchspeed.Manifest{
+		Format: version.ManifestFormat, Torchspeed: version.Version, Libtorch: torch.Version(), SourceName: "digits.pt",
+		Inputs: []torchspeed.InputSpec{{Name: "x", Shape: []int64{1, 1, 8, 8}, DType: "float32"}}, LoadPasses: []string{}, Steps: []string{},
+		Precision: "fp32",
+		Runtime:   torchspeed.Runtime{Threads: 1, InteropThreads: 1, Candidate: c.Name, WaitPolicy: c.WaitPolicy, SpinCount: c.SpinCount, Allocator: c.Allocator},
+	}
+	if err := torchspeed.SaveArtifact(mod, path, man); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// launch --artifact and bench apply the wait policy optimize measured fastest for an artifact;
+// the flags win over it.
+func TestCLIArtifactRuntime(t *testing.T) {
+	bin := torchspeedBin(t)
+	spin := measuredArtifact(t, runenv.Candidate{Name: "passive-short-spin", WaitPolicy: "PASSIVE", SpinCount: 3000})
+	def := measuredArtifact(t, runenv.Candidate{Name: "default"})
+	envOf := func(args ...string) map[string]string {
+		t.Helper()
+		out, stderr, code := runBin(t, bin, append([]string{"launch", "--print-env", "--json", "--threads", "2"}, args...)...)
+		if code != 0 {
+			t.Fatalf("launch %v: exit %d\n%s", args, code, stderr)
+		}
+		var s []runenv.Settings
+		if err := json.Unmarshal([]byte(out), &s); err != nil || len(s) != 1 {
+			t.Fatalf("launch %v: %v\n%s", args, err, out)
+		}
+		m := map[string]string{}
+		for _, v := range s[0].Vars {
+			m[v.Name] = v.Value
+		}
+		return m
+	}
+	for _, c := range []struct {
+		name       string
+		args       []string
+		wait, spin string
+	}{
+		{"measured policy", []string{"--artifact", spin}, "PASSIVE", "3000"},
+		{"--wait-policy wins", []string{"--artifact", spin, "--wait-policy", "active"}, "ACTIVE", ""},
+		{"defaults measured fastest", []string{"--artifact", def}, "", ""},
+		{"no artifact", nil, "", ""},
+	} {
+		t.Run("launch "+c.name, func(t *testing.T) {
+			m := envOf(c.args...)
+			if m["OMP_WAIT_POLICY"] != c.wait || m["GOMP_SPINCOUNT"] != c.spin {
+				t.Errorf("OMP_WAIT_POLICY=%q GOMP_SPINCOUNT=%q, want %q %q", m["OMP_WAIT_POLICY"], m["GOMP_SPINCOUNT"], c.wait, c.spin)
+			}
+		})
+	}
+	t.Run("launch a plain model", func(t *testing.T) {
+		_, stderr, code := runBin(t, bin, "launch", "--print-env", "--artifact", digits(t))
+		if code != 2 || !strings.Contains(stderr, "not a torchspeed artifact") {
+			t.Errorf("exit %d: %s", code, stderr)
+		}
+	})
+	t.Run("bench", func(t *testing.T) {
+		out, stderr, code := runBenchCLI(t, "-m", spin, "--runtime", "torchspeed", "--threads", "2", "--runs", "3", "--warmup", "1", "--json")
+		if code != 0 {
+			t.Fatalf("exit %d\n%s", code, stderr)
+		}
+		var rep struct {
+			Settings struct {
+				Candidate string `json:"runtime_candidate"`
+				Env       []struct{ Name, Value string }
+			} `json:"settings"`
+		}
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		env := map[string]string{}
+		for _, v := range rep.Settings.Env {
+			env[v.Name] = v.Value
+		}
+		if rep.Settings.Candidate != "passive-short-spin" || env["OMP_WAIT_POLICY"] != "PASSIVE" || env["GOMP_SPINCOUNT"] != "3000" {
+			t.Errorf("candidate %q, env %v", rep.Settings.Candidate, env)
+		}
+	})
+}
