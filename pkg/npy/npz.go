@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"strings"
+
+	"github.com/torchspeed/torchspeed/internal/safefile"
 )
 
 // ReadNPZ reads every array in the .npz archive at path (as written by np.savez or
@@ -97,7 +99,7 @@ func writeNPZ(path string, names []string, arrays []*Array, method uint16) error
 			return fmt.Errorf("write %s: array %q: %w", path, n, err)
 		}
 	}
-	return writeAtomic(path, func(w io.Writer) error {
+	return safefile.Write(path, func(w io.Writer) error {
 		zw := zip.NewWriter(w)
 		for i, n := range names {
 			mw, err := zw.CreateHeader(&zip.FileHeader{Name: n + ".npy", Method: method})
