@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -552,26 +551,9 @@ func (r *Report) WriteBenchfmt(w io.Writer) error {
 	return bw.Flush()
 }
 
-// CheckWritableDir creates dir if needed and proves a file can be created
-// in it, so that a long benchmark does not fail only when it saves.
-func CheckWritableDir(dir string) error {
-	if dir == "" {
-		dir = "."
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("output folder %q cannot be created: %w; choose a writable folder", dir, err)
-	}
-	f, err := os.CreateTemp(dir, ".torchspeed-check-*")
-	if err != nil {
-		return fmt.Errorf("output folder %q is not writable: %w; choose a writable folder", dir, err)
-	}
-	name := f.Name()
-	f.Close()
-	if err := os.Remove(name); err != nil {
-		return fmt.Errorf("output folder %q: remove probe file: %w", dir, err)
-	}
-	return nil
-}
+// CheckWritableDir is safefile.CheckWritableDir: it creates dir if needed and proves a file can
+// be created in it, so that a long benchmark does not fail only when it saves.
+func CheckWritableDir(dir string) error { return safefile.CheckWritableDir(dir) }
 
 // WriteFileAtomic writes path through internal/safefile: a temporary file created with O_EXCL
 // in the same folder, synced, given the umask's ordinary-file mode (as every file torchspeed
