@@ -8,12 +8,12 @@ import "C"
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"runtime"
 	"sort"
 	"strings"
 	"unsafe"
+
+	"github.com/torchspeed/torchspeed/internal/safefile"
 )
 
 // ExtraFiles returns the extra files the archive carried (extra/NAME), by name.
@@ -45,26 +45,19 @@ func (m *Module) ExtraFiles() (map[string][]byte, error) {
 	return out, nil
 }
 
-// Save writes the module with extra files (name -> contents) atomically: to a temporary file
-// in the same folder, then renamed over path. A failed save leaves nothing behind.
+// Save writes the module with extra files (name -> contents) atomically through
+// internal/safefile: libtorch writes a temporary file in the same folder, which is synced,
+// given the ordinary-file mode and renamed over path. A failed save leaves nothing behind.
 func (m *Module) Save(path string, extra map[string][]byte) error {
 	if err := m.acquire(); err != nil {
 		return err
 	}
 	defer m.g.release()
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	tmp, err := safefile.Create(path)
 	if err != nil {
-		return fmt.Errorf("save model %q: cannot write to folder %q: %w", path, dir, err)
+		return fmt.Errorf("save model: %w", err)
 	}
-	tmpName := tmp.Name()
-	tmp.Close()
-	ok := false
-	defer func() {
-		if !ok {
-			os.Remove(tmpName)
-		}
-	}()
+	defer tmp.Abort() // does nothing after Commit
 	names := make([]string, 0, len(extra))
 	for k := range extra {
 		names = append(names, k)
@@ -94,35 +87,15 @@ func (m *Module) Save(path string, extra map[string][]byte) error {
 		pin.Pin(&lens[0])
 		pn, pc, pl = &cnames[0], &ccont[0], &lens[0]
 	}
-	cpath := C.CString(tmpName)
+	cpath := C.CString(tmp.TempName())
 	defer C.free(unsafe.Pointer(cpath))
 	if err := statusErr(C.ts_module_save(m.c, cpath, pn, pc, pl, C.size_t(len(names)))); err != nil {
 		return fmt.Errorf("save model %q: %w", path, err)
 	}
-	if err := syncFile(tmpName); err != nil {
-		return fmt.Errorf("save model %q: %w", path, err)
+	// libtorch wrote the file by name, through its own descriptor: Commit syncs it through
+	// tmp's (the same file), which also catches a full disk that the writer did not report.
+	if err := tmp.Commit(); err != nil {
+		return fmt.Errorf("save model: %w", err)
 	}
-	// CreateTemp makes 0600 files; an artifact is as readable as any file the user writes.
-	if err := os.Chmod(tmpName, 0o644); err != nil {
-		return fmt.Errorf("save model %q: %w", path, err)
-	}
-	if err := os.Rename(tmpName, path); err != nil {
-		return fmt.Errorf("save model %q: %w", path, err)
-	}
-	ok = true
 	return nil
-}
-
-// syncFile flushes a written file so that a rename never exposes a half-written artifact, and
-// catches a full disk that the writer did not report.
-func syncFile(name string) error {
-	f, err := os.OpenFile(name, os.O_RDWR, 0)
-	if err != nil {
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
