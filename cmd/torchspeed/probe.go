@@ -87,9 +87,6 @@ func (p *probeCmd) run(c *cobra.Command) error {
 		}
 		return err
 	}
-	if f := isaFinding(pr); f != nil {
-		pr.Findings = append(pr.Findings, *f)
-	}
 	var peak *kernels.PeakResult
 	if p.peak {
 		if !live {

@@ -233,9 +233,10 @@ func Detect(opts Options) (*Probe, error) {
 	return p, nil
 }
 
-// relevantEnv picks the variables that change threading, placement or allocation.
+// relevantEnv picks the variables that change threading, placement, allocation or the ISA
+// kernels dispatch to.
 func relevantEnv(k string) bool {
-	for _, pre := range []string{"OMP_", "KMP_", "GOMP_", "MKL_", "DNNL_", "ONEDNN_", "OPENBLAS_", "GOTO_", "MALLOC_CONF", "TCMALLOC_", "LD_PRELOAD", "TORCHSPEED_"} {
+	for _, pre := range []string{"OMP_", "KMP_", "GOMP_", "MKL_", "DNNL_", "ONEDNN_", "OPENBLAS_", "GOTO_", "MALLOC_CONF", "TCMALLOC_", "LD_PRELOAD", "TORCHSPEED_", "ATEN_CPU_CAPABILITY"} {
 		if strings.HasPrefix(k, pre) {
 			return true
 		}
