@@ -6,19 +6,17 @@ package pipeline
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
+	"github.com/torchspeed/torchspeed/internal/safefile"
 	"github.com/torchspeed/torchspeed/pkg/bench"
+	"github.com/torchspeed/torchspeed/pkg/benchrun"
 	"github.com/torchspeed/torchspeed/pkg/calib"
 	"github.com/torchspeed/torchspeed/pkg/config"
 	"github.com/torchspeed/torchspeed/pkg/cpu"
@@ -157,9 +155,9 @@ func (r *run) steps(start time.Time, out *output) (*report.Report, error) {
 // outputs as the reference every later stage is held to.
 func (r *run) load() error {
 	cfg := r.cfg
-	sum, size, err := hashFile(cfg.Model.Path)
+	sum, size, err := safefile.SHA256(cfg.Model.Path)
 	if err != nil {
-		return fmt.Errorf("model %q: %w", cfg.Model.Path, err)
+		return fmt.Errorf("model.path: %w", err)
 	}
 	t0 := time.Now()
 	m, err := torch.Load(cfg.Model.Path)
@@ -202,59 +200,17 @@ func (r *run) load() error {
 	return nil
 }
 
-// makeInputs builds seeded random inputs with the configured shapes and dtypes.
+// makeInputs builds seeded random inputs with the configured shapes, dtypes and integer
+// ranges (benchrun.RandomTensor, the one generator).
 func (r *run) makeInputs(seed uint64) ([]*torch.Tensor, error) {
 	rng := rand.New(rand.NewPCG(seed, seed^0x2545f4914f6cdd1d))
 	var out []*torch.Tensor
 	for _, in := range r.cfg.Model.Inputs {
-		n := int64(1)
-		for _, d := range in.Shape {
-			n *= d
+		dt, err := torch.ParseDType(in.DType)
+		if err != nil {
+			return nil, fmt.Errorf("input %s: %w", in.Name, err)
 		}
-		lo, hi := int64(0), int64(100)
-		if len(in.Range) == 2 {
-			lo, hi = in.Range[0], in.Range[1]
-		}
-		var data any
-		switch in.DType {
-		case "float32":
-			d := make([]float32, n)
-			for i := range d {
-				d[i] = float32(rng.NormFloat64())
-			}
-			data = d
-		case "float64":
-			d := make([]float64, n)
-			for i := range d {
-				d[i] = rng.NormFloat64()
-			}
-			data = d
-		case "int64":
-			d := make([]int64, n)
-			for i := range d {
-				d[i] = lo + rng.Int64N(hi-lo)
-			}
-			data = d
-		case "int32":
-			d := make([]int32, n)
-			for i := range d {
-				d[i] = int32(lo + rng.Int64N(hi-lo))
-			}
-			data = d
-		case "uint8":
-			d := make([]uint8, n)
-			for i := range d {
-				d[i] = uint8(rng.IntN(256))
-			}
-			data = d
-		case "bool":
-			d := make([]bool, n)
-			for i := range d {
-				d[i] = rng.IntN(2) == 1
-			}
-			data = d
-		}
-		t, err := torch.NewTensorAny(data, in.Shape)
+		t, err := benchrun.RandomTensor(rng, in.Shape, dt, in.Range)
 		if err != nil {
 			return nil, fmt.Errorf("input %s: %w", in.Name, err)
 		}
@@ -330,23 +286,6 @@ func total(counts map[string]int) int {
 		n += v
 	}
 	return n
-}
-
-func hashFile(path string) (string, int64, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return "", 0, fmt.Errorf("file not found: check model.path")
-		}
-		return "", 0, err
-	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return "", 0, err
-	}
-	return hex.EncodeToString(h.Sum(nil)), n, nil
 }
 
 // inputArrays copies the bench inputs into arrays, as validation data of last resort.
