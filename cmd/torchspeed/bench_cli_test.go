@@ -37,22 +37,11 @@ func scrubbedEnv() []string {
 	return out
 }
 
-// runBenchCLI runs the built CLI's bench with a scrubbed environment and
-// returns stdout, stderr and the exit code.
+// runBenchCLI runs the built CLI's bench with a scrubbed environment (see cli) and returns
+// stdout, stderr and the exit code.
 func runBenchCLI(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
-	cmd := exec.Command(torchspeedBin(t), append([]string{"bench"}, args...)...)
-	cmd.Env = scrubbedEnv()
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err := cmd.Run()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return out.String(), errOut.String(), code
+	return cli(t, "", nil, append([]string{"bench"}, args...)...)
 }
 
 // TestCLIBenchRuntimeSettings checks that bench applies torchspeed's runtime

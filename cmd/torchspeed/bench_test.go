@@ -34,6 +34,10 @@ func runBench(t *testing.T, args ...string) (string, string, error) {
 	c.SetErr(&errOut)
 	c.SetArgs(args)
 	err := c.Execute()
+	checkWrittenReports(t)
+	if err == nil {
+		checkStdoutReport(t, append([]string{"bench"}, args...), out.String())
+	}
 	return out.String(), errOut.String(), err
 }
 
