@@ -187,6 +187,12 @@ func (l *Loaded) Target(inputs []*torch.Tensor) *ModuleTarget {
 		channelsLast: l.Model.Manifest != nil && l.Model.Manifest.ChannelsLast}
 }
 
+// NewModuleTarget is the forward of a loaded module m on inputs (both stay the caller's), named
+// name in results: for callers that load modules themselves (quant's candidates).
+func NewModuleTarget(name string, m *torch.Module, inputs []*torch.Tensor) *ModuleTarget {
+	return &ModuleTarget{name: name, m: m, inputs: inputs}
+}
+
 // IsArtifact tells a torchspeed artifact (with a manifest) from a plain TorchScript file.
 func (l *Loaded) IsArtifact() bool { return l.Model.Manifest != nil && l.Model.Manifest.Format > 0 }
 
