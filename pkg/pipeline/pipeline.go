@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
+	"github.com/torchspeed/torchspeed/internal/exitcode"
 	"github.com/torchspeed/torchspeed/internal/safefile"
 	"github.com/torchspeed/torchspeed/pkg/bench"
 	"github.com/torchspeed/torchspeed/pkg/benchrun"
@@ -61,7 +62,7 @@ func (e *ValidationError) Error() string {
 }
 
 // ExitCode makes a validation failure exit with 3.
-func (e *ValidationError) ExitCode() int { return 3 }
+func (e *ValidationError) ExitCode() int { return exitcode.Validation }
 
 type run struct {
 	ctx    context.Context
