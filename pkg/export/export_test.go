@@ -18,6 +18,7 @@ import (
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/internal/fixtures"
 	"github.com/torchspeed/torchspeed/internal/mkldnncheck"
+	"github.com/torchspeed/torchspeed/internal/schemacheck"
 	"github.com/torchspeed/torchspeed/pkg/config"
 	"github.com/torchspeed/torchspeed/pkg/export/tritonpb"
 	"github.com/torchspeed/torchspeed/pkg/pipeline"
@@ -92,6 +93,9 @@ func artifact(t *testing.T, name string) (string, fixtures.Fixture) {
 	}
 	if rep.Artifact == nil {
 		t.Fatalf("optimize %s wrote no artifact", name)
+	}
+	if err := schemacheck.CheckFile("report.schema.json", filepath.Join(c.Output.Dir, "report.json")); err != nil {
+		t.Errorf("optimize %s: %v", name, err)
 	}
 	artifacts[name] = *rep.Artifact
 	return *rep.Artifact, f
