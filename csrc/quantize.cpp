@@ -390,12 +390,15 @@ torch::jit::Module prepare(const torch::jit::Module& src, const QConfigDict& dic
   return torch::jit::InsertObservers(m, "forward", dict, /*inplace=*/true, qt);
 }
 
-torch::jit::Module convert(const torch::jit::Module& observed, torch::jit::QuantType qt) {
+// Finalize freezes: preserved names the methods (a stateful model's reset method) and attributes
+// that must survive it.
+torch::jit::Module convert(const torch::jit::Module& observed, torch::jit::QuantType qt,
+                           const std::vector<std::string>& preserved) {
   // A copy: the observed module stays usable (another engine, another try).
   torch::jit::Module m = observed.clone();
   m.eval();
   m = torch::jit::InsertQuantDeQuant(m, "forward", /*inplace=*/true, /*debug=*/false, qt);
-  m = torch::jit::Finalize(m, qt, {});
+  m = torch::jit::Finalize(m, qt, preserved);
   // quantize_jit runs these twice (in _convert_jit and _quantize_jit); they are idempotent.
   cleanup_forward(m);
   return m;
@@ -590,22 +593,44 @@ ts_status* ts_quant_prepare(const ts_module* m, const char* config_json, ts_modu
   TS_API_END("quant_prepare")
 }
 
+static std::vector<std::string> preserved_names(const char* const* preserved, size_t n) {
+  if (n > 0 && preserved == nullptr) tsimpl::fail(TS_CODE_INVALID_ARGUMENT, "preserved is NULL with n = " + std::to_string(n));
+  std::vector<std::string> keep;
+  for (size_t i = 0; i < n; i++) {
+    if (preserved[i] == nullptr) tsimpl::fail(TS_CODE_INVALID_ARGUMENT, "preserved name " + std::to_string(i) + " is NULL");
+    keep.emplace_back(preserved[i]);
+  }
+  return keep;
+}
+
 ts_status* ts_quant_convert(const ts_module* observed, const char* engine, ts_module** out) noexcept {
+  return ts_quant_convert_v2(observed, engine, nullptr, 0, out);
+}
+
+ts_status* ts_quant_convert_v2(const ts_module* observed, const char* engine, const char* const* preserved, size_t n,
+                               ts_module** out) noexcept {
   TS_API_BEGIN
   TS_CHECK_NOT_NULL(observed, "quant_convert");
   TS_CHECK_NOT_NULL(out, "quant_convert");
+  auto keep = preserved_names(preserved, n);
   select_engine_if_named(engine);
   auto h = std::make_unique<ts_module>();
-  h->m = convert(observed->m, torch::jit::QuantType::STATIC);
+  h->m = convert(observed->m, torch::jit::QuantType::STATIC, keep);
   h->extra = observed->extra;
   *out = h.release();
   TS_API_END("quant_convert")
 }
 
 ts_status* ts_quant_dynamic(const ts_module* m, const char* config_json, const char* engine, ts_module** out) noexcept {
+  return ts_quant_dynamic_v2(m, config_json, engine, nullptr, 0, out);
+}
+
+ts_status* ts_quant_dynamic_v2(const ts_module* m, const char* config_json, const char* engine,
+                               const char* const* preserved, size_t n, ts_module** out) noexcept {
   TS_API_BEGIN
   TS_CHECK_NOT_NULL(m, "quant_dynamic");
   TS_CHECK_NOT_NULL(out, "quant_dynamic");
+  auto keep = preserved_names(preserved, n);
   // Parsed once, observers compiled once: the passes and the LSTM/GRU rewrite share them.
   auto cu = std::make_shared<torch::jit::CompilationUnit>();
   ParsedConfig cfg = parse_config(config_json, /*dynamic=*/true, cu);
@@ -614,7 +639,7 @@ ts_status* ts_quant_dynamic(const ts_module* m, const char* config_json, const c
   // are run by InsertQuantDeQuant itself, no calibration data is needed.
   torch::jit::Module observed = prepare(m->m, cfg.dict, torch::jit::QuantType::DYNAMIC);
   auto h = std::make_unique<ts_module>();
-  h->m = convert(observed, torch::jit::QuantType::DYNAMIC);
+  h->m = convert(observed, torch::jit::QuantType::DYNAMIC, keep);
   // LSTM/GRU: see rewrite_rnns.
   auto rnns = collect_rnns(m->m, cfg.dict);
   if (!rnns.empty()) {

@@ -46,8 +46,9 @@ extern "C" {
 
 /* Bumped whenever a function is added. The Go side refuses a shim older than it expects.
  * 7: ts_status_code/_op/_reason/_errno, ts_max_file_format_version, noexcept everywhere, ts_manual_seed removed.
- * 8: ts_value, ts_module_call(_kw), ts_module_methods, ts_module_method_schema, ts_module_state. */
-#define TS_API_VERSION 8
+ * 8: ts_value, ts_module_call(_kw), ts_module_methods, ts_module_method_schema, ts_module_state.
+ * 9: ts_quant_convert_v2, ts_quant_dynamic_v2 (methods preserved through finalizing). */
+#define TS_API_VERSION 9
 
 typedef struct ts_status ts_status;
 typedef struct ts_module ts_module;
@@ -230,6 +231,15 @@ TS_EXPORT ts_status* ts_quant_convert(const ts_module* observed /* borrowed */, 
  * "placeholder" (the default here), whose reduce_range the RNN cells use. */
 TS_EXPORT ts_status* ts_quant_dynamic(const ts_module* m /* borrowed */, const char* config_json /* borrowed */,
                                       const char* engine /* borrowed */, ts_module** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
+/* ts_quant_convert and ts_quant_dynamic keeping the n methods and attributes named in preserved
+ * (borrowed) through the freeze that finalizing does: a stateful model's reset method, methods
+ * the caller exports. (API version 9.) */
+TS_EXPORT ts_status* ts_quant_convert_v2(const ts_module* observed /* borrowed */, const char* engine /* borrowed */,
+                                         const char* const* preserved /* borrowed */, size_t n,
+                                         ts_module** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_quant_dynamic_v2(const ts_module* m /* borrowed */, const char* config_json /* borrowed */,
+                                         const char* engine /* borrowed */, const char* const* preserved /* borrowed */,
+                                         size_t n, ts_module** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
 /* JSON array [{"path": "layer1.0.conv1", "type": "Conv2d", "params": 36864}, ...] of the
  * submodules graph-mode quantization can turn INT8 (Conv1d/2d/3d, Linear, LSTM, GRU), depth first. */
 TS_EXPORT ts_status* ts_quant_layers(const ts_module* m /* borrowed */, char** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;

@@ -35,7 +35,7 @@ func within(t *testing.T, d time.Duration, what string, f func()) {
 // A failing forward describes its inputs while it holds their guards; a Close of one of them
 // waiting for the write side used to block that description's second read lock, and the shared
 // inference thread with it (issue 14: every model in the process hung).
-func TestCloseInputDuringFailingForwardDoesNotDeadlock(t *testing.T) {
+func TestHostile01CloseInputDuringFailingForward(t *testing.T) {
 	f := fixtures.Load(t).Get(t, "digits")
 	m := loadFixture(t, f)
 	for i := 0; i < 50; i++ {
@@ -75,7 +75,7 @@ func TestCloseInputDuringFailingForwardDoesNotDeadlock(t *testing.T) {
 
 // SetNumThreads while forwards run on the shared thread and on dedicated threads that start
 // and close: no panic (SetWorkers once closed a channel under a running Forward), no hang.
-func TestThreadsUnderConcurrentUse(t *testing.T) {
+func TestHostile04ThreadsUnderConcurrentUse(t *testing.T) {
 	f := fixtures.Load(t).Get(t, "digits")
 	m := loadFixture(t, f)
 	in := tensorsOf(t, f.InputArrays(t))
@@ -136,7 +136,7 @@ func TestThreadsUnderConcurrentUse(t *testing.T) {
 
 // Thread counts outside 1..the CPUs available are refused with the value in the message; none
 // is truncated to a C int (4294967297 once became 1).
-func TestThreadCountBounds(t *testing.T) {
+func TestHostile03ThreadCountBounds(t *testing.T) {
 	avail := torch.AvailableCPUs()
 	if avail < 1 {
 		t.Fatalf("AvailableCPUs = %d", avail)
@@ -169,7 +169,7 @@ func TestThreadCountBounds(t *testing.T) {
 
 // Every public function and method given nil, closed or zero-value arguments returns an
 // error (or a neutral value where it returns none); nothing panics.
-func TestNoPanicOnBadArguments(t *testing.T) {
+func TestHostile04NoPanicOnBadArguments(t *testing.T) {
 	f := fixtures.Load(t).Get(t, "digits")
 	closedM := loadFixture(t, f)
 	closedM.Close()
@@ -359,7 +359,7 @@ func rewriteZip(t *testing.T, src string, edit func(name string, data []byte) []
 
 // A file whose version record is newer than this libtorch reads says so, with both numbers,
 // instead of "not a TorchScript module".
-func TestNewerFileFormatVersion(t *testing.T) {
+func TestHostile16NewerFileFormatVersion(t *testing.T) {
 	f := fixtures.Load(t).Get(t, "digits")
 	maxv := torch.MaxFileFormatVersion()
 	if maxv < 1 {

@@ -124,25 +124,30 @@ func (m *Module) Eval() error {
 // Freeze returns torch::jit::freeze of the module (which must be in eval mode), keeping the
 // named attributes (e.g. methods other than forward) as attributes.
 func (m *Module) Freeze(preserved ...string) (*Module, error) {
-	cs := make([]*C.char, len(preserved))
-	for i, p := range preserved {
+	arr, release := cStrings(preserved)
+	defer release()
+	return m.derive(func(c *C.ts_module, o **C.ts_module) *C.ts_status {
+		return C.ts_module_freeze(c, arr, C.size_t(len(preserved)), o)
+	})
+}
+
+// cStrings copies names to C strings in a pinned array for one call; release frees them.
+func cStrings(names []string) (arr **C.char, release func()) {
+	cs := make([]*C.char, len(names))
+	for i, p := range names {
 		cs[i] = C.CString(p)
 	}
-	defer func() {
-		for _, p := range cs {
-			C.free(unsafe.Pointer(p))
-		}
-	}()
-	pin := runtime.Pinner{}
-	defer pin.Unpin()
-	var arr **C.char
+	pin := &runtime.Pinner{}
 	if len(cs) > 0 {
 		pin.Pin(&cs[0])
 		arr = &cs[0]
 	}
-	return m.derive(func(c *C.ts_module, o **C.ts_module) *C.ts_status {
-		return C.ts_module_freeze(c, arr, C.size_t(len(cs)), o)
-	})
+	return arr, func() {
+		pin.Unpin()
+		for _, p := range cs {
+			C.free(unsafe.Pointer(p))
+		}
+	}
 }
 
 // FoldConvBN folds BatchNorm into the preceding convolutions of an unfrozen module.

@@ -79,9 +79,14 @@ func (m *Module) QuantPrepare(cfg QuantConfig) (*Module, error) {
 // seen calibration data: it selects the quantized engine (process-wide; "" keeps the current
 // one), inserts quantize/dequantize from the observers' statistics and finalizes. The result is
 // frozen and INT8; m can be converted again.
-func (m *Module) QuantConvert(engine string) (*Module, error) {
+//
+// preserved names methods (a stateful model's reset method) and attributes that must survive
+// the freeze finalizing does.
+func (m *Module) QuantConvert(engine string, preserved ...string) (*Module, error) {
 	ce := C.CString(engine)
 	defer C.free(unsafe.Pointer(ce))
+	arr, release := cStrings(preserved)
+	defer release()
 	var out *Module
 	var err error
 	// Conversion runs calculate_qparams and prepacking: keep it on an inference thread too.
@@ -89,7 +94,9 @@ func (m *Module) QuantConvert(engine string) (*Module, error) {
 	Do(func() {
 		engineMu.Lock()
 		defer engineMu.Unlock()
-		out, err = m.derive(func(c *C.ts_module, o **C.ts_module) *C.ts_status { return C.ts_quant_convert(c, ce, o) })
+		out, err = m.derive(func(c *C.ts_module, o **C.ts_module) *C.ts_status {
+			return C.ts_quant_convert_v2(c, ce, arr, C.size_t(len(preserved)), o)
+		})
 	})
 	return out, err
 }
@@ -97,8 +104,9 @@ func (m *Module) QuantConvert(engine string) (*Module, error) {
 // QuantDynamic returns the dynamically quantized model (quantize_dynamic_jit): linear layers
 // get INT8 weights and quantize their inputs at run time; LSTM and GRU calls become
 // aten::quantized_lstm/gru with qint8 cell weights (as eager quantize_dynamic does). The
-// activation observer must be left empty or be "placeholder". m is not modified.
-func (m *Module) QuantDynamic(cfg QuantConfig, engine string) (*Module, error) {
+// activation observer must be left empty or be "placeholder". m is not modified. preserved
+// are kept through finalizing, as for QuantConvert.
+func (m *Module) QuantDynamic(cfg QuantConfig, engine string, preserved ...string) (*Module, error) {
 	js, err := json.Marshal(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("quantize %q: %w", m.Name(), err)
@@ -107,11 +115,15 @@ func (m *Module) QuantDynamic(cfg QuantConfig, engine string) (*Module, error) {
 	defer C.free(unsafe.Pointer(cs))
 	ce := C.CString(engine)
 	defer C.free(unsafe.Pointer(ce))
+	arr, release := cStrings(preserved)
+	defer release()
 	var out *Module
 	Do(func() {
 		engineMu.Lock()
 		defer engineMu.Unlock()
-		out, err = m.derive(func(c *C.ts_module, o **C.ts_module) *C.ts_status { return C.ts_quant_dynamic(c, cs, ce, o) })
+		out, err = m.derive(func(c *C.ts_module, o **C.ts_module) *C.ts_status {
+			return C.ts_quant_dynamic_v2(c, cs, ce, arr, C.size_t(len(preserved)), o)
+		})
 	})
 	return out, err
 }

@@ -48,7 +48,8 @@ per instance with its CPU affinity and memory policy set before the command's fi
 instruction (inherited from a pinned launcher thread), and with OMP_NUM_THREADS, OMP_PLACES, OMP_PROC_BIND, OMP_WAIT_POLICY (or the
 Intel runtime's KMP_* with --openmp intel), MKL_NUM_THREADS, OPENBLAS_NUM_THREADS, TORCHSPEED_INSTANCE,
 TORCHSPEED_INSTANCES and, with --allocator, LD_PRELOAD. Signals (INT, TERM, HUP) go to every
-instance; the exit code is the worst instance's. numactl and taskset are not needed.
+instance, and an instance is killed if launch itself dies (SIGKILL, the OOM killer); the exit
+code is the worst instance's. numactl and taskset are not needed.
 
 A variable the command's environment already sets to another value is overridden, and
 launch says so.

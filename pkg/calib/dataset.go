@@ -356,7 +356,8 @@ type loader struct {
 }
 
 // pick returns the indices of the samples to use out of n: all of them, or, with a
-// limit below n, limit indices spread evenly over the set.
+// limit below n, limit indices spread evenly over the set (the first limit ones, in order,
+// for a sequence: a stream replayed with gaps would not be the stream).
 func (ld *loader) pick(n int) []int {
 	k := n
 	if ld.src.Limit > 0 && ld.src.Limit < n {
@@ -365,6 +366,9 @@ func (ld *loader) pick(n int) []int {
 	idx := make([]int, k)
 	for i := range idx {
 		idx[i] = int(int64(i) * int64(n) / int64(k))
+		if ld.src.Sequence {
+			idx[i] = i
+		}
 	}
 	return idx
 }

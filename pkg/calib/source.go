@@ -60,6 +60,11 @@ type Source struct {
 	// smaller than the set picks samples evenly spread over it (index k*N/limit), so a
 	// class-sorted set is still covered.
 	Limit int `mapstructure:"limit" json:"limit"`
+	// Sequence says the samples are an ordered stream of calls (a streaming model's chunks):
+	// sample i along dimension 0 is call i's whole input, so a sample's shape is the input's
+	// full shape (its batch dimension included). A limit keeps the first samples, in order;
+	// batches hold one call each; users replay them from a reset state.
+	Sequence bool `mapstructure:"sequence" json:"sequence,omitempty"`
 	// BatchSize is the number of samples per batch (0: DefaultBatchSize). The last batch
 	// may be smaller.
 	BatchSize int `mapstructure:"batch_size" json:"batch_size"`
@@ -152,6 +157,9 @@ func (s Source) Validate() error {
 	}
 	if s.BatchSize < 0 {
 		return fmt.Errorf("batch_size %d: want a positive number", s.BatchSize)
+	}
+	if s.Sequence && s.BatchSize > 1 {
+		return fmt.Errorf("batch_size %d with sequence: true: a sequence is served one call per batch; leave batch_size out", s.BatchSize)
 	}
 	if s.MaxMemoryMB < 0 {
 		return fmt.Errorf("max_memory_mb %d: want a positive number", s.MaxMemoryMB)

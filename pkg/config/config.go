@@ -406,6 +406,22 @@ func (c *Config) resolvePaths() {
 	rel(&c.Calibration.Path)
 	rel(&c.Validation.Data.Path)
 	rel(&c.Output.Dir)
+	// Input data: a file, seq:FILE, or (List and Tuple arguments) a comma-separated list.
+	for i := range c.Model.Inputs {
+		if c.Model.Inputs[i].Data == "" {
+			continue
+		}
+		items := strings.Split(c.Model.Inputs[i].Data, ",")
+		for j, it := range items {
+			p, seq := strings.CutPrefix(strings.TrimSpace(it), "seq:")
+			rel(&p)
+			if seq {
+				p = "seq:" + p
+			}
+			items[j] = p
+		}
+		c.Model.Inputs[i].Data = strings.Join(items, ",")
+	}
 	// Labels may be an npz member name; only file paths are made relative to the config.
 	for _, l := range []*string{&c.Calibration.Labels, &c.Validation.Data.Labels} {
 		if strings.ContainsRune(*l, '/') || strings.HasSuffix(*l, ".npy") || strings.HasSuffix(*l, ".txt") {

@@ -176,6 +176,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 
 	var mu sync.Mutex
 	var started []*exec.Cmd
+	var releases []func() // ends the thread that started each instance, after its Wait
 	signalAll := func(sig syscall.Signal, why string) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -225,23 +226,30 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			c.Stdin = cfg.Stdin
 		}
 		// A group of its own: signals reach an instance once, from us, and not a
-		// second time from the terminal.
-		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		// second time from the terminal. On Linux, the parent-death signal ends the instance when
+		// this process dies without forwarding anything (SIGKILL, the OOM killer): an
+		// orphan would keep its pinned cores busy. The kernel sends it when the thread
+		// that started the child ends, so startPinned keeps its thread until the
+		// instance has been waited for.
+		c.SysProcAttr = instanceAttr()
 		mu.Lock()
 		var err error
+		release := func() {}
 		if len(cfg.Trampoline) > 0 {
 			err = c.Start()
 		} else {
-			err = startPinned(c, Spec{CPUs: s.CPUs, MemNode: node}, logw)
+			release, err = startPinned(c, Spec{CPUs: s.CPUs, MemNode: node}, logw)
 		}
 		if err == nil {
 			started = append(started, c)
+			releases = append(releases, release)
 		}
 		mu.Unlock()
 		if err != nil {
 			signalAll(syscall.SIGTERM, fmt.Sprintf("instance %d failed to start", i))
-			for _, sc := range started {
+			for j, sc := range started {
 				_ = sc.Wait()
+				releases[j]()
 			}
 			return nil, fmt.Errorf("launch: start instance %d: %w", i, err)
 		}
@@ -257,9 +265,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	var wg sync.WaitGroup
 	for i, c := range started {
 		wg.Add(1)
-		go func(i int, c *exec.Cmd) {
+		go func(i int, c *exec.Cmd, release func()) {
 			defer wg.Done()
 			err := c.Wait()
+			release()
 			r := &res.Instances[i]
 			st, ok := c.ProcessState.Sys().(syscall.WaitStatus)
 			switch {
@@ -274,7 +283,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 				r.Err = err.Error()
 				r.ExitCode = max(r.ExitCode, 1)
 			}
-		}(i, c)
+		}(i, c, releases[i])
 	}
 	wg.Wait()
 	for _, r := range res.Instances {
@@ -287,16 +296,26 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 // memory node: clone copies the calling thread's CPU mask and memory policy into the
 // child, and execve keeps them, so the command never runs anywhere else. The thread is
 // never unlocked, so the Go runtime retires it when the goroutine ends instead of
-// reusing a thread with a narrowed mask.
-func startPinned(c *exec.Cmd, spec Spec, warn io.Writer) error {
+// reusing a thread with a narrowed mask; the goroutine lives until release is called
+// (after c's Wait), because the child's parent-death signal fires when the thread that
+// started it ends.
+func startPinned(c *exec.Cmd, spec Spec, warn io.Writer) (release func(), err error) {
 	errc := make(chan error, 1)
+	done := make(chan struct{})
 	go func() {
 		runtime.LockOSThread()
 		if err := placeThread(spec, warn); err != nil {
 			errc <- err
 			return
 		}
-		errc <- c.Start()
+		err := c.Start()
+		errc <- err
+		if err == nil {
+			<-done
+		}
 	}()
-	return <-errc
+	if err := <-errc; err != nil {
+		return nil, err
+	}
+	return sync.OnceFunc(func() { close(done) }), nil
 }

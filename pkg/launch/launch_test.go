@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -19,7 +21,27 @@ import (
 // "launch --internal-exec" does, so the tests start real processes through it.
 const trampolineEnv = "LAUNCH_TEST_TRAMPOLINE"
 
+// launcherEnv makes the test binary a launcher of two instances (through the trampoline when
+// set to "trampoline"), for the tests that kill a launcher.
+const launcherEnv = "LAUNCH_TEST_LAUNCHER"
+
 func TestMain(m *testing.M) {
+	if how := os.Getenv(launcherEnv); how != "" {
+		os.Unsetenv(launcherEnv)
+		p, err := cpu.Detect(cpu.Options{Env: []string{}})
+		if err == nil {
+			var ss []runenv.Settings
+			if ss, err = runenv.Compute(p, runenv.Options{Instances: 2}); err == nil {
+				cfg := testConfig(ss, "sh", "-c", `echo $$ > "$OUT/$TORCHSPEED_INSTANCE.tmp" && mv "$OUT/$TORCHSPEED_INSTANCE.tmp" "$OUT/$TORCHSPEED_INSTANCE"; exec sleep 600`)
+				if how != "trampoline" {
+					cfg.Trampoline = nil
+				}
+				_, err = Run(context.Background(), cfg)
+			}
+		}
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	if os.Getenv(trampolineEnv) == "1" {
 		spec, command, err := ParseTrampolineArgs(os.Args[1:])
 		if err == nil {
@@ -259,4 +281,50 @@ func waitFiles(t *testing.T, paths ...string) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
+}
+
+// A launcher killed with SIGKILL cannot forward anything: its instances end by their
+// parent-death signal instead of running on, orphaned, on their pinned CPUs.
+func TestHostile10KilledLauncherEndsInstances(t *testing.T) {
+	liveSettings(t, runenv.Options{Instances: 2}) // skips without two cores
+	for _, how := range []string{"pinned-thread", "trampoline"} {
+		t.Run(how, func(t *testing.T) {
+			dir := t.TempDir()
+			c := exec.Command(os.Args[0], "-test.run=^$")
+			c.Env = append(os.Environ(), launcherEnv+"="+how, "OUT="+dir)
+			c.Stderr = os.Stderr
+			if err := c.Start(); err != nil {
+				t.Fatal(err)
+			}
+			waitFiles(t, filepath.Join(dir, "0"), filepath.Join(dir, "1"))
+			c.Process.Kill()
+			c.Wait()
+			for _, n := range []string{"0", "1"} {
+				b, _ := os.ReadFile(filepath.Join(dir, n))
+				pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+				if err != nil {
+					t.Fatalf("instance %s pid %q: %v", n, b, err)
+				}
+				deadline := time.Now().Add(10 * time.Second)
+				for running(pid) {
+					if time.Now().After(deadline) {
+						syscall.Kill(pid, syscall.SIGKILL)
+						t.Errorf("instance %s (pid %d) outlived its launcher", n, pid)
+						break
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+		})
+	}
+}
+
+// running: pid exists and is not a zombie waiting for init to reap it.
+func running(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	_, rest, _ := strings.Cut(string(b), ") ")
+	return !strings.HasPrefix(rest, "Z")
 }

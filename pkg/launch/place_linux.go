@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"syscall"
 
 	"github.com/torchspeed/torchspeed/pkg/runenv"
 )
@@ -27,4 +28,10 @@ func placeThread(spec Spec, warn io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// instanceAttr: each instance leads its own process group, and gets SIGKILL when the thread
+// that started it ends (see Run).
+func instanceAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 }

@@ -5,6 +5,7 @@ package launch
 import (
 	"errors"
 	"io"
+	"syscall"
 )
 
 // placeThread fails off Linux: thread affinity and memory policy inherited through fork
@@ -15,3 +16,7 @@ func placeThread(spec Spec, _ io.Writer) error {
 	}
 	return errors.New("pinning instances to CPUs and memory nodes needs Linux; run torchspeed launch on Linux")
 }
+
+// instanceAttr: each instance leads its own process group (there is no parent-death signal
+// off Linux).
+func instanceAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }

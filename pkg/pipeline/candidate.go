@@ -60,6 +60,7 @@ type candidate struct {
 	name string
 	kind kind
 	mod  *torch.Module // what runs
+	call *caller       // how it is called (method, constants, state reset); nil: forward
 	// save is what goes into the archive when mod cannot be saved as is (the frozen module
 	// under an optimize_for_inference one). nil: mod.
 	save         *torch.Module
@@ -78,7 +79,7 @@ type candidate struct {
 	// meas is the measurement this candidate's stage row takes its timings from (the one
 	// its keep-or-reject decision was made on); nil: not timed.
 	meas *measurement
-	// quantizedOps counts quantized:: nodes in the graph, by kind.
+	// quantizedOps counts the graph's quantized operators, by kind (quant.QuantizedOps).
 	quantizedOps map[string]int
 }
 
@@ -92,18 +93,22 @@ func (c *candidate) close() {
 	c.mod.Close()
 }
 
-// forward runs the candidate as Predict would: channels-last conversion included.
+// forward runs the candidate as Predict would: channels-last conversion included, constants
+// and the configured method through its caller.
 func (c *candidate) forward(in []*torch.Tensor) ([]torch.Output, error) {
 	if !c.channelsLast {
-		return c.mod.Forward(in...)
+		return c.call.call(c.mod, in)
 	}
 	conv, release, err := torchspeed.ChannelsLastInputs(in)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	return c.mod.Forward(conv...)
+	return c.call.call(c.mod, conv)
 }
+
+// start begins a pass over ordered inputs: a stateful model is reset first.
+func (c *candidate) start() error { return c.call.start(c.mod) }
 
 // target adapts a candidate to pkg/bench: one Run is one inference on the bench inputs.
 type target struct {
@@ -137,9 +142,12 @@ func (t *target) Run() error {
 	return nil
 }
 
-// outputsOf runs the candidate on each input set and returns every output flattened, in a
-// fixed order, as float64 (for comparisons).
+// outputsOf runs the candidate on each input set, in order from a reset state, and returns
+// every output flattened, in a fixed order, as float64 (for comparisons).
 func outputsOf(c *candidate, sets [][]*torch.Tensor) ([][]float64, error) {
+	if err := c.start(); err != nil {
+		return nil, err
+	}
 	var all [][]float64
 	for _, in := range sets {
 		outs, err := c.forward(in)

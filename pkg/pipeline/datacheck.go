@@ -25,7 +25,7 @@ const (
 // checkCalibration refuses calibration data INT8 scales cannot come from (non-finite values,
 // an input with zero range) and warns about data they should not come from (extreme
 // outliers, too few samples).
-func (r *run) checkCalibration(ds *calib.Dataset) error {
+func (r *run) checkCalibration(ds *calib.Dataset, specs []calib.InputSpec) error {
 	src := orNone(r.cfg.Calibration.Path)
 	if n := ds.Len(); n < minCalibrationSamples && !ds.Synthetic() {
 		r.warn(fmt.Sprintf("calibration data %s holds %d sample(s), fewer than %d: INT8 scales from so few may not fit real inputs; give more (calibration.limit, calibration.path)",
@@ -34,7 +34,6 @@ func (r *run) checkCalibration(ds *calib.Dataset) error {
 	if err := r.checkLabels(ds, "calibration data"); err != nil {
 		return err
 	}
-	specs := r.inputSpecs()
 	for i, spec := range specs {
 		if spec.DType != "float32" && spec.DType != "float64" {
 			continue

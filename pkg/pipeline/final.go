@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/pkg/bench"
+	"github.com/torchspeed/torchspeed/pkg/config"
 	"github.com/torchspeed/torchspeed/pkg/report"
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
 	"github.com/torchspeed/torchspeed/pkg/version"
@@ -156,7 +158,16 @@ func (r *run) manifest(final *candidate) *torchspeed.Manifest {
 		m.LoadPasses = []string{torchspeed.PassFreeze}
 	}
 	for _, in := range r.cfg.Model.Inputs {
-		m.Inputs = append(m.Inputs, torchspeed.InputSpec{Name: in.Name, Shape: in.Shape, DType: in.DType})
+		m.Inputs = append(m.Inputs, inputSpec(in))
+	}
+	if k := r.call; k != nil {
+		if k.method != "forward" {
+			m.Method = k.method
+		}
+		m.Stateful, m.StateAttributes, m.ResetMethod = k.stateful(), k.state, k.reset
+		// What Load's re-freeze must keep: the optimized method, the reset method, the
+		// configured ones.
+		m.PreserveMethods = k.preserve
 	}
 	// JSON cannot hold NaN or infinities: a non-finite figure is left out of the manifest
 	// (the report lists it as null, in non_finite).
@@ -182,4 +193,29 @@ func (r *run) manifest(final *candidate) *torchspeed.Manifest {
 		add("cosine", &final.cosine)
 	}
 	return m
+}
+
+// inputSpec is one configured argument as the manifest records it: a tensor's shape, dtype
+// and batch dimension, or a constant's type and value.
+func inputSpec(in config.Input) torchspeed.InputSpec {
+	spec := torchspeed.InputSpec{Name: in.Name, Shape: in.Shape, DType: in.DType}
+	if !in.IsTensor() {
+		spec.Shape, spec.DType, spec.Type = nil, "", in.Type
+		if in.Data != "" { // tensors from data: the caller passes them
+			return spec
+		}
+		if raw, err := json.Marshal(in.Value); err == nil { // checked by newCaller
+			spec.Value = raw
+		}
+		return spec
+	}
+	if in.Type != "" {
+		spec.Type = in.Type
+	}
+	if d, ok := in.Batch(); !ok {
+		spec.BatchDim = intp(-1)
+	} else if d != 0 {
+		spec.BatchDim = intp(d)
+	}
+	return spec
 }

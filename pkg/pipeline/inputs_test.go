@@ -18,7 +18,7 @@ func TestMakeInputsRanges(t *testing.T) {
 		{Name: "x", Shape: []int64{2, 3}, DType: "float32"},
 	}
 	draw := func() ([]int64, []int32, []float32) {
-		r := &run{cfg: cfg}
+		r := &run{cfg: cfg, call: &caller{method: "forward", tensors: cfg.Model.Inputs}}
 		defer func() {
 			for _, c := range r.closes {
 				c()

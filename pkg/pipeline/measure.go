@@ -75,6 +75,12 @@ func (r *run) measure(name string, cands []*candidate, opts bench.CompareOptions
 	for _, c := range cands {
 		targets = append(targets, &target{ctx: r.ctx, name: c.name, c: c, inputs: r.inputs, delay: r.delayFor(name, c.name)})
 	}
+	// Timing starts each model from a reset state, as a stream would.
+	for _, c := range append([]*candidate{r.orig}, cands...) {
+		if err := c.start(); err != nil {
+			return nil, fmt.Errorf("%s: %w", c.name, err)
+		}
+	}
 	cmp, err := bench.Compare(targets, opts)
 	if err != nil {
 		return nil, err

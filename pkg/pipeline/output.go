@@ -187,6 +187,11 @@ func (o *output) write(r *run, final *candidate, passed bool) (err error) {
 		if final.save != nil {
 			save = final.save
 		}
+		// The artifact starts every user's stream: save it from a reset state, not the one
+		// the checks and timings left behind.
+		if err := r.call.start(save); err != nil {
+			return fmt.Errorf("save: %w", err)
+		}
 		staged := filepath.Join(stage, name)
 		if err := torchspeed.SaveArtifact(save, staged, man); err != nil {
 			return explainDiskError(err, o.dir)
@@ -350,7 +355,7 @@ func verifyArtifact(path string, final *candidate, r *run) error {
 		return fmt.Errorf("the saved artifact does not load back: %w", err)
 	}
 	defer m.Close()
-	c := &candidate{mod: m.Module(), channelsLast: m.Manifest.ChannelsLast}
+	c := &candidate{mod: m.Module(), channelsLast: m.Manifest.ChannelsLast, call: r.call}
 	got, err := outputsOf(c, r.checks)
 	if err != nil {
 		return fmt.Errorf("the saved artifact does not run: %w", err)

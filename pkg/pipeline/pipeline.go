@@ -69,9 +69,13 @@ type run struct {
 	cfg    *config.Config
 	opts   Options
 	rep    *report.Report
-	inputs []*torch.Tensor   // bench inputs (batch as configured)
-	checks [][]*torch.Tensor // input sets for output agreement
+	call   *caller           // how the model is called: method, constants, state reset
+	inputs []*torch.Tensor   // bench inputs (batch as configured): the tensor arguments
+	checks [][]*torch.Tensor // input sets for output agreement, in call order
 	ref    [][]float64       // the original's outputs on checks
+	// stream: checks are the configured input data's ordered calls (model.inputs[].data),
+	// which validation replays when no validation data is named.
+	stream bool
 	orig   *candidate
 	cands  []*candidate
 	closes []func()
@@ -169,12 +173,20 @@ func (r *run) load() error {
 	if err := m.Eval(); err != nil {
 		return err
 	}
-	if n := m.NumInputs(); n >= 0 && n < len(cfg.Model.Inputs) {
-		return fmt.Errorf("model %q: forward takes %d input(s), the config lists %d (model.inputs): fix model.inputs", cfg.Model.Path, n, len(cfg.Model.Inputs))
+	if r.call, err = newCaller(cfg, m); err != nil {
+		return err
 	}
+	r.closes = append(r.closes, r.call.close)
 	var specs []string
 	var ins []report.InputSpec
 	for _, in := range cfg.Model.Inputs {
+		if !in.IsTensor() && in.Data != "" {
+			specs = append(specs, fmt.Sprintf("%s %s from %s", in.Name, in.Type, in.Data))
+			continue
+		} else if !in.IsTensor() {
+			specs = append(specs, fmt.Sprintf("%s %s = %v", in.Name, in.Type, in.Value))
+			continue
+		}
 		specs = append(specs, fmt.Sprintf("%s %s%v", in.Name, in.DType, in.Shape))
 		ins = append(ins, report.InputSpec{Name: in.Name, DType: in.DType, Shape: in.Shape})
 	}
@@ -182,31 +194,60 @@ func (r *run) load() error {
 	if r.inputs, err = r.makeInputs(cfg.Bench.Seed); err != nil {
 		return err
 	}
-	r.checks = [][]*torch.Tensor{r.inputs}
-	if extra, err := r.checkSets(); err != nil {
-		return err
-	} else {
-		r.checks = append(r.checks, extra...)
+	if !r.stream {
+		extra, seq, err := r.checkSets()
+		if err != nil {
+			return err
+		}
+		// A sequence replaces the random inputs as checks: a stateful model's state after
+		// random inputs would not be the stream's.
+		r.checks = append([][]*torch.Tensor{r.inputs}, extra...)
+		if seq {
+			r.checks = extra
+		}
 	}
-	r.orig = &candidate{name: "original", kind: kindOriginal, mod: m, precision: "fp32", status: stBaseline, wall: time.Since(t0)}
+	r.orig = &candidate{name: "original", kind: kindOriginal, mod: m, call: r.call, precision: "fp32", status: stBaseline, wall: time.Since(t0)}
 	r.orig.nodes, _ = m.NodeCounts()
 	r.rep.Model.Nodes = total(r.orig.nodes)
 	if r.ref, err = outputsOf(r.orig, r.checks); err != nil {
-		return fmt.Errorf("model %q rejects the configured inputs (model.inputs: %s): %w", cfg.Model.Path, strings.Join(specs, ", "), err)
+		return exitcode.New(exitcode.Usage, fmt.Errorf("model %q rejects the configured inputs (model.inputs: %s): %w", cfg.Model.Path, strings.Join(specs, ", "), err))
 	}
 	if n := nonFiniteCount(r.ref); n > 0 {
 		r.warn(fmt.Sprintf("the original model's outputs hold %d NaN or infinite value(s) on the check inputs: candidates are held to the same values at the same places, and those figures are written as null", n))
 	}
 	r.logf("loaded %s: %d graph nodes, inputs %s", cfg.Model.Path, r.rep.Model.Nodes, strings.Join(specs, ", "))
+	if r.call.stateful() {
+		d := fmt.Sprintf("stateful: %s assigns %s between calls; %s resets it before every check, validation and calibration pass, timing and the save, and freezing keeps %s",
+			r.call.method, strings.Join(r.call.state, ", "), r.call.reset, strings.Join(r.call.preserve, ", "))
+		r.rep.Decisions = append(r.rep.Decisions, d)
+		r.logf("%s", d)
+	}
 	return nil
 }
 
-// makeInputs builds seeded random inputs with the configured shapes, dtypes and integer
-// ranges (benchrun.RandomTensor, the one generator).
+// maxStreamCalls caps the calls of a model.inputs sequence the checks replay.
+const maxStreamCalls = 1000
+
+// makeInputs builds the bench inputs (the tensor arguments of one call): the configured data
+// (the first call of a sequence), else seeded random tensors with the configured shapes,
+// dtypes and integer ranges (benchrun.RandomTensor, the one generator). A sequence also
+// becomes the checks: its calls in order.
 func (r *run) makeInputs(seed uint64) ([]*torch.Tensor, error) {
+	data, seq, calls, err := r.inputData()
+	if err != nil {
+		return nil, err
+	}
 	rng := rand.New(rand.NewPCG(seed, seed^0x2545f4914f6cdd1d))
 	var out []*torch.Tensor
-	for _, in := range r.cfg.Model.Inputs {
+	for k, in := range r.tensorInputs() {
+		if data[k] != nil {
+			t, err := r.tensorsOf([]*npy.Array{callOf(data[k], seq[k], 0)})
+			if err != nil {
+				return nil, fmt.Errorf("input %s: %w", in.Name, err)
+			}
+			out = append(out, t[0])
+			continue
+		}
 		dt, err := torch.ParseDType(in.DType)
 		if err != nil {
 			return nil, fmt.Errorf("input %s: %w", in.Name, err)
@@ -218,32 +259,76 @@ func (r *run) makeInputs(seed uint64) ([]*torch.Tensor, error) {
 		r.closes = append(r.closes, func() { t.Close() })
 		out = append(out, t)
 	}
+	if calls == 0 {
+		return out, nil
+	}
+	// The sequence's calls, in order, are the checks every candidate replays from a reset
+	// state; inputs without a sequence repeat on every call. Every candidate replays them and
+	// the original's outputs are kept: a long stream is cut to its first maxStreamCalls.
+	if calls > maxStreamCalls {
+		r.rep.Decisions = append(r.rep.Decisions, fmt.Sprintf("model.inputs data: the first %d of %d calls are replayed in the checks and validation", maxStreamCalls, calls))
+		calls = maxStreamCalls
+	}
+	r.stream = true
+	r.checks = [][]*torch.Tensor{out}
+	for i := 1; i < calls; i++ {
+		set := make([]*torch.Tensor, len(out))
+		for k := range out {
+			if !seq[k] {
+				set[k] = out[k]
+				continue
+			}
+			t, err := r.tensorsOf([]*npy.Array{callOf(data[k], true, i)})
+			if err != nil {
+				return nil, fmt.Errorf("input %s, call %d: %w", r.tensorInputs()[k].Name, i, err)
+			}
+			set[k] = t[0]
+		}
+		r.checks = append(r.checks, set)
+	}
 	return out, nil
 }
 
 // checkSets takes a few samples of the validation (or calibration) data, so FP32 stages are
-// held to real inputs too, not only random ones.
-func (r *run) checkSets() ([][]*torch.Tensor, error) {
+// held to real inputs too, not only random ones; or, for a sequence (seq true), its calls in
+// order (up to maxStreamCalls).
+func (r *run) checkSets() (sets [][]*torch.Tensor, seq bool, err error) {
 	src := r.validationSource()
 	if src == nil {
-		return nil, nil
+		return nil, false, nil
 	}
 	s := *src
 	s.Limit = 4
 	s.BatchSize = 1
-	ds, err := calib.Open(s, r.inputSpecs())
-	if err != nil {
-		return nil, fmt.Errorf("validation data: %w", err)
+	if s.Sequence {
+		// Replayed in order from a reset state: the first calls, up to maxStreamCalls.
+		if s.Limit <= 0 || s.Limit > maxStreamCalls {
+			s.Limit = maxStreamCalls
+		}
 	}
-	var sets [][]*torch.Tensor
+	specs, err := r.inputSpecs(s)
+	if err != nil {
+		return nil, false, err
+	}
+	ds, err := calib.Open(s, specs)
+	if err != nil {
+		return nil, false, fmt.Errorf("validation data: %w", err)
+	}
 	for b := range ds.Batches() {
-		set, err := r.tensorsOf(b.Inputs)
+		arrs := b.Inputs
+		if s.Sequence {
+			arrs = make([]*npy.Array, len(b.Inputs))
+			for k, a := range b.Inputs {
+				arrs[k] = &npy.Array{Shape: a.Shape[1:], DType: a.DType, Data: a.Data}
+			}
+		}
+		set, err := r.tensorsOf(arrs)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		sets = append(sets, set)
 	}
-	return sets, nil
+	return sets, s.Sequence, nil
 }
 
 func (r *run) tensorsOf(arrays []*npy.Array) ([]*torch.Tensor, error) {
@@ -272,13 +357,27 @@ func (r *run) validationSource() *calib.Source {
 	return nil
 }
 
-func (r *run) inputSpecs() []calib.InputSpec {
+// inputSpecs are the tensor inputs as src's samples hold them: the input's shape with the
+// batch dimension (0) as the sample axis, or for a sequence one whole call per sample. An
+// input without a batch dimension 0 (batch_dim: none or another axis) can only come as a
+// sequence.
+func (r *run) inputSpecs(src calib.Source) ([]calib.InputSpec, error) {
 	var specs []calib.InputSpec
-	for _, in := range r.cfg.Model.Inputs {
+	for _, in := range r.tensorInputs() {
+		if src.Sequence {
+			specs = append(specs, calib.InputSpec{Name: in.Name, Shape: append([]int64{-1}, in.Shape...), DType: in.DType})
+			continue
+		}
+		if d, ok := in.Batch(); !ok || d != 0 {
+			return nil, exitcode.New(exitcode.Usage, fmt.Errorf("model.inputs %s has no batch dimension 0 (batch_dim: %s), so its data cannot be split into samples: give the data as an ordered sequence of calls (sequence: true)", in.Name, in.BatchDim))
+		}
+		if len(in.Shape) == 0 {
+			return nil, exitcode.New(exitcode.Usage, fmt.Errorf("model.inputs %s has no shape: give its shape to read calibration or validation data for it", in.Name))
+		}
 		shape := append([]int64{-1}, in.Shape[1:]...)
 		specs = append(specs, calib.InputSpec{Name: in.Name, Shape: shape, DType: in.DType})
 	}
-	return specs
+	return specs, nil
 }
 
 func total(counts map[string]int) int {
@@ -297,7 +396,7 @@ func (r *run) inputArrays() ([]*npy.Array, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, &npy.Array{Shape: t.Shape(), DType: r.cfg.Model.Inputs[i].DType, Data: d})
+		out = append(out, &npy.Array{Shape: t.Shape(), DType: r.tensorInputs()[i].DType, Data: d})
 	}
 	return out, nil
 }

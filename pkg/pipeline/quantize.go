@@ -21,6 +21,13 @@ func (r *run) quantize() error {
 	if mode == "none" {
 		return r.validateFP32()
 	}
+	if r.call.method != "forward" {
+		// The graph-mode passes insert observers into, and rewrite, forward alone.
+		why := fmt.Sprintf("INT8 skipped: quantization rewrites forward only, and model.method is %s", r.call.method)
+		r.skip("INT8 "+mode, kindINT8, nil, why)
+		r.warn(why)
+		return r.validateFP32()
+	}
 	if mode == "auto" {
 		mode = quant.ModeDynamic
 		convs := r.orig.nodes["aten::_convolution"] + r.orig.nodes["aten::conv2d"] + r.orig.nodes["aten::conv1d"]
@@ -29,25 +36,32 @@ func (r *run) quantize() error {
 		}
 		r.rep.Decisions = append(r.rep.Decisions, fmt.Sprintf("quantize.mode auto: %s (%d convolutions, calibration data %s)", mode, convs, orNone(r.cfg.Calibration.Path)))
 	}
-	specs := r.inputSpecs()
 	var calibB, valB validate.Batches
 	var valDesc string
 	var synthetic bool
 	if mode == quant.ModeStatic {
+		specs, err := r.inputSpecs(r.cfg.Calibration)
+		if err != nil {
+			return err
+		}
 		ds, err := calib.Open(r.cfg.Calibration, specs)
 		if err != nil {
 			return exitcode.New(exitcode.Usage, fmt.Errorf("calibration data: %w", err))
 		}
-		if err := r.checkCalibration(ds); err != nil {
+		if err := r.checkCalibration(ds, specs); err != nil {
 			return err
 		}
-		calibB = validate.FromDataset(ds)
+		calibB = r.batches(ds, r.cfg.Calibration.Sequence)
 		synthetic = ds.Synthetic()
 		if synthetic {
 			r.warn("calibration used random data: the INT8 result is unverified on real inputs")
 		}
 	}
 	if src := r.validationSource(); src != nil {
+		specs, err := r.inputSpecs(*src)
+		if err != nil {
+			return err
+		}
 		ds, err := calib.Open(*src, specs)
 		if err != nil {
 			return exitcode.New(exitcode.Usage, fmt.Errorf("validation data: %w", err))
@@ -55,8 +69,10 @@ func (r *run) quantize() error {
 		if err := r.checkLabels(ds, "validation data"); err != nil {
 			return err
 		}
-		valB, valDesc = validate.FromDataset(ds), ds.Describe()
+		valB, valDesc = r.batches(ds, src.Sequence), ds.Describe()
 		synthetic = synthetic || ds.Synthetic()
+	} else if r.stream {
+		valB, valDesc = r.streamBatches(), r.streamDesc()
 	} else {
 		// No data given: validate on the bench inputs (random), and say so.
 		arr, err := r.inputArrays()
@@ -66,12 +82,15 @@ func (r *run) quantize() error {
 		if valB, err = validate.FromArrays(arr, nil, nil, 1); err != nil {
 			return err
 		}
+		if r.call.typed || r.call.stateful() {
+			valB = callBatches{Batches: valB, k: r.call}
+		}
 		valDesc, synthetic = "the random bench inputs", true
 		r.warn("no validation data: INT8 was checked on random inputs only; set validation.data for a real check")
 	}
 	opts := quant.Options{
 		Mode: mode, Engine: q.Engine, Observer: q.Observer, Percentile: q.Percentile,
-		PerChannel: q.PerChannel, ReduceRange: string(q.ReduceRange), Skip: q.Skip,
+		PerChannel: q.PerChannel, ReduceRange: string(q.ReduceRange), Skip: q.Skip, Preserve: r.call.preserve,
 	}
 	if r.opts.Progress != nil {
 		opts.Progress = func(done, total int) { r.opts.Progress("calibration", done, total) }
@@ -82,7 +101,7 @@ func (r *run) quantize() error {
 	}
 	fb := quant.FallbackOptions{
 		Thresholds: th, MaxFP32Layers: q.MaxFallbackLayers, SensitivityBatches: 4,
-		Latency: quant.InterleavedLatency(r.inputs, 2, max(5, r.cfg.Bench.StageRuns)),
+		Latency: r.latency(2, max(5, r.cfg.Bench.StageRuns)),
 	}
 	if !q.Fallback {
 		fb.MaxFP32Layers = -1
@@ -110,7 +129,7 @@ func (r *run) quantize() error {
 	if c != nil && total(c.quantizedOps) == 0 {
 		// Every layer stayed FP32 (degenerate calibration, or nothing the passes recognize):
 		// this is not an INT8 model, whatever it passed.
-		c.status, c.reason, c.precision = stRejected, "no layer quantized: the graph holds no quantized:: op (every layer stayed FP32)", "fp32"
+		c.status, c.reason, c.precision = stRejected, "no layer quantized: the graph holds no quantized operator (every layer stayed FP32)", "fp32"
 		r.warn(fmt.Sprintf("%s quantized no layer: the result is not INT8 and is not used; check the calibration data (%s)", name, orNone(r.cfg.Calibration.Path)))
 		return r.validateFP32()
 	}
@@ -127,6 +146,12 @@ func (r *run) quantize() error {
 				r.rep.Validation.Failures = []string{last.reason}
 			}
 			return nil
+		}
+		if q.Mode == "auto" {
+			// auto asked to try INT8, not to require it: a quantizer failure (libtorch's passes
+			// reject some graphs) leaves the FP32 result standing, and says so.
+			r.warn(fmt.Sprintf("%s (quantize.mode auto) failed, the artifact stays FP32: %s", name, last.reason))
+			return r.validateFP32()
 		}
 		return fmt.Errorf("quantize: %s", last.reason)
 	}
@@ -244,7 +269,7 @@ func (r *run) validateFP32() error {
 		return nil
 	}
 	src := r.validationSource()
-	if src == nil {
+	if src == nil && !r.stream {
 		v := &report.Validation{
 			Checked: best.name, CheckedPrecision: "fp32", Samples: len(r.checks), Data: "the random bench inputs", Synthetic: true,
 			Metrics: report.Metrics{MaxAbsError: f64(best.maxAbs)},
@@ -262,20 +287,28 @@ func (r *run) validateFP32() error {
 		r.rep.Validation = v
 		return nil
 	}
-	ds, err := calib.Open(*src, r.inputSpecs())
-	if err != nil {
-		return exitcode.New(exitcode.Usage, fmt.Errorf("validation data: %w", err))
-	}
-	if err := r.checkLabels(ds, "validation data"); err != nil {
-		return err
+	data, desc, synth := r.streamBatches(), r.streamDesc(), false
+	if src != nil {
+		specs, err := r.inputSpecs(*src)
+		if err != nil {
+			return err
+		}
+		ds, err := calib.Open(*src, specs)
+		if err != nil {
+			return exitcode.New(exitcode.Usage, fmt.Errorf("validation data: %w", err))
+		}
+		if err := r.checkLabels(ds, "validation data"); err != nil {
+			return err
+		}
+		data, desc, synth = r.batches(ds, src.Sequence), ds.Describe(), ds.Synthetic()
 	}
 	// validate runs plain forwards; channels-last weights accept contiguous inputs too.
-	res, err := validate.Compare(r.ctx, r.orig.mod, best.mod, validate.FromDataset(ds))
+	res, err := validate.Compare(r.ctx, r.orig.mod, best.mod, data)
 	if err != nil {
 		return fmt.Errorf("validating %s: %w", best.name, err)
 	}
 	cosOK := cosineMeaningful(r.ref)
-	v := validationOf(&quant.Report{Validation: res}, ds.Describe(), ds.Synthetic(), cosOK)
+	v := validationOf(&quant.Report{Validation: res}, desc, synth, cosOK)
 	v.Checked, v.CheckedPrecision = best.name, "fp32"
 	v.Passed = finite(res.MaxAbsError) && res.MaxAbsError <= r.cfg.Optimize.MaxAbsError && (!cosOK || res.Cosine >= r.cfg.Optimize.MinCosine)
 	if !v.Passed {

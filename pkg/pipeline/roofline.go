@@ -16,6 +16,11 @@ func (r *run) roofline() {
 	if r.rep.Bench == nil || r.rep.Bench.OptimizedP50 <= 0 {
 		return
 	}
+	if r.call.typed {
+		// The FLOP counter runs forward with tensors only.
+		r.rep.Warnings = append(r.rep.Warnings, "no roofline: FLOPs are counted on forward with tensor arguments only, and this model is called as "+r.call.method+" with constants")
+		return
+	}
 	final := r.best()
 	p50 := time.Duration(r.rep.Bench.OptimizedP50 * float64(time.Millisecond))
 	rf, err := roofline.Measure(r.orig.mod, "the FP32 original "+filepath.Base(r.cfg.Model.Path), r.inputs, p50,

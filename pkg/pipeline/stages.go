@@ -3,12 +3,12 @@ package pipeline
 import (
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/pkg/bench"
 	"github.com/torchspeed/torchspeed/pkg/config"
+	"github.com/torchspeed/torchspeed/pkg/quant"
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
 )
 
@@ -22,17 +22,17 @@ func (r *run) addCandidate(name string, k kind, steps []string, build func() (*c
 		r.cands = append(r.cands, &candidate{name: name, kind: k, status: stFailed, reason: err.Error(), steps: steps})
 		return nil
 	}
-	c.name, c.kind, c.steps, c.wall = name, k, steps, time.Since(t0)
+	c.name, c.kind, c.steps, c.wall, c.call = name, k, steps, time.Since(t0), r.call
 	if c.precision == "" {
 		c.precision = "fp32"
 	}
 	c.nodes, _ = c.mod.NodeCounts()
-	c.quantizedOps = quantizedOps(c.nodes)
+	c.quantizedOps = quant.QuantizedOps(c.nodes)
 	r.closes = append(r.closes, c.close)
 	// INT8 is judged on real data by the quantizer's validation; random bench inputs lie
 	// outside the calibrated ranges, so they are left out of its agreement figures.
 	checks, ref := r.checks, r.ref
-	if c.precision != "fp32" && len(r.checks) > 1 {
+	if c.precision != "fp32" && len(r.checks) > 1 && !r.stream && !r.call.stateful() {
 		per := len(r.ref) / len(r.checks)
 		checks, ref = r.checks[1:], r.ref[per:]
 	}
@@ -84,7 +84,7 @@ func (r *run) fp32Stages() error {
 	}
 	frozenSteps := append(slices.Clone(steps), "freeze")
 	frozen := r.addCandidate("freeze", kindFreeze, frozenSteps, func() (*candidate, error) {
-		m, err := base.Freeze()
+		m, err := base.Freeze(r.call.preserve...)
 		if err != nil {
 			return nil, err
 		}
@@ -137,7 +137,7 @@ func (r *run) fp32Stages() error {
 				cl.Close()
 				return nil, fmt.Errorf("no 4-D weights to convert")
 			}
-			fr, err := cl.Freeze()
+			fr, err := cl.Freeze(r.call.preserve...)
 			cl.Close()
 			if err != nil {
 				return nil, err
@@ -266,15 +266,4 @@ func (r *run) chooseThreads() error {
 	r.rep.Decisions = append(r.rep.Decisions, fmt.Sprintf("threads: %d (measured %s)", ch.Threads, ch.Why))
 	r.logf("threads: %d (%s)", ch.Threads, ch.Why)
 	return nil
-}
-
-// quantizedOps counts a graph's quantized:: nodes by kind.
-func quantizedOps(nodes map[string]int) map[string]int {
-	q := map[string]int{}
-	for k, n := range nodes {
-		if strings.HasPrefix(k, "quantized::") {
-			q[k] = n
-		}
-	}
-	return q
 }

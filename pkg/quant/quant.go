@@ -56,6 +56,9 @@ type Options struct {
 	Skip []string `mapstructure:"skip"`
 	// CalibrationSamples caps the samples used for calibration (0: all batches).
 	CalibrationSamples int `mapstructure:"calibration_samples"`
+	// Preserve names methods the quantized model must keep (finalizing freezes it): a
+	// stateful model's reset method, other exported methods.
+	Preserve []string `mapstructure:"-" json:"-"`
 
 	// Progress, if set, is called after each calibration batch with samples done and the
 	// planned total.
@@ -229,7 +232,7 @@ type Report struct {
 	Activation  string   `json:"activation,omitempty"`
 	Weight      string   `json:"weight"`
 	FP32Layers  []string `json:"fp32_layers,omitempty"` // kept in FP32 (skip + fallback)
-	// QuantizedOps counts the quantized:: operators in the result's graph, by kind.
+	// QuantizedOps counts the quantized operators in the result's graph, by kind (QuantizedOps).
 	QuantizedOps       map[string]int `json:"quantized_ops"`
 	CalibrationSamples int            `json:"calibration_samples,omitempty"`
 	CalibrationBatches int            `json:"calibration_batches,omitempty"`
@@ -274,7 +277,7 @@ func Quantize(ctx context.Context, m *torch.Module, data validate.Batches, opts 
 	}
 	var q *torch.Module
 	if opts.Mode == ModeDynamic {
-		q, err = m.QuantDynamic(cfg, engine)
+		q, err = m.QuantDynamic(cfg, engine, opts.Preserve...)
 		if err != nil {
 			return nil, nil, fmt.Errorf("quantize %q (dynamic): %w", m.Name(), err)
 		}
@@ -293,12 +296,7 @@ func Quantize(ctx context.Context, m *torch.Module, data validate.Batches, opts 
 		q.Close()
 		return nil, nil, err
 	}
-	rep.QuantizedOps = map[string]int{}
-	for k, v := range counts {
-		if strings.HasPrefix(k, "quantized::") {
-			rep.QuantizedOps[k] = v
-		}
-	}
+	rep.QuantizedOps = QuantizedOps(counts)
 	if len(rep.QuantizedOps) == 0 {
 		rep.Warnings = append(rep.Warnings, "no layer was quantized: the model has no Conv/Linear the graph-mode passes recognize (or all are skipped)")
 	}
@@ -377,7 +375,11 @@ func quantizeStatic(ctx context.Context, m *torch.Module, data validate.Batches,
 		}
 		if i == 0 {
 			want = sig
-			outs, err := m.Forward(b.Inputs...)
+			if err := validate.Start(m, data); err != nil {
+				b.Close()
+				return nil, fmt.Errorf("quantize: %w", err)
+			}
+			outs, err := validate.Forward(m, data, b)
 			if err != nil {
 				b.Close()
 				return nil, fmt.Errorf("quantize: calibration data (%s per sample) do not fit model %q: %w", sig, m.Name(), err)
@@ -399,6 +401,9 @@ func quantizeStatic(ctx context.Context, m *torch.Module, data validate.Batches,
 		return nil, fmt.Errorf("quantize %q: prepare: %w", m.Name(), err)
 	}
 	defer observed.Close()
+	if err := validate.Start(observed, data); err != nil {
+		return nil, fmt.Errorf("quantize: %w", err)
+	}
 	done := 0
 	for i := 0; i < nb; i++ {
 		if err := ctx.Err(); err != nil {
@@ -409,7 +414,7 @@ func quantizeStatic(ctx context.Context, m *torch.Module, data validate.Batches,
 			return nil, fmt.Errorf("quantize: calibration batch %d: %w", i, err)
 		}
 		n := int(b.Inputs[0].Shape()[0])
-		outs, err := observed.Forward(b.Inputs...)
+		outs, err := validate.Forward(observed, data, b)
 		b.Close()
 		if err != nil {
 			return nil, fmt.Errorf("quantize %q: calibration batch %d: %w", m.Name(), i, err)
@@ -421,9 +426,22 @@ func quantizeStatic(ctx context.Context, m *torch.Module, data validate.Batches,
 		}
 	}
 	rep.CalibrationSamples, rep.CalibrationBatches = done, nb
-	q, err := observed.QuantConvert(engine)
+	q, err := observed.QuantConvert(engine, opts.Preserve...)
 	if err != nil {
 		return nil, fmt.Errorf("quantize %q: convert: %w", m.Name(), err)
 	}
 	return q, nil
+}
+
+// QuantizedOps picks a graph's quantized operators out of its node counts (Module.NodeCounts):
+// quantized:: ops (conv, linear, linear_dynamic, ...) and aten::quantized_* (the dynamic LSTM
+// and GRU calls, aten::quantized_lstm/gru). An empty result means no layer is INT8.
+func QuantizedOps(nodes map[string]int) map[string]int {
+	q := map[string]int{}
+	for k, n := range nodes {
+		if strings.HasPrefix(k, "quantized::") || strings.HasPrefix(k, "aten::quantized_") {
+			q[k] = n
+		}
+	}
+	return q
 }

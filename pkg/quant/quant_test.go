@@ -438,6 +438,11 @@ func TestDynamicRNNReduceRange(t *testing.T) {
 				return rep, res.Cosine
 			}
 			rep, cos := run(nil)
+			// The recurrent layer is counted as quantized (aten::quantized_lstm/gru are not
+			// quantized:: ops): an INT8 LSTM must not read as "no layer quantized".
+			if rep.QuantizedOps["aten::quantized_"+name] == 0 {
+				t.Errorf("quantized ops %v: the INT8 %s is not counted", rep.QuantizedOps, name)
+			}
 			if want := quant.ResolveReduceRange("auto", rep.Engine, exact); rep.ReduceRange != want {
 				t.Errorf("engine %s: reduce_range %v, want %v", rep.Engine, rep.ReduceRange, want)
 			}

@@ -9,7 +9,9 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
@@ -111,7 +113,7 @@ func tamper(t *testing.T, path string) string {
 	return out
 }
 
-func TestSaveArtifactRecordsDigest(t *testing.T) {
+func TestHostile15SaveArtifactRecordsDigest(t *testing.T) {
 	man := goodManifest()
 	p := saveWithManifest(t, man)
 	d, err := ArchiveDigest(p)
@@ -133,7 +135,7 @@ func TestSaveArtifactRecordsDigest(t *testing.T) {
 
 // Issue 14: 4 bytes changed in a constant of an artifact loaded and answered 500x off; 23 of 80
 // corrupted copies of a plain model loaded. Now each is refused, naming the file.
-func TestLoadRefusesCorruptedArchives(t *testing.T) {
+func TestHostile15LoadRefusesCorruptedArchives(t *testing.T) {
 	art := saveWithManifest(t, goodManifest())
 	plain := fixtures.Load(t).Get(t, "digits").ModelPath()
 	cases := []struct {
@@ -166,7 +168,7 @@ func TestLoadRefusesCorruptedArchives(t *testing.T) {
 }
 
 // A manifest over the size bound is refused before it is parsed, and nothing long is echoed.
-func TestLoadRefusesHugeManifest(t *testing.T) {
+func TestHostile16LoadRefusesHugeManifest(t *testing.T) {
 	man := goodManifest()
 	man.Torchspeed = strings.Repeat("x", MaxManifestBytes+10)
 	if err := SaveArtifact(loadFrozenDigits(t), filepath.Join(t.TempDir(), "x.pt"), man); err == nil || !strings.Contains(err.Error(), "more than the") {
@@ -212,7 +214,7 @@ func fmtErr(err error) string {
 }
 
 // A manifest asking for more threads than the process may use is clamped, with a warning.
-func TestLoadClampsManifestThreads(t *testing.T) {
+func TestHostile03LoadClampsManifestThreads(t *testing.T) {
 	defer torch.SetNumThreads(1)
 	man := goodManifest()
 	man.Runtime.Threads = 2000
@@ -236,7 +238,7 @@ func TestLoadClampsManifestThreads(t *testing.T) {
 
 // Issue 14: an INT8 artifact's answers depended on the engine set before Load, because weights
 // are packed while loading. Load sets the manifest's engine first.
-func TestLoadSetsEngineBeforeLoading(t *testing.T) {
+func TestHostile14LoadSetsEngineBeforeLoading(t *testing.T) {
 	for _, name := range []string{"digits", "resnet18", "lstm"} {
 		t.Run(name, func(t *testing.T) { checkEngineBeforeLoad(t, name) })
 	}
@@ -312,12 +314,65 @@ func checkEngineBeforeLoad(t *testing.T, name string) {
 			t.Fatalf("output %d: %v after loading with %s set before, %v with %s", i, got[i], other, want[i], ref.Engine)
 		}
 	}
+	if name == "digits" {
+		loadsDuringEngineSwitches(t, p, inputs, want, engines)
+	}
+}
+
+// loadsDuringEngineSwitches loads and runs the artifact at p from 4 goroutines while another
+// switches the process's engine in a loop: every load still packs its weights with the
+// manifest's engine (engine switches are serialized with loads) and answers want.
+func loadsDuringEngineSwitches(t *testing.T, p string, inputs []*torch.Tensor, want []float32, engines []string) {
+	if before, err := torch.QEngine(); err == nil {
+		defer torch.SetQEngine(before)
+	}
+	stop := make(chan struct{})
+	var flips, loads sync.WaitGroup
+	flips.Add(1)
+	go func() {
+		defer flips.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+				torch.SetQEngine(engines[i%len(engines)])
+			}
+		}
+	}()
+	for g := 0; g < 4; g++ {
+		loads.Add(1)
+		go func() {
+			defer loads.Done()
+			for k := 0; k < 5; k++ {
+				m, err := Load(p, LoadOptions{KeepThreads: true})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				outs, err := m.Predict(inputs...)
+				var v []float32
+				if err == nil {
+					v, err = outs[0].Tensor.Float32s()
+					torch.CloseOutputs(outs)
+				}
+				m.Close()
+				if err != nil || !slices.Equal(v, want) {
+					t.Errorf("a load racing engine switches: %v, outputs %v, want %v", err, v, want)
+					return
+				}
+			}
+		}()
+	}
+	loads.Wait()
+	close(stop)
+	flips.Wait()
 }
 
 func supportedEngines() ([]string, error) { return torch.SupportedQEngines() }
 
 // Nil inputs are an error everywhere, channels-last artifacts included (it used to panic).
-func TestPredictNilInputs(t *testing.T) {
+func TestHostile04PredictNilInputs(t *testing.T) {
 	man := goodManifest()
 	man.ChannelsLast = true
 	m, err := Load(saveWithManifest(t, man), LoadOptions{KeepThreads: true})

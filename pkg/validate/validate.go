@@ -53,6 +53,37 @@ type outputData struct {
 	data  []float32
 }
 
+// Runner is implemented by Batches whose models are not called as forward(tensors...): a
+// method with typed arguments (constants beside the tensors), or a model that keeps state
+// between calls. Every pass over such batches (the reference's, each candidate's, each
+// calibration) starts with Start, then runs the batches in order from the first, so a
+// stateful model replays the same ordered stream from a reset state on both sides.
+type Runner interface {
+	// Start prepares m for a pass from the first batch (a stateful model's reset).
+	Start(m *torch.Module) error
+	// Run calls m on batch b and returns its flattened outputs.
+	Run(m *torch.Module, b Batch) ([]torch.Output, error)
+}
+
+// Start begins a pass of m over data: Runner.Start when data is a Runner, else nothing.
+func Start(m *torch.Module, data Batches) error {
+	if rn, ok := data.(Runner); ok {
+		if err := rn.Start(m); err != nil {
+			return fmt.Errorf("validate: start a pass of %q: %w", m.Name(), err)
+		}
+	}
+	return nil
+}
+
+// Forward runs m on batch b of data: through data's Runner when it has one, else forward
+// with the batch's tensors.
+func Forward(m *torch.Module, data Batches, b Batch) ([]torch.Output, error) {
+	if rn, ok := data.(Runner); ok {
+		return rn.Run(m, b)
+	}
+	return m.Forward(b.Inputs...)
+}
+
 // Reference holds the FP32 model's outputs on a data set.
 type Reference struct {
 	data    Batches
@@ -72,6 +103,9 @@ func RunReference(ctx context.Context, ref *torch.Module, data Batches, n int) (
 		n = data.Len()
 	}
 	r := &Reference{data: data, batches: n}
+	if err := Start(ref, data); err != nil {
+		return nil, err
+	}
 	for i := 0; i < n; i++ {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -80,7 +114,7 @@ func RunReference(ctx context.Context, ref *torch.Module, data Batches, n int) (
 		if err != nil {
 			return nil, fmt.Errorf("validate: batch %d: %w", i, err)
 		}
-		outs, err := run(ref, b)
+		outs, err := run(ref, data, b)
 		b.Close()
 		if err != nil {
 			return nil, fmt.Errorf("validate: reference model on batch %d: %w", i, err)
@@ -100,8 +134,8 @@ func (r *Reference) Samples() int { return r.samples }
 // Batches is the number of batches the reference covers.
 func (r *Reference) Batches() int { return r.batches }
 
-func run(m *torch.Module, b Batch) ([]outputData, error) {
-	outs, err := m.Forward(b.Inputs...)
+func run(m *torch.Module, data Batches, b Batch) ([]outputData, error) {
+	outs, err := Forward(m, data, b)
 	if err != nil {
 		return nil, err
 	}
@@ -172,6 +206,9 @@ func (r *Reference) CompareFirst(ctx context.Context, cand *torch.Module, n int)
 	var classSamples, labelled int
 	classOut := ""
 	samples := 0
+	if err := Start(cand, r.data); err != nil {
+		return nil, err
+	}
 	for i := 0; i < n; i++ {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -180,7 +217,7 @@ func (r *Reference) CompareFirst(ctx context.Context, cand *torch.Module, n int)
 		if err != nil {
 			return nil, fmt.Errorf("validate: batch %d: %w", i, err)
 		}
-		got, err := run(cand, b)
+		got, err := run(cand, r.data, b)
 		b.Close()
 		if err != nil {
 			return nil, fmt.Errorf("validate: candidate model on batch %d: %w", i, err)
