@@ -206,3 +206,33 @@ func setQEngineLocked(name string) error {
 	defer C.free(unsafe.Pointer(cs))
 	return statusErr(C.ts_set_qengine(cs))
 }
+
+// Info is libtorch's build and thread configuration as pkg/cpu's probe takes it
+// (cpu.Options.Torch): version, show_config, parallel info, quantized engines (supported and
+// current), thread counts and the BLAS library found; Detect parses the rest.
+func Info() (*cpu.TorchInfo, error) {
+	showConfig, err := ShowConfig()
+	if err != nil {
+		return nil, err
+	}
+	parallelInfo, err := ParallelInfo()
+	if err != nil {
+		return nil, err
+	}
+	qengines, err := SupportedQEngines()
+	if err != nil {
+		return nil, err
+	}
+	qengine, err := QEngine()
+	if err != nil {
+		return nil, err
+	}
+	info := &cpu.TorchInfo{
+		Version: Version(), ShowConfig: showConfig, ParallelInfo: parallelInfo,
+		QEngines: qengines, QEngine: qengine, NumThreads: NumThreads(), NumInteropThreads: NumInteropThreads(),
+	}
+	if b, err := BLAS(); err == nil && b.Library != "" {
+		info.BLAS = &cpu.BLASInfo{Library: b.Library, Config: b.Config, Threading: b.Threading, Threads: b.Threads}
+	}
+	return info, nil
+}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -10,24 +9,14 @@ import (
 	"github.com/torchspeed/torchspeed/internal/fixtures"
 	"github.com/torchspeed/torchspeed/pkg/bench"
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
-	"github.com/torchspeed/torchspeed/pkg/version"
 )
 
 // saveArtifact writes model m as a torchspeed artifact of digits with the given manifest fields.
 func saveArtifact(t *testing.T, m *torch.Module, name string, man torchspeed.Manifest) string {
 	t.Helper()
-	man.Format, man.Torchspeed, man.Libtorch = version.ManifestFormat, "test", torch.Version()
 	man.Inputs = []torchspeed.InputSpec{{Name: "x", Shape: []int64{1, 1, 8, 8}, DType: "float32"}}
 	man.Runtime = torchspeed.Runtime{Threads: 1}
-	raw, err := man.Marshal()
-	if err != nil {
-		t.Fatal(err)
-	}
-	art := filepath.Join(t.TempDir(), name)
-	if err := m.Save(art, map[string][]byte{torchspeed.ManifestFile: raw}); err != nil {
-		t.Fatal(err)
-	}
-	return art
+	return writeArtifact(t, m, name, man)
 }
 
 // bench's roofline: a plain model is counted as loaded; an FP32 artifact before its load passes

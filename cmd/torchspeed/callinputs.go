@@ -150,7 +150,7 @@ func (ci *callInputs) plan(cmd string, m *torchspeed.Model, log io.Writer) (*cal
 	}
 	plan, err := callargs.Build(schema, given, callargs.Options{
 		Random: func(shape []int64, dt torch.DType) (*torch.Tensor, error) {
-			return benchrun.RandomTensor(rng, shape, dt)
+			return benchrun.RandomTensor(rng, shape, dt, nil)
 		},
 		Manifest: man,
 	})

@@ -30,6 +30,9 @@ func cli(t *testing.T, dir string, env []string, args ...string) (string, string
 	} else if err != nil {
 		t.Fatal(err)
 	}
+	if code == 0 {
+		checkStdoutReport(t, args, out.String())
+	}
 	return out.String(), errOut.String(), code
 }
 

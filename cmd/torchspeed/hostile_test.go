@@ -139,8 +139,14 @@ func TestHostileInput(t *testing.T) {
 // the given thread count.
 func saveArtifactWith(t *testing.T, m *torch.Module, name string, shape []int64, threads int) string {
 	t.Helper()
-	man := torchspeed.Manifest{Format: version.ManifestFormat, Torchspeed: "test", Libtorch: torch.Version(), Precision: "fp32",
-		Inputs: []torchspeed.InputSpec{{Name: "x", Shape: shape, DType: "float32"}}, Runtime: torchspeed.Runtime{Threads: threads}}
+	return writeArtifact(t, m, name, torchspeed.Manifest{Precision: "fp32",
+		Inputs: []torchspeed.InputSpec{{Name: "x", Shape: shape, DType: "float32"}}, Runtime: torchspeed.Runtime{Threads: threads}})
+}
+
+// writeArtifact saves m with man (its format and versions filled in) as name in a temp folder.
+func writeArtifact(t *testing.T, m *torch.Module, name string, man torchspeed.Manifest) string {
+	t.Helper()
+	man.Format, man.Torchspeed, man.Libtorch = version.ManifestFormat, "test", torch.Version()
 	raw, err := man.Marshal()
 	if err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ var (
 
 // torchspeedBin builds the CLI once for the tests that run it as a user would.
 func torchspeedBin(t testing.TB) string {
+	checkWrittenReports(t)
 	binOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "torchspeed-bin-")
 		if err != nil {

@@ -51,34 +51,11 @@ func (p *probeCmd) run(c *cobra.Command) error {
 	if live && !p.noTorch {
 		// libtorch is linked into this binary, so its OpenMP runtime is already mapped
 		// when the probe scans /proc/self/maps.
-		showConfig, err := torch.ShowConfig()
+		info, err := torch.Info()
 		if err != nil {
 			return err
 		}
-		parallelInfo, err := torch.ParallelInfo()
-		if err != nil {
-			return err
-		}
-		qengines, err := torch.SupportedQEngines()
-		if err != nil {
-			return err
-		}
-		qengine, err := torch.QEngine()
-		if err != nil {
-			return err
-		}
-		opts.Torch = &cpu.TorchInfo{
-			Version:           torch.Version(),
-			ShowConfig:        showConfig,
-			ParallelInfo:      parallelInfo,
-			QEngines:          qengines,
-			QEngine:           qengine,
-			NumThreads:        torch.NumThreads(),
-			NumInteropThreads: torch.NumInteropThreads(),
-		}
-		if b, err := torch.BLAS(); err == nil && b.Library != "" {
-			opts.Torch.BLAS = &cpu.BLASInfo{Library: b.Library, Config: b.Config, Threading: b.Threading, Threads: b.Threads}
-		}
+		opts.Torch = info
 	}
 	pr, err := cpu.Detect(opts)
 	if err != nil {
@@ -86,9 +63,6 @@ func (p *probeCmd) run(c *cobra.Command) error {
 			return exitcode.New(exitcode.Usage, err)
 		}
 		return err
-	}
-	if f := isaFinding(pr); f != nil {
-		pr.Findings = append(pr.Findings, *f)
 	}
 	var peak *kernels.PeakResult
 	if p.peak {

@@ -34,23 +34,19 @@ func newVersionCmd(*ui) *cobra.Command {
 			if p, err := cpu.Detect(cpu.Options{}); err == nil && p.OpenMPRuntime() != "" {
 				omp = p.OpenMPRuntime()
 			}
-			qengines, err := torch.SupportedQEngines()
-			if err != nil {
-				return err
-			}
-			qengine, err := torch.QEngine()
+			info, err := torch.Info()
 			if err != nil {
 				return err
 			}
 			v := versionInfo{
 				Torchspeed:    version.Version,
 				Go:            runtime.Version(),
-				Libtorch:      torch.Version(),
+				Libtorch:      info.Version,
 				ShimAPI:       torch.ShimAPIVersion(),
-				QEngines:      qengines,
-				DefaultEngine: qengine,
+				QEngines:      info.QEngines,
+				DefaultEngine: info.QEngine,
 				OpenMP:        omp,
-				IntraThreads:  torch.NumThreads(),
+				IntraThreads:  info.NumThreads,
 			}
 			out := c.OutOrStdout()
 			if asJSON {

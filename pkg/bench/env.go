@@ -1,16 +1,15 @@
 package bench
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"io"
 	"os"
 	"runtime"
 	"runtime/debug"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/torchspeed/torchspeed/internal/safefile"
 )
 
 // Environment is what a result was measured on. CaptureEnvironment fills
@@ -147,18 +146,13 @@ func buildVersion() string {
 	return v
 }
 
-// HashFile returns the hex sha256 of the file at path.
+// HashFile returns the hex SHA-256 of the file at path (safefile.SHA256).
 func HashFile(path string) (string, error) {
-	f, err := os.Open(path)
+	sum, _, err := safefile.SHA256(path)
 	if err != nil {
-		return "", fmt.Errorf("hash model %q: %w", path, err)
+		return "", fmt.Errorf("hash model: %w", err)
 	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", fmt.Errorf("hash model %q: %w", path, err)
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	return sum, nil
 }
 
 // sortedKeys returns m's keys in order (stable output).

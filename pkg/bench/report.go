@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -16,7 +15,7 @@ import (
 	"unicode"
 
 	"github.com/torchspeed/torchspeed/internal/safefile"
-	"github.com/torchspeed/torchspeed/pkg/report"
+	"github.com/torchspeed/torchspeed/pkg/roofline"
 )
 
 // Report gathers everything one `torchspeed bench` invocation measured,
@@ -32,7 +31,7 @@ type Report struct {
 	Throughput *ThroughputResult `json:"throughput,omitempty"`
 	Sweep      *SweepResult      `json:"sweep,omitempty"`
 	// Roofline places each latency result against the measured compute peak (pkg/roofline).
-	Roofline []*report.Roofline `json:"roofline,omitempty"`
+	Roofline []*roofline.Roofline `json:"roofline,omitempty"`
 }
 
 // latencyResults returns every per-target result, single or compared.
@@ -197,14 +196,14 @@ const SchemaVersion = 1
 // measured or several were compared (the comparison then holds the pairs), settings with
 // snake_case keys and typed values, null for what was not measured.
 type reportJSON struct {
-	SchemaVersion int                `json:"schema_version"`
-	Environment   Environment        `json:"environment"`
-	Settings      map[string]any     `json:"settings"`
-	Models        []json.RawMessage  `json:"models"`
-	Comparison    *comparisonJSON    `json:"comparison"`
-	Throughput    *ThroughputResult  `json:"throughput"`
-	Sweep         *SweepResult       `json:"sweep"`
-	Roofline      []*report.Roofline `json:"roofline"`
+	SchemaVersion int                  `json:"schema_version"`
+	Environment   Environment          `json:"environment"`
+	Settings      map[string]any       `json:"settings"`
+	Models        []json.RawMessage    `json:"models"`
+	Comparison    *comparisonJSON      `json:"comparison"`
+	Throughput    *ThroughputResult    `json:"throughput"`
+	Sweep         *SweepResult         `json:"sweep"`
+	Roofline      []*roofline.Roofline `json:"roofline"`
 }
 
 type comparisonJSON struct {
@@ -219,7 +218,7 @@ func (r Report) MarshalJSON() ([]byte, error) {
 	out := reportJSON{SchemaVersion: SchemaVersion, Environment: r.Environment, Settings: settingsJSON(r.Settings),
 		Models: []json.RawMessage{}, Throughput: r.Throughput, Sweep: r.Sweep, Roofline: r.Roofline}
 	if out.Roofline == nil {
-		out.Roofline = []*report.Roofline{}
+		out.Roofline = []*roofline.Roofline{}
 	}
 	if c := r.Comparison; c != nil {
 		out.Comparison = &comparisonJSON{Order: c.Order, Seed: c.Seed, Rounds: c.Rounds}
@@ -552,26 +551,9 @@ func (r *Report) WriteBenchfmt(w io.Writer) error {
 	return bw.Flush()
 }
 
-// CheckWritableDir creates dir if needed and proves a file can be created
-// in it, so that a long benchmark does not fail only when it saves.
-func CheckWritableDir(dir string) error {
-	if dir == "" {
-		dir = "."
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("output folder %q cannot be created: %w; choose a writable folder", dir, err)
-	}
-	f, err := os.CreateTemp(dir, ".torchspeed-check-*")
-	if err != nil {
-		return fmt.Errorf("output folder %q is not writable: %w; choose a writable folder", dir, err)
-	}
-	name := f.Name()
-	f.Close()
-	if err := os.Remove(name); err != nil {
-		return fmt.Errorf("output folder %q: remove probe file: %w", dir, err)
-	}
-	return nil
-}
+// CheckWritableDir is safefile.CheckWritableDir: it creates dir if needed and proves a file can
+// be created in it, so that a long benchmark does not fail only when it saves.
+func CheckWritableDir(dir string) error { return safefile.CheckWritableDir(dir) }
 
 // WriteFileAtomic writes path through internal/safefile: a temporary file created with O_EXCL
 // in the same folder, synced, given the umask's ordinary-file mode (as every file torchspeed

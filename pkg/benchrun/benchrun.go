@@ -53,7 +53,7 @@ func MakeInputs(specs []InputSpec, batch int, seed uint64) ([]*torch.Tensor, err
 			}
 			shape[0] = int64(batch)
 		}
-		t, err := RandomTensor(rng, shape, s.DType)
+		t, err := RandomTensor(rng, shape, s.DType, nil)
 		if err != nil {
 			CloseTensors(out)
 			return nil, &InputError{fmt.Errorf("bench: input %v: %v", shape, err)}
@@ -70,11 +70,24 @@ func CloseTensors(ts []*torch.Tensor) {
 	}
 }
 
-// RandomTensor makes a standard-normal float tensor, or token ids in [0, 100) for integer types.
-func RandomTensor(rng *rand.Rand, shape []int64, dt torch.DType) (*torch.Tensor, error) {
+// RandomTensor makes a standard-normal float tensor, or integers drawn from intRange
+// ([low, high), e.g. token ids below the vocabulary size; nil is [0, 100), and [0, 256) for
+// uint8), or random bools. It is the one random-input generator: bench and optimize draw their
+// inputs through it.
+func RandomTensor(rng *rand.Rand, shape []int64, dt torch.DType, intRange []int64) (*torch.Tensor, error) {
 	n := int64(1)
 	for _, s := range shape {
 		n *= s
+	}
+	lo, hi := int64(0), int64(100)
+	if dt == torch.Uint8 {
+		hi = 256
+	}
+	if len(intRange) == 2 {
+		if intRange[0] >= intRange[1] {
+			return nil, fmt.Errorf("random integers need a range [low, high) with low < high, got %v", intRange)
+		}
+		lo, hi = intRange[0], intRange[1]
 	}
 	switch dt {
 	case torch.Float32:
@@ -92,19 +105,23 @@ func RandomTensor(rng *rand.Rand, shape []int64, dt torch.DType) (*torch.Tensor,
 	case torch.Int64:
 		d := make([]int64, n)
 		for i := range d {
-			d[i] = rng.Int64N(100)
+			d[i] = lo + rng.Int64N(hi-lo)
 		}
 		return torch.NewTensor(d, shape)
 	case torch.Int32:
 		d := make([]int32, n)
 		for i := range d {
-			d[i] = rng.Int32N(100)
+			d[i] = int32(lo + rng.Int64N(hi-lo))
 		}
 		return torch.NewTensor(d, shape)
 	case torch.Uint8:
 		d := make([]uint8, n)
 		for i := range d {
-			d[i] = uint8(rng.IntN(256))
+			if len(intRange) == 2 {
+				d[i] = uint8(lo + rng.Int64N(hi-lo))
+			} else {
+				d[i] = uint8(rng.IntN(256))
+			}
 		}
 		return torch.NewTensor(d, shape)
 	case torch.Bool:
@@ -169,6 +186,12 @@ type Loaded struct {
 func (l *Loaded) Target(inputs []*torch.Tensor) *ModuleTarget {
 	return &ModuleTarget{name: l.Spec.Name, m: l.Model.Module(), inputs: inputs,
 		channelsLast: l.Model.Manifest != nil && l.Model.Manifest.ChannelsLast}
+}
+
+// NewModuleTarget is the forward of a loaded module m on inputs (both stay the caller's), named
+// name in results: for callers that load modules themselves (quant's candidates).
+func NewModuleTarget(name string, m *torch.Module, inputs []*torch.Tensor) *ModuleTarget {
+	return &ModuleTarget{name: name, m: m, inputs: inputs}
 }
 
 // IsArtifact tells a torchspeed artifact (with a manifest) from a plain TorchScript file.

@@ -136,7 +136,7 @@ func TestMakeInputsErrors(t *testing.T) {
 
 func TestRandomTensor(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	x, err := RandomTensor(rng, []int64{1000}, torch.Float32)
+	x, err := RandomTensor(rng, []int64{1000}, torch.Float32, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func TestRandomTensor(t *testing.T) {
 	if mean, variance := sum/1000, sq/1000-(sum/1000)*(sum/1000); mean < -0.15 || mean > 0.15 || variance < 0.8 || variance > 1.2 {
 		t.Errorf("float32 inputs: mean %.3f, variance %.3f; want a standard normal", mean, variance)
 	}
-	u, err := RandomTensor(rng, []int64{2, 3}, torch.Uint8)
+	u, err := RandomTensor(rng, []int64{2, 3}, torch.Uint8, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +158,36 @@ func TestRandomTensor(t *testing.T) {
 	if len(data(t, u).([]uint8)) != 6 {
 		t.Error("uint8 input of shape 2x3 does not have 6 elements")
 	}
-	if _, err := RandomTensor(rng, []int64{2}, torch.QInt8); err == nil || !strings.Contains(err.Error(), "are not supported") {
+	// A range bounds integer inputs (token ids below a vocabulary size), uint8 too.
+	for _, dt := range []torch.DType{torch.Int64, torch.Int32, torch.Uint8} {
+		r, err := RandomTensor(rng, []int64{500}, dt, []int64{7, 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[int64]bool{}
+		switch d := data(t, r).(type) {
+		case []int64:
+			for _, v := range d {
+				seen[v] = true
+			}
+		case []int32:
+			for _, v := range d {
+				seen[int64(v)] = true
+			}
+		case []uint8:
+			for _, v := range d {
+				seen[int64(v)] = true
+			}
+		}
+		r.Close()
+		if len(seen) != 3 || !seen[7] || !seen[8] || !seen[9] {
+			t.Errorf("%s in [7, 10): drew %v", dt, seen)
+		}
+	}
+	if _, err := RandomTensor(rng, []int64{2}, torch.Int64, []int64{5, 5}); err == nil {
+		t.Error("empty range [5, 5) accepted")
+	}
+	if _, err := RandomTensor(rng, []int64{2}, torch.QInt8, nil); err == nil || !strings.Contains(err.Error(), "are not supported") {
 		t.Errorf("qint8: %v, want not supported", err)
 	}
 }

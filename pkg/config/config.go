@@ -519,7 +519,7 @@ func (c *Config) ValidateValues() error {
 	for _, t := range []struct {
 		key string
 		v   Toggle
-	}{{"optimize.optimize_for_inference", c.Optimize.OptimizeForInference}, {"optimize.channels_last", c.Optimize.ChannelsLast}, {"quantize.reduce_range", c.Quantize.ReduceRange}, {"runtime.measure", c.Runtime.Measure}} {
+	}{{"optimize.optimize_for_inference", c.Optimize.OptimizeForInference}, {"optimize.channels_last", c.Optimize.ChannelsLast}, {"runtime.measure", c.Runtime.Measure}} {
 		if t.v != Auto && t.v != On && t.v != Off {
 			bad(t.key, t.v, "auto, true or false")
 		}
@@ -533,20 +533,8 @@ func (c *Config) ValidateValues() error {
 	if c.Optimize.MinSpeedup <= 0 {
 		bad("optimize.min_speedup", c.Optimize.MinSpeedup, "a ratio > 0 (1.02 = at least 2% faster)")
 	}
-	if !slices.Contains([]string{"none", "static", "dynamic", "auto"}, c.Quantize.Mode) {
-		bad("quantize.mode", c.Quantize.Mode, "none, static, dynamic or auto")
-	}
-	if !slices.Contains([]string{"auto", "x86", "fbgemm", "onednn", "qnnpack"}, c.Quantize.Engine) {
-		bad("quantize.engine", c.Quantize.Engine, "auto, x86, fbgemm, onednn or qnnpack")
-	}
-	if !slices.Contains([]string{"minmax", "moving_average", "histogram", "percentile"}, c.Quantize.Observer) {
-		bad("quantize.observer", c.Quantize.Observer, "minmax, moving_average, histogram or percentile")
-	}
-	if c.Quantize.Percentile <= 50 || c.Quantize.Percentile > 100 {
-		bad("quantize.percentile", c.Quantize.Percentile, "between 50 and 100, e.g. 99.99")
-	}
-	if c.Quantize.MaxFallbackLayers < 0 {
-		bad("quantize.max_fallback_layers", c.Quantize.MaxFallbackLayers, "must be >= 0")
+	if err := c.Quantize.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.Quantize.Mode == "static" && c.Calibration.Path == "" && c.Calibration.Kind != calib.KindRandom {
 		errs = append(errs, errors.New("calibration: static quantization needs calibration data: set calibration.path (npy, npz or an image folder), or calibration.kind: random to accept an unverified result"))

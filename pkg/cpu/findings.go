@@ -168,6 +168,12 @@ func findings(p *Probe) []Finding {
 			"the CPU has %s but the OS has not enabled them (XCR0=%s)", strings.Join(isa.NotEnabledByOS, ", "), isa.XCR0)
 	}
 
+	if f := atenISAFinding(p); f != nil {
+		out = append(out, *f)
+	}
+	if f := oneDNNISAFinding(p); f != nil {
+		out = append(out, *f)
+	}
 	if t := p.Torch; t != nil {
 		if t.OneDNN == "" && t.ShowConfig != "" {
 			add(Warning, "torch-no-onednn", "use a libtorch built with USE_MKLDNN=ON (Debian's and the official builds are)",
@@ -193,4 +199,75 @@ func joinInts(xs []int) string {
 		s[i] = strconv.Itoa(x)
 	}
 	return strings.Join(s, ",")
+}
+
+// capabilityRank orders ATen's CPU dispatch levels (show_config's "CPU capability usage").
+var capabilityRank = map[string]int{"DEFAULT": 0, "AVX": 1, "AVX2": 2, "AVX512": 3}
+
+// atenISAFinding says when libtorch's own kernels dispatch below what the CPU offers: the CPU
+// has AVX-512 (and maybe VNNI) while ATen runs its AVX2 kernels (libtorch 1.x's default even
+// where the build has AVX-512 ones), so ATen's ops leave speed on the table. nil when they
+// match or libtorch is not known.
+func atenISAFinding(p *Probe) *Finding {
+	if p.Torch == nil || p.Torch.CPUCapability == "" {
+		return nil
+	}
+	have, ok := capabilityRank[strings.ToUpper(p.Torch.CPUCapability)]
+	if !ok {
+		return nil
+	}
+	best, bestName := 0, "DEFAULT"
+	switch {
+	case p.ISA.AVX512Core():
+		best, bestName = 3, "AVX512"
+	case p.ISA.AVX2 && p.ISA.FMA:
+		best, bestName = 2, "AVX2"
+	case p.ISA.AVX:
+		best, bestName = 1, "AVX"
+	}
+	if have >= best {
+		return nil
+	}
+	fix := "use a libtorch built with " + bestName + " kernels (the official libtorch 2.x CPU build)"
+	if p.Torch.Build["PERF_WITH_"+bestName] == "1" {
+		// The build has the kernels; ATen only chose not to use them.
+		fix = "export ATEN_CPU_CAPABILITY=" + strings.ToLower(bestName) + " (this libtorch has " + bestName + " kernels) and compare with torchspeed bench: on some models it gains nothing"
+	}
+	if v, ok := p.Env["ATEN_CPU_CAPABILITY"]; ok {
+		fix = "ATEN_CPU_CAPABILITY=" + v + " is set in the environment: unset it or set it to " + strings.ToLower(bestName) + ", then compare with torchspeed bench"
+	}
+	return &Finding{
+		Severity: Warning,
+		Code:     "libtorch-isa-below-cpu",
+		Message: fmt.Sprintf("libtorch dispatches its %s kernels (CPU capability usage: %s) while this CPU offers %s (%s); ONEDNN_VERBOSE=1 shows the ISA oneDNN picks for its own kernels",
+			p.Torch.CPUCapability, p.Torch.CPUCapability, bestName, p.ISA.Level()),
+		Fix: fix,
+	}
+}
+
+// oneDNNISAs are oneDNN's ISA names (ONEDNN_MAX_CPU_ISA values, ISA.Level's spelling), lowest
+// first.
+var oneDNNISAs = []string{"sse41", "avx", "avx2", "avx2_vnni", "avx512_core", "avx512_core_vnni", "avx512_core_bf16", "avx512_core_amx"}
+
+// oneDNNISAFinding says when ONEDNN_MAX_CPU_ISA (or its old name DNNL_MAX_CPU_ISA) keeps oneDNN,
+// which runs libtorch's convolutions and INT8 layers, below the CPU's best ISA.
+func oneDNNISAFinding(p *Probe) *Finding {
+	for _, name := range []string{"ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"} {
+		v, ok := p.Env[name]
+		if !ok {
+			continue
+		}
+		capped := slices.Index(oneDNNISAs, strings.ToLower(strings.TrimSpace(v)))
+		level := p.ISA.Level()
+		if capped < 0 || capped >= slices.Index(oneDNNISAs, level) {
+			return nil // ALL, an unknown name, or no lower than the CPU
+		}
+		return &Finding{
+			Severity: Warning,
+			Code:     "onednn-isa-capped",
+			Message:  fmt.Sprintf("%s=%s keeps oneDNN (convolutions, INT8 layers) at %s while this CPU offers %s", name, v, strings.ToLower(v), level),
+			Fix:      "unset " + name + " (oneDNN then uses the CPU's best ISA)",
+		}
+	}
+	return nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/internal/fixtures"
 	"github.com/torchspeed/torchspeed/internal/mkldnncheck"
+	"github.com/torchspeed/torchspeed/internal/schemacheck"
 	"github.com/torchspeed/torchspeed/pkg/config"
 	"github.com/torchspeed/torchspeed/pkg/export/tritonpb"
 	"github.com/torchspeed/torchspeed/pkg/pipeline"
@@ -93,6 +94,9 @@ func artifact(t *testing.T, name string) (string, fixtures.Fixture) {
 	if rep.Artifact == nil {
 		t.Fatalf("optimize %s wrote no artifact", name)
 	}
+	if err := schemacheck.CheckFile("report.schema.json", filepath.Join(c.Output.Dir, "report.json")); err != nil {
+		t.Errorf("optimize %s: %v", name, err)
+	}
 	artifacts[name] = *rep.Artifact
 	return *rep.Artifact, f
 }
@@ -158,7 +162,7 @@ func checkTritonConfig(t *testing.T, cfg *tritonpb.ModelConfig, a *Artifact, f f
 	}
 	for i, in := range cfg.Input {
 		want := f.Inputs[i]
-		if in.Name != fmt.Sprintf("INPUT__%d", i) || in.DataType.String() != tritonType(want.DType) || !equalShape(in.Dims, want.Shape[1:]) {
+		if in.Name != fmt.Sprintf("INPUT__%d", i) || in.DataType.String() != tritonType(want.DType) || !slices.Equal(in.Dims, want.Shape[1:]) {
 			t.Errorf("input %d: %v, want INPUT__%d %s %v", i, in, i, tritonType(want.DType), want.Shape[1:])
 		}
 	}
@@ -167,7 +171,7 @@ func checkTritonConfig(t *testing.T, cfg *tritonpb.ModelConfig, a *Artifact, f f
 	}
 	for i, out := range cfg.Output {
 		want := f.Outputs[i]
-		if out.Name != fmt.Sprintf("OUTPUT__%d", i) || out.DataType.String() != tritonType(want.DType) || !equalShape(out.Dims, want.Shape[1:]) {
+		if out.Name != fmt.Sprintf("OUTPUT__%d", i) || out.DataType.String() != tritonType(want.DType) || !slices.Equal(out.Dims, want.Shape[1:]) {
 			t.Errorf("output %d: %v, want OUTPUT__%d %s %v", i, out, i, tritonType(want.DType), want.Shape[1:])
 		}
 	}
@@ -327,7 +331,7 @@ func TestTritonExportErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.MaxBatchSize != 0 || !equalShape(cfg.Input[0].Dims, a.Inputs[0].Shape) || cfg.InstanceGroup[0].Count != 3 {
+	if cfg.MaxBatchSize != 0 || !slices.Equal(cfg.Input[0].Dims, a.Inputs[0].Shape) || cfg.InstanceGroup[0].Count != 3 {
 		t.Errorf("--max-batch -1 --instances 3: max_batch_size %d, dims %v, count %d", cfg.MaxBatchSize, cfg.Input[0].Dims, cfg.InstanceGroup[0].Count)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -117,7 +118,7 @@ func checkBatch(m *torchspeed.Model, inputs []Tensor, one []output) (bool, strin
 		return false, fmt.Sprintf("a batch of 2 fails: %v", firstLine(err))
 	}
 	for i, o := range two {
-		if len(o.shape) == 0 || o.shape[0] != 2 || !equalShape(o.shape[1:], one[i].shape[1:]) {
+		if len(o.shape) == 0 || o.shape[0] != 2 || !slices.Equal(o.shape[1:], one[i].shape[1:]) {
 			return false, fmt.Sprintf("a batch of 2 gives output %s shape %v; a batch would give 2 rows of %v", o.name, o.shape, one[i].shape[1:])
 		}
 		row := o.values[:len(one[i].values)]
@@ -246,18 +247,6 @@ func maxRelDiff(a, b []float64) float64 {
 		d = math.Max(d, math.Abs(a[i]-b[i])/scale)
 	}
 	return d
-}
-
-func equalShape(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func firstLine(err error) string {

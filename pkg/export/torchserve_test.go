@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -90,7 +91,7 @@ func TestTorchServeExport(t *testing.T) {
 				t.Errorf("%s: %+v", TorchServeSpecFile, spec)
 			}
 			for i, in := range spec.Inputs {
-				if in.Name != f.Inputs[i].Name || in.DType != f.Inputs[i].DType || !equalShape(in.Shape, f.Inputs[i].Shape) {
+				if in.Name != f.Inputs[i].Name || in.DType != f.Inputs[i].DType || !slices.Equal(in.Shape, f.Inputs[i].Shape) {
 					t.Errorf("spec input %d: %+v, fixture %+v", i, in, f.Inputs[i])
 				}
 			}

@@ -9,8 +9,9 @@ import (
 	"io"
 	"math/bits"
 	"os"
-	"path/filepath"
 	"unsafe"
+
+	"github.com/torchspeed/torchspeed/internal/safefile"
 )
 
 const magic = "\x93NUMPY"
@@ -350,41 +351,5 @@ func WriteFile(path string, a *Array) error {
 	if err := a.Validate(); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	return writeAtomic(path, func(w io.Writer) error { return Write(w, a) })
-}
-
-// writeAtomic streams fill into a temporary file next to path and renames it to path.
-func writeAtomic(path string, fill func(w io.Writer) error) (err error) {
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	bw := bufio.NewWriterSize(f, 1<<16)
-	if err = fill(bw); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err = bw.Flush(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err = f.Chmod(0o644); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err = f.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err = os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
+	return safefile.Write(path, func(w io.Writer) error { return Write(w, a) })
 }

@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"strings"
+
+	"github.com/torchspeed/torchspeed/internal/safefile"
 )
 
 // ReadNPZ reads every array in the .npz archive at path (as written by np.savez or
@@ -84,7 +86,7 @@ func writeNPZ(path string, names []string, arrays []*Array, method uint16) error
 	if err := checkNPZ(names, arrays); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	return writeAtomic(path, func(w io.Writer) error { return encodeNPZ(w, names, arrays, method) })
+	return safefile.Write(path, func(w io.Writer) error { return encodeNPZ(w, names, arrays, method) })
 }
 
 // EncodeNPZ writes arrays to w as an uncompressed .npz archive (see WriteNPZ), for callers

@@ -6,20 +6,18 @@ package pipeline
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/internal/exitcode"
+	"github.com/torchspeed/torchspeed/internal/safefile"
 	"github.com/torchspeed/torchspeed/pkg/bench"
+	"github.com/torchspeed/torchspeed/pkg/benchrun"
 	"github.com/torchspeed/torchspeed/pkg/calib"
 	"github.com/torchspeed/torchspeed/pkg/config"
 	"github.com/torchspeed/torchspeed/pkg/cpu"
@@ -69,7 +67,7 @@ func (e *ValidationError) Error() string {
 }
 
 // ExitCode makes a validation failure exit with 3.
-func (e *ValidationError) ExitCode() int { return 3 }
+func (e *ValidationError) ExitCode() int { return exitcode.Validation }
 
 type run struct {
 	ctx    context.Context
@@ -169,9 +167,9 @@ func (r *run) steps(start time.Time, out *output) (*report.Report, error) {
 // outputs as the reference every later stage is held to.
 func (r *run) load() error {
 	cfg := r.cfg
-	sum, size, err := hashFile(cfg.Model.Path)
+	sum, size, err := safefile.SHA256(cfg.Model.Path)
 	if err != nil {
-		return fmt.Errorf("model %q: %w", cfg.Model.Path, err)
+		return fmt.Errorf("model.path: %w", err)
 	}
 	t0 := time.Now()
 	m, err := torch.Load(cfg.Model.Path)
@@ -238,8 +236,9 @@ func (r *run) load() error {
 const maxStreamCalls = 1000
 
 // makeInputs builds the bench inputs (the tensor arguments of one call): the configured data
-// (the first call of a sequence), else seeded random tensors with the configured shapes and
-// dtypes. A sequence also becomes the checks: its calls in order.
+// (the first call of a sequence), else seeded random tensors with the configured shapes,
+// dtypes and integer ranges (benchrun.RandomTensor, the one generator). A sequence also
+// becomes the checks: its calls in order.
 func (r *run) makeInputs(seed uint64) ([]*torch.Tensor, error) {
 	data, seq, calls, err := r.inputData()
 	if err != nil {
@@ -256,54 +255,11 @@ func (r *run) makeInputs(seed uint64) ([]*torch.Tensor, error) {
 			out = append(out, t[0])
 			continue
 		}
-		n := int64(1)
-		for _, d := range in.Shape {
-			n *= d
+		dt, err := torch.ParseDType(in.DType)
+		if err != nil {
+			return nil, fmt.Errorf("input %s: %w", in.Name, err)
 		}
-		lo, hi := int64(0), int64(100)
-		if len(in.Range) == 2 {
-			lo, hi = in.Range[0], in.Range[1]
-		}
-		var data any
-		switch in.DType {
-		case "float32":
-			d := make([]float32, n)
-			for i := range d {
-				d[i] = float32(rng.NormFloat64())
-			}
-			data = d
-		case "float64":
-			d := make([]float64, n)
-			for i := range d {
-				d[i] = rng.NormFloat64()
-			}
-			data = d
-		case "int64":
-			d := make([]int64, n)
-			for i := range d {
-				d[i] = lo + rng.Int64N(hi-lo)
-			}
-			data = d
-		case "int32":
-			d := make([]int32, n)
-			for i := range d {
-				d[i] = int32(lo + rng.Int64N(hi-lo))
-			}
-			data = d
-		case "uint8":
-			d := make([]uint8, n)
-			for i := range d {
-				d[i] = uint8(rng.IntN(256))
-			}
-			data = d
-		case "bool":
-			d := make([]bool, n)
-			for i := range d {
-				d[i] = rng.IntN(2) == 1
-			}
-			data = d
-		}
-		t, err := torch.NewTensorAny(data, in.Shape)
+		t, err := benchrun.RandomTensor(rng, in.Shape, dt, in.Range)
 		if err != nil {
 			return nil, fmt.Errorf("input %s: %w", in.Name, err)
 		}
@@ -437,23 +393,6 @@ func total(counts map[string]int) int {
 		n += v
 	}
 	return n
-}
-
-func hashFile(path string) (string, int64, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return "", 0, fmt.Errorf("file not found: check model.path")
-		}
-		return "", 0, err
-	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return "", 0, err
-	}
-	return hex.EncodeToString(h.Sum(nil)), n, nil
 }
 
 // inputArrays copies the bench inputs into arrays, as validation data of last resort.

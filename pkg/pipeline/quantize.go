@@ -89,7 +89,7 @@ func (r *run) quantize() error {
 		r.warn("no validation data: INT8 was checked on random inputs only; set validation.data for a real check")
 	}
 	opts := quant.Options{
-		Mode: mode, Engine: q.Engine, Activation: q.Observer, Percentile: q.Percentile,
+		Mode: mode, Engine: q.Engine, Observer: q.Observer, Percentile: q.Percentile,
 		PerChannel: q.PerChannel, ReduceRange: string(q.ReduceRange), Skip: q.Skip, Preserve: r.call.preserve,
 	}
 	if r.opts.Progress != nil {

@@ -60,7 +60,7 @@ func benchINT8(b *testing.B, man *fixtures.Manifest, f fixtures.Fixture) {
 	calib := dataset(b, cf, cf.Calib, 4)
 	opts := quant.DefaultOptions()
 	if a := os.Getenv("TORCHSPEED_BENCH_ACTIVATION"); a != "" {
-		opts.Activation = a
+		opts.Observer = a
 	}
 	start := time.Now()
 	q, rep, err := quant.Quantize(ctx, m, calib, opts)

@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
+	"github.com/torchspeed/torchspeed/pkg/bench"
+	"github.com/torchspeed/torchspeed/pkg/benchrun"
 )
 
 // Decision is DecideINT8's verdict.
@@ -49,47 +50,50 @@ func DecideINT8(int8P50, fp32P50 time.Duration, minSpeedup float64, force bool) 
 	return d
 }
 
-// InterleavedLatency returns a LatencyFunc that runs each model once per round, in rotating
-// order, for warmup+rounds rounds on the same inputs, and reports each model's p50 over the
-// measured rounds. Runs use the plain C++ timing loop (Module.TimeForward) on the inference
-// worker thread, so the bindings add nothing to the figures.
+// InterleavedLatency returns a LatencyFunc that measures the models side by side with
+// bench.Compare (shuffled rounds, each model once per round; warmup rounds untimed, then
+// rounds timed) on the shared inference thread, and reports each model's p50: the one
+// interleaved timing loop, as bench and optimize's stage measurements use. Call it outside
+// torch.Do.
 func InterleavedLatency(inputs []*torch.Tensor, warmup, rounds int) LatencyFunc {
 	return func(ctx context.Context, models []*torch.Module) ([]time.Duration, error) {
 		if rounds < 1 {
 			return nil, errors.New("interleaved latency: rounds must be >= 1")
 		}
-		samples := make([][]int64, len(models))
-		for r := 0; r < warmup+rounds; r++ {
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-			for k := range models {
-				i := (k + r) % len(models) // rotate so no model always runs right after another
-				ns, err := models[i].TimeForward(1, inputs...)
-				if err != nil {
-					return nil, err
-				}
-				if r >= warmup {
-					samples[i] = append(samples[i], ns[0])
-				}
-			}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if len(models) == 0 {
+			return nil, nil
+		}
+		targets := make([]bench.Target, len(models))
+		for i, m := range models {
+			targets[i] = benchrun.NewModuleTarget(fmt.Sprintf("candidate %d", i), m, inputs)
+		}
+		if len(models) == 1 {
+			// Compare needs two: time the one against itself.
+			targets = append(targets, benchrun.NewModuleTarget("candidate 0 (again)", models[0], inputs))
+		}
+		var (
+			cmp *bench.Comparison
+			err error
+		)
+		torch.Do(func() {
+			cmp, err = bench.Compare(targets, bench.CompareOptions{
+				Options: bench.Options{Runs: rounds, Warmup: warmup},
+				Order:   bench.Shuffled, Seed: 1,
+			})
+		})
+		if err != nil {
+			return nil, fmt.Errorf("interleaved latency: %w", err)
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
 		}
 		out := make([]time.Duration, len(models))
-		for i, s := range samples {
-			slices.Sort(s)
-			out[i] = time.Duration(median(s))
+		for i := range out {
+			out[i] = cmp.Results[i].Stats.P50
 		}
 		return out, nil
 	}
-}
-
-func median(s []int64) int64 {
-	n := len(s)
-	if n == 0 {
-		return 0
-	}
-	if n%2 == 1 {
-		return s[n/2]
-	}
-	return (s[n/2-1] + s[n/2]) / 2
 }

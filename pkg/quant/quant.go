@@ -20,6 +20,7 @@ import (
 	"github.com/klauspost/cpuid/v2"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
+	"github.com/torchspeed/torchspeed/pkg/config"
 	"github.com/torchspeed/torchspeed/pkg/validate"
 )
 
@@ -38,9 +39,9 @@ type Options struct {
 	// Engine is "auto", "x86", "fbgemm", "onednn" or "qnnpack". auto picks the best this
 	// libtorch supports for this CPU and never qnnpack on x86.
 	Engine string `mapstructure:"engine"`
-	// Activation is the activation observer: "minmax", "moving_average", "histogram" or
+	// Observer is the activation observer: "minmax", "moving_average", "histogram" or
 	// "percentile" (static mode).
-	Activation string `mapstructure:"activation"`
+	Observer string `mapstructure:"observer"`
 	// Percentile is the clipping percentile of the percentile observer (default 99.99).
 	Percentile float64 `mapstructure:"percentile"`
 	// AveragingConstant is the moving-average observer's constant (default 0.01).
@@ -67,11 +68,13 @@ type Options struct {
 	VNNI *bool `mapstructure:"-" json:"-"`
 }
 
-// DefaultOptions is static min/max quantization with per-channel weights, engine and reduce
-// range chosen for this machine.
+// DefaultOptions is static quantization with the config's quantize defaults (pkg/config is
+// the one source of them: engine and reduce range chosen for this machine, histogram
+// observer, per-channel weights).
 func DefaultOptions() Options {
-	return Options{Mode: ModeStatic, Engine: "auto", Activation: torch.ObserverMinMax, Percentile: 99.99,
-		AveragingConstant: 0.01, PerChannel: true, ReduceRange: "auto"}
+	d := config.Default().Quantize
+	return Options{Mode: ModeStatic, Engine: d.Engine, Observer: d.Observer, Percentile: d.Percentile,
+		AveragingConstant: 0.01, PerChannel: d.PerChannel, ReduceRange: string(d.ReduceRange)}
 }
 
 func (o *Options) fill() {
@@ -82,8 +85,8 @@ func (o *Options) fill() {
 	if o.Engine == "" {
 		o.Engine = d.Engine
 	}
-	if o.Activation == "" {
-		o.Activation = d.Activation
+	if o.Observer == "" {
+		o.Observer = d.Observer
 	}
 	if o.Percentile == 0 {
 		o.Percentile = d.Percentile
@@ -96,46 +99,29 @@ func (o *Options) fill() {
 	}
 }
 
-// Validate checks the options, naming the key, the bad value and what is allowed.
+// Validate checks the options, naming the key, the bad value and what is allowed. The keys
+// the options share with the config's quantize section are checked by config.Quantize's
+// Validate; the rest here.
 func (o Options) Validate() error {
 	o.fill()
-	var errs []string
-	if o.Mode != ModeStatic && o.Mode != ModeDynamic {
-		errs = append(errs, fmt.Sprintf("quantize.mode %q: use static or dynamic", o.Mode))
-	}
-	switch o.Engine {
-	case "auto", "x86", "fbgemm", "onednn", "qnnpack":
-	default:
-		errs = append(errs, fmt.Sprintf("quantize.engine %q: use auto, x86, fbgemm, onednn or qnnpack", o.Engine))
-	}
-	switch o.Activation {
-	case torch.ObserverMinMax, torch.ObserverMovingAverage, torch.ObserverHistogram, torch.ObserverPercentile:
-	default:
-		errs = append(errs, fmt.Sprintf("quantize.activation %q: use minmax, moving_average, histogram or percentile", o.Activation))
-	}
-	if !(o.Percentile > 50 && o.Percentile <= 100) {
-		errs = append(errs, fmt.Sprintf("quantize.percentile %g: use a value in (50, 100], e.g. 99.99", o.Percentile))
+	errs := []error{config.Quantize{Mode: o.Mode, Engine: o.Engine, Observer: o.Observer, Percentile: o.Percentile,
+		ReduceRange: config.Toggle(o.ReduceRange)}.Validate()}
+	if o.Mode == "none" || o.Mode == "auto" {
+		// Valid in a config, where they are decided before quantizing; not here.
+		errs = append(errs, fmt.Errorf("quantize.mode: %s is not allowed here: static or dynamic", o.Mode))
 	}
 	if !(o.AveragingConstant > 0 && o.AveragingConstant <= 1) {
-		errs = append(errs, fmt.Sprintf("quantize.averaging_constant %g: use a value in (0, 1], e.g. 0.01", o.AveragingConstant))
-	}
-	switch o.ReduceRange {
-	case "auto", "true", "false":
-	default:
-		errs = append(errs, fmt.Sprintf("quantize.reduce_range %q: use auto, true or false", o.ReduceRange))
+		errs = append(errs, fmt.Errorf("quantize.averaging_constant: %g is not allowed: a value in (0, 1], e.g. 0.01", o.AveragingConstant))
 	}
 	if o.CalibrationSamples < 0 {
-		errs = append(errs, fmt.Sprintf("quantize.calibration_samples %d: use 0 (all) or more", o.CalibrationSamples))
+		errs = append(errs, fmt.Errorf("quantize.calibration_samples: %d is not allowed: 0 (all) or more", o.CalibrationSamples))
 	}
 	for _, s := range o.Skip {
 		if strings.TrimSpace(s) == "" {
-			errs = append(errs, "quantize.skip: empty module path")
+			errs = append(errs, errors.New("quantize.skip: empty module path"))
 		}
 	}
-	if len(errs) > 0 {
-		return errors.New(strings.Join(errs, "; "))
-	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // enginePreference is the order auto tries on x86: x86 (fbgemm + onednn dispatch, official
@@ -216,8 +202,8 @@ func (o Options) Config(engine string) torch.QuantConfig {
 		// quantize_dynamic_jit's graphs show), whatever the observer says.
 		c.Activation = torch.ObserverConfig{Observer: torch.ObserverPlaceholder, ReduceRange: rr}
 	} else {
-		c.Activation = torch.ObserverConfig{Observer: o.Activation, ReduceRange: rr}
-		switch o.Activation {
+		c.Activation = torch.ObserverConfig{Observer: o.Observer, ReduceRange: rr}
+		switch o.Observer {
 		case torch.ObserverPercentile:
 			c.Activation.Percentile = o.Percentile
 		case torch.ObserverMovingAverage:
@@ -296,8 +282,8 @@ func Quantize(ctx context.Context, m *torch.Module, data validate.Batches, opts 
 			return nil, nil, fmt.Errorf("quantize %q (dynamic): %w", m.Name(), err)
 		}
 	} else {
-		rep.Activation = opts.Activation
-		if opts.Activation == torch.ObserverPercentile {
+		rep.Activation = opts.Observer
+		if opts.Observer == torch.ObserverPercentile {
 			rep.Activation = fmt.Sprintf("percentile %g", opts.Percentile)
 		}
 		q, err = quantizeStatic(ctx, m, data, opts, cfg, engine, rep)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/internal/fixtures"
+	"github.com/torchspeed/torchspeed/pkg/config"
 	"github.com/torchspeed/torchspeed/pkg/npy"
 	"github.com/torchspeed/torchspeed/pkg/quant"
 	"github.com/torchspeed/torchspeed/pkg/validate"
@@ -128,6 +129,21 @@ func TestDecideINT8(t *testing.T) {
 	}
 }
 
+// The options take their defaults from the config's quantize section: one source of truth.
+func TestDefaultsFollowConfig(t *testing.T) {
+	d, c := quant.DefaultOptions(), config.Default().Quantize
+	if d.Engine != c.Engine || d.Observer != c.Observer || d.Percentile != c.Percentile || d.PerChannel != c.PerChannel || d.ReduceRange != string(c.ReduceRange) {
+		t.Errorf("quant defaults %+v disagree with the config's %+v", d, c)
+	}
+	// And a value the config refuses, quant refuses with the same words.
+	c.Observer = "kl"
+	o := quant.DefaultOptions()
+	o.Observer = "kl"
+	if cerr, qerr := c.Validate(), o.Validate(); cerr == nil || qerr == nil || cerr.Error() != qerr.Error() {
+		t.Errorf("config says %v, quant says %v", cerr, qerr)
+	}
+}
+
 func TestOptionsValidate(t *testing.T) {
 	tests := []struct {
 		name string
@@ -135,12 +151,14 @@ func TestOptionsValidate(t *testing.T) {
 		err  string
 	}{
 		{"defaults", func(*quant.Options) {}, ""},
-		{"mode", func(o *quant.Options) { o.Mode = "qat" }, `quantize.mode "qat"`},
-		{"engine", func(o *quant.Options) { o.Engine = "tensorrt" }, `quantize.engine "tensorrt"`},
-		{"activation", func(o *quant.Options) { o.Activation = "kl" }, `quantize.activation "kl"`},
-		{"percentile", func(o *quant.Options) { o.Percentile = 120 }, "quantize.percentile 120"},
-		{"reduce range", func(o *quant.Options) { o.ReduceRange = "yes" }, `quantize.reduce_range "yes"`},
-		{"samples", func(o *quant.Options) { o.CalibrationSamples = -1 }, "calibration_samples -1"},
+		{"mode", func(o *quant.Options) { o.Mode = "qat" }, "quantize.mode: qat is not allowed"},
+		{"config-only mode", func(o *quant.Options) { o.Mode = "auto" }, "quantize.mode: auto is not allowed here: static or dynamic"},
+		{"engine", func(o *quant.Options) { o.Engine = "tensorrt" }, "quantize.engine: tensorrt is not allowed"},
+		{"observer", func(o *quant.Options) { o.Observer = "kl" }, "quantize.observer: kl is not allowed"},
+		{"percentile", func(o *quant.Options) { o.Percentile = 120 }, "quantize.percentile: 120 is not allowed"},
+		{"reduce range", func(o *quant.Options) { o.ReduceRange = "yes" }, "quantize.reduce_range: yes is not allowed"},
+		{"averaging constant", func(o *quant.Options) { o.AveragingConstant = 2 }, "quantize.averaging_constant: 2 is not allowed"},
+		{"samples", func(o *quant.Options) { o.CalibrationSamples = -1 }, "quantize.calibration_samples: -1 is not allowed"},
 		{"skip", func(o *quant.Options) { o.Skip = []string{" "} }, "empty module path"},
 	}
 	for _, tc := range tests {
@@ -169,7 +187,7 @@ func TestDigitsAccuracy(t *testing.T) {
 	for _, act := range []string{torch.ObserverMinMax, torch.ObserverMovingAverage, torch.ObserverHistogram, torch.ObserverPercentile} {
 		t.Run(act, func(t *testing.T) {
 			o := quant.DefaultOptions()
-			o.Activation = act
+			o.Observer = act
 			var progress []int
 			o.Progress = func(done, total int) {
 				if total != 200 {

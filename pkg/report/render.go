@@ -308,7 +308,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		}
 		sort.Slice(ops, func(i, j int) bool { return rf.ByOp[ops[i]] > rf.ByOp[ops[j]] })
 		for _, op := range ops {
-			p("| %s | %s%s | %.1f%% |\n", op, si(rf.ByOp[op]), rf.unit(), 100*rf.ByOp[op]/max(rf.FLOPs, 1))
+			p("| %s | %s | %.1f%% |\n", op, rf.Work(rf.ByOp[op]), 100*rf.ByOp[op]/max(rf.FLOPs, 1))
 		}
 	}
 	if r.Plot != nil {

@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/torchspeed/torchspeed/internal/schemacheck"
+	"github.com/torchspeed/torchspeed/pkg/config"
 )
 
 func f(v float64) *float64 { return &v }
@@ -14,7 +17,10 @@ func i(v int) *int         { return &v }
 func s(v string) *string   { return &v }
 
 func sample() *Report {
+	cfg := config.Default()
+	cfg.Model.Path = "m.pt"
 	return &Report{
+		Config:     &cfg,
 		Torchspeed: "test", Libtorch: "1.13.0", Started: time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC), WallMs: 1500,
 		Outcome: OutcomePassed,
 		Model:   ModelInfo{Path: "m.pt", SHA256: "abcdef0123456789abcdef", Bytes: 10, Inputs: []InputSpec{{Name: "x", DType: "float32", Shape: []int64{1, 3, 8, 8}}}, Nodes: 40},
@@ -63,6 +69,9 @@ func TestRenderings(t *testing.T) {
 	if !strings.Contains(tbl.String(), "validation of freeze (fp32, 16 samples: calib.npy): FAIL") {
 		t.Errorf("table:\n%s", tbl.String())
 	}
+	if err := schemacheck.Check("report.schema.json", js.Bytes()); err != nil {
+		t.Error(err)
+	}
 	var back map[string]any
 	if err := json.Unmarshal(js.Bytes(), &back); err != nil {
 		t.Fatal(err)
@@ -107,6 +116,9 @@ func TestNonFiniteFigures(t *testing.T) {
 	var js, md bytes.Buffer
 	if err := r.WriteJSON(&js); err != nil {
 		t.Fatalf("WriteJSON: %v", err)
+	}
+	if err := schemacheck.Check("report.schema.json", js.Bytes()); err != nil {
+		t.Error(err)
 	}
 	if err := r.WriteMarkdown(&md); err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/torchspeed/torchspeed/pkg/config"
 	"github.com/torchspeed/torchspeed/pkg/cpu"
+	"github.com/torchspeed/torchspeed/pkg/roofline"
 )
 
 // SchemaVersion is report.json's schema_version: raised on any change a reader of an older
@@ -258,3 +259,6 @@ type EnvVar struct {
 	Name  string `json:"name"`
 	Value string `json:"value"`
 }
+
+// Roofline is pkg/roofline's placement of a measured latency against the machine's peak.
+type Roofline = roofline.Roofline

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/torchspeed/torchspeed/pkg/kernels"
-	"github.com/torchspeed/torchspeed/pkg/report"
 )
 
 // PeakDuration is the time MeasurePeak spends on each figure here: the best 2 ms burst of 30 ms
@@ -60,7 +59,7 @@ func IsINT8(precision string) bool { return strings.HasPrefix(strings.ToLower(pr
 
 // Place computes the roofline of flops per inference run in p50 against peak: the FP32 peak, or
 // the INT8 one when int8 is set. countedOn names the model the FLOPs were counted on.
-func Place(flops float64, byOp map[string]float64, countedOn string, p50 time.Duration, int8 bool, peak kernels.PeakResult) (*report.Roofline, error) {
+func Place(flops float64, byOp map[string]float64, countedOn string, p50 time.Duration, int8 bool, peak kernels.PeakResult) (*Roofline, error) {
 	if flops <= 0 {
 		return nil, fmt.Errorf("roofline: %g FLOP counted on %s: no convolution or matrix product to hold against the peak", flops, countedOn)
 	}
@@ -79,7 +78,7 @@ func Place(flops float64, byOp map[string]float64, countedOn string, p50 time.Du
 			best, isa = f.AllCores, f.ISA
 		}
 	}
-	return &report.Roofline{
+	return &Roofline{
 		FLOPs: flops, ByOp: byOp, CountedOn: countedOn, Precision: prec,
 		P50Ms: float64(p50) / 1e6, Achieved: pt.Achieved, Peak: pt.Ceiling, PeakISA: isa,
 		CPUs: append([]int(nil), peak.CPUs...), Fraction: pt.FractionOfPeak,
@@ -95,7 +94,7 @@ type FLOPCounter[T any] interface {
 // Measure counts flopModel's FLOPs on inputs (one forward), measures the peak on threads CPUs
 // and places p50. For an INT8 model pass its FP32 original as flopModel and int8 true: the
 // INT8 model does the same multiply-adds, in ops the count does not read.
-func Measure[T any](flopModel FLOPCounter[T], countedOn string, inputs []T, p50 time.Duration, int8 bool, threads int) (*report.Roofline, error) {
+func Measure[T any](flopModel FLOPCounter[T], countedOn string, inputs []T, p50 time.Duration, int8 bool, threads int) (*Roofline, error) {
 	flops, byOp, err := flopModel.OpFLOPs(inputs...)
 	if err != nil {
 		return nil, fmt.Errorf("roofline: %w", err)

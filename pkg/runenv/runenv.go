@@ -150,7 +150,10 @@ const defaultWaitNote = "wait policy: the OpenMP runtime's default; passive and 
 const shortSpinCount = 3000
 
 // Compute works out the settings of each instance. It checks every choice against the
-// probe first and returns an error, and no settings, when one cannot be met.
+// probe first and returns an error, and no settings, when one cannot be met. The steps: the
+// CPUs asked for (cpuPool), one unit per physical core of them (coreUnits), how many
+// instances of how many cores (instanceShape), which cores each gets (placeInstances), and
+// each instance's threads, binding, wait policy and variables (instanceSettings).
 func Compute(p *cpu.Probe, o Options) ([]Settings, error) {
 	if p == nil {
 		return nil, errors.New("run settings: no machine probe")
@@ -158,167 +161,23 @@ func Compute(p *cpu.Probe, o Options) ([]Settings, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	var notes []string
-	pool := p.Usable.CPUs
-	explicit := strings.TrimSpace(o.CPUs) != ""
-	if explicit {
-		want, err := cpu.ParseCPUList(o.CPUs)
-		if err != nil {
-			return nil, fmt.Errorf("--cpus: %w", err)
-		}
-		if len(want) == 0 {
-			return nil, fmt.Errorf("--cpus %q names no CPU", o.CPUs)
-		}
-		if bad := want.Minus(pool); len(bad) > 0 {
-			return nil, fmt.Errorf("--cpus %q: CPU(s) %s are not available to this process (usable: %s; the others are offline, outside the cgroup cpuset or the affinity mask)",
-				o.CPUs, bad, pool)
-		}
-		pool = want
+	pool, explicit, err := cpuPool(p, o)
+	if err != nil {
+		return nil, err
 	}
-	if len(o.NUMANodes) > 0 {
-		var ids []string
-		for _, n := range p.NUMA {
-			ids = append(ids, strconv.Itoa(n.ID))
-		}
-		var nodeCPUs cpu.CPUSet
-		for _, id := range o.NUMANodes {
-			n, ok := p.Node(id)
-			if !ok {
-				return nil, fmt.Errorf("--numa-node %d: no such NUMA node (this machine has node(s) %s)", id, strings.Join(ids, ","))
-			}
-			if len(n.CPUs.Intersect(pool)) == 0 {
-				return nil, fmt.Errorf("--numa-node %d: none of its CPUs (%s) is usable by this process (usable: %s)", id, n.CPUs, pool)
-			}
-			nodeCPUs = nodeCPUs.Union(n.CPUs)
-		}
-		pool = pool.Intersect(nodeCPUs)
+	units, notes, err := coreUnits(p, o, pool, explicit)
+	if err != nil {
+		return nil, err
 	}
-	if len(pool) == 0 {
-		return nil, fmt.Errorf("no usable CPUs (affinity %s, cgroup cpuset %s, online %s)", p.Affinity, p.Cgroup.Cpuset, p.Topology.Online)
+	n, per, shapeNotes, err := instanceShape(o, units)
+	if err != nil {
+		return nil, err
 	}
-
-	// One unit per physical core: its first usable hardware thread, or all of them
-	// with UseSMT.
-	type unit struct {
-		node int
-		cpus cpu.CPUSet
+	notes = append(notes, shapeNotes...)
+	groups, err := placeInstances(units, n, per)
+	if err != nil {
+		return nil, err
 	}
-	var units []unit
-	covered := cpu.CPUSet{}
-	for _, c := range p.Topology.Cores {
-		in := c.CPUs.Intersect(pool)
-		if len(in) == 0 {
-			continue
-		}
-		covered = covered.Union(in)
-		if !o.UseSMT && len(in) > 1 {
-			if explicit {
-				notes = append(notes, fmt.Sprintf("CPU(s) %s share a core with CPU %d: left out, one thread per physical core (UseSMT keeps them)", in[1:], in[0]))
-			}
-			in = in[:1]
-		}
-		units = append(units, unit{node: c.Node, cpus: in})
-	}
-	if rest := pool.Minus(covered); len(rest) > 0 {
-		// CPUs with no topology entry (a /sys copy without it): each its own core.
-		for _, c := range rest {
-			units = append(units, unit{node: p.NodeOf(c), cpus: cpu.CPUSet{c}})
-		}
-	}
-	slices.SortStableFunc(units, func(a, b unit) int {
-		if a.node != b.node {
-			return a.node - b.node
-		}
-		return a.cpus[0] - b.cpus[0]
-	})
-	if o.ReserveCores > 0 {
-		if o.ReserveCores >= len(units) {
-			return nil, fmt.Errorf("--reserve-cores %d leaves no core: only %d physical core(s) are usable (CPUs %s)", o.ReserveCores, len(units), pool)
-		}
-		notes = append(notes, fmt.Sprintf("reserved core(s) on CPU(s) %s", unitCPUs(units[:o.ReserveCores], func(u unit) cpu.CPUSet { return u.cpus })))
-		units = units[o.ReserveCores:]
-	}
-	if q := p.Cgroup.QuotaCPUs; q > 0 {
-		// More busy threads than the quota get throttled every period; keep to it.
-		limit := max(1, p.Usable.Count)
-		total := 0
-		for i, u := range units {
-			if total+u.cpus.Len() > limit {
-				if i == 0 {
-					i = 1
-				}
-				notes = append(notes, fmt.Sprintf("cgroup CPU quota %.2f CPUs: using %d of %d core(s)", q, i, len(units)))
-				units = units[:i]
-				break
-			}
-			total += u.cpus.Len()
-		}
-	}
-
-	nodesUsed := map[int]bool{}
-	for _, u := range units {
-		nodesUsed[u.node] = true
-	}
-	n := o.Instances
-	if n == 0 {
-		n = 1
-		if o.Mode == ModeThroughput {
-			n = len(nodesUsed)
-		}
-	}
-	if n > len(units) {
-		return nil, fmt.Errorf("--instances %d: needs at least %d physical cores, but only %d are usable (CPUs %s)", n, n, len(units), unitCPUs(units, func(u unit) cpu.CPUSet { return u.cpus }))
-	}
-	per := o.CoresPerInstance
-	if per == 0 {
-		per = len(units) / n
-		if o.Mode == ModeLatency && n == 1 && len(nodesUsed) > 1 {
-			// One request at a time is faster on one node than across two.
-			per = 0
-			for _, u := range units {
-				if u.node == units[0].node {
-					per++
-				}
-			}
-			notes = append(notes, fmt.Sprintf("latency mode: one instance on node %d only; add --instances for the other node(s)", units[0].node))
-		}
-	}
-	if per*n > len(units) {
-		return nil, fmt.Errorf("--instances %d x --cores-per-instance %d = %d physical cores, but only %d are usable (CPUs %s)",
-			n, per, per*n, len(units), unitCPUs(units, func(u unit) cpu.CPUSet { return u.cpus }))
-	}
-
-	// Fill instances node by node so none straddles two nodes when the split allows.
-	groups := make([][]unit, 0, n)
-	used := make([]bool, len(units))
-	for i := 0; i < len(units) && len(groups) < n; {
-		j := i
-		for j < len(units) && units[j].node == units[i].node {
-			j++
-		}
-		for k := i; k+per <= j && len(groups) < n; k += per {
-			groups = append(groups, units[k:k+per])
-			for x := k; x < k+per; x++ {
-				used[x] = true
-			}
-		}
-		i = j
-	}
-	if len(groups) < n {
-		var rest []unit
-		for i, u := range units {
-			if !used[i] {
-				rest = append(rest, u)
-			}
-		}
-		for k := 0; k+per <= len(rest) && len(groups) < n; k += per {
-			groups = append(groups, rest[k:k+per])
-		}
-	}
-	if len(groups) < n {
-		return nil, fmt.Errorf("--instances %d of %d cores: could not place them on %d usable cores", n, per, len(units))
-	}
-
 	runtimeName, err := pickRuntime(p, o.OpenMP)
 	if err != nil {
 		return nil, err
@@ -334,7 +193,6 @@ func Compute(p *cpu.Probe, o Options) ([]Settings, error) {
 		}
 		alloc = o.Allocator
 	}
-
 	out := make([]Settings, n)
 	for i, g := range groups {
 		s := Settings{
@@ -342,51 +200,9 @@ func Compute(p *cpu.Probe, o Options) ([]Settings, error) {
 			OpenMP: runtimeName, Allocator: alloc, AllocatorPath: allocPath,
 			InteropThreads: max(1, o.InteropThreads), Notes: slices.Clone(notes),
 		}
-		var places []string
-		for _, u := range g {
-			s.CPUs = s.CPUs.Union(u.cpus)
-			places = append(places, "{"+u.cpus.String()+"}")
-			if u.node != s.NUMANode {
-				s.NUMANode = -1
-			}
-		}
-		if s.NUMANode < 0 {
-			s.Notes = append(s.Notes, fmt.Sprintf("instance %d spans NUMA nodes: CPUs %s", i, s.CPUs))
-		}
-		s.Threads = s.CPUs.Len()
-		if o.Threads > 0 {
-			s.Threads = o.Threads
-			if o.Threads > s.CPUs.Len() {
-				s.Notes = append(s.Notes, fmt.Sprintf("%d threads on %d CPU(s): threads will wait for each other", o.Threads, s.CPUs.Len()))
-			}
-		}
-		s.MemBind = !o.NoMemBind && s.NUMANode >= 0 && len(p.NUMA) > 1
-		s.ThreadBind = !o.NoThreadBind
-		switch strings.ToLower(o.WaitPolicy) {
-		case "active":
-			s.WaitPolicy = "ACTIVE"
-		case "passive":
-			s.WaitPolicy = "PASSIVE"
-		default:
-			if o.Mode == ModeThroughput {
-				// Instances busy all the time on cores of their own: nothing to yield to.
-				s.WaitPolicy = "ACTIVE"
-			} else if s.Threads > 1 {
-				s.Notes = append(s.Notes, defaultWaitNote)
-			}
-		}
-		s.Vars = vars(s, places)
-		out[i] = s
+		out[i] = instanceSettings(p, o, s, g)
 	}
 	return out, nil
-}
-
-func unitCPUs[U any](us []U, f func(U) cpu.CPUSet) cpu.CPUSet {
-	var s cpu.CPUSet
-	for _, u := range us {
-		s = s.Union(f(u))
-	}
-	return s
 }
 
 func (o Options) validate() error {

@@ -1,4 +1,4 @@
-package report
+package roofline
 
 import (
 	"fmt"
@@ -56,6 +56,10 @@ func (r *Roofline) Summary() string {
 		si(r.FLOPs), unit, counted, r.P50Ms, si(r.Achieved), unit, 100*r.Fraction, strings.ToUpper(r.Precision),
 		si(r.Peak), unit, r.PeakISA, len(r.CPUs), plural(len(r.CPUs)))
 }
+
+// Work writes an amount of work (FLOPs, or OPs for INT8) with three significant digits and a
+// metric prefix, e.g. "3.63 GFLOP".
+func (r *Roofline) Work(v float64) string { return si(v) + r.unit() }
 
 // unit is FLOP, or OP for INT8 (8-bit multiply-adds are not floating point).
 func (r *Roofline) unit() string {

@@ -1,0 +1,197 @@
+package torch
+
+/*
+#include <stdlib.h>
+#include "torchspeed.h"
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"runtime"
+	"strings"
+	"unsafe"
+)
+
+// Output is one tensor of a flattened forward result. Name is "0" for a single tensor, the
+// index for tuple and list elements, the key for dict entries, joined by "." when nested.
+type Output struct {
+	Name   string
+	Tensor *Tensor
+}
+
+// CloseOutputs closes every tensor of outs.
+func CloseOutputs(outs []Output) {
+	for _, o := range outs {
+		o.Tensor.Close()
+	}
+}
+
+// Forward runs the module on the shared inference thread (see Do; NewThread for more).
+func (m *Module) Forward(inputs ...*Tensor) ([]Output, error) {
+	var (
+		outs []Output
+		err  error
+	)
+	Do(func() { outs, err = m.ForwardOnThisThread(inputs...) })
+	return outs, err
+}
+
+// ForwardOnThisThread runs the module on the calling goroutine's OS thread. Call it only from a
+// goroutine locked with runtime.LockOSThread, or each call may start another OpenMP pool.
+func (m *Module) ForwardOnThisThread(inputs ...*Tensor) ([]Output, error) {
+	return m.call("forward", inputs)
+}
+
+// RunMethod runs a method other than forward on the shared inference thread.
+func (m *Module) RunMethod(method string, inputs ...*Tensor) ([]Output, error) {
+	var (
+		outs []Output
+		err  error
+	)
+	Do(func() { outs, err = m.call(method, inputs) })
+	return outs, err
+}
+
+// RunMethodOnThisThread is RunMethod on the calling goroutine's OS thread (see
+// ForwardOnThisThread).
+func (m *Module) RunMethodOnThisThread(method string, inputs ...*Tensor) ([]Output, error) {
+	return m.call(method, inputs)
+}
+
+func (m *Module) call(method string, inputs []*Tensor) ([]Output, error) {
+	if err := m.acquire(); err != nil {
+		return nil, err
+	}
+	defer m.g.release()
+	if m.nin >= 0 && method == "forward" && int64(len(inputs)) > m.nin {
+		return nil, fmt.Errorf("forward %q: model takes %d input(s), got %d: check the inputs in your config", m.Name(), m.nin, len(inputs))
+	}
+	arr, release, err := cInputs(inputs)
+	if err != nil {
+		return nil, fmt.Errorf("%s %q: %w", method, m.Name(), err)
+	}
+	defer release()
+	for i, t := range inputs {
+		if C.ts_tensor_numel(t.c) == 0 && C.ts_tensor_ndim(t.c) > 0 {
+			return nil, fmt.Errorf("forward %q: input %d has no elements (shape %v): give at least one sample", m.Name(), i, t.shapeLocked())
+		}
+	}
+	var res *C.ts_outputs
+	var st *C.ts_status
+	if method == "forward" {
+		st = C.ts_module_forward(m.c, arr, C.size_t(len(inputs)), &res)
+	} else {
+		cm := C.CString(method)
+		defer C.free(unsafe.Pointer(cm))
+		st = C.ts_module_run_method(m.c, cm, arr, C.size_t(len(inputs)), &res)
+	}
+	if err := statusErr(st); err != nil {
+		return nil, fmt.Errorf("%s %q with inputs %s: %w", method, m.Name(), describeInputs(inputs), summarize(err))
+	}
+	defer C.ts_outputs_free(res)
+	n := int(C.ts_outputs_size(res))
+	outs := make([]Output, 0, n)
+	for i := 0; i < n; i++ {
+		var t *C.ts_tensor
+		if err := statusErr(C.ts_outputs_get(res, C.size_t(i), &t)); err != nil {
+			CloseOutputs(outs)
+			return nil, err
+		}
+		outs = append(outs, Output{Name: C.GoString(C.ts_outputs_name(res, C.size_t(i))), Tensor: wrapTensor(t)})
+	}
+	return outs, nil
+}
+
+// cInputs borrows inputs for one C call: it holds each tensor's guard (so Close waits) and
+// returns the C array of handles, pinned. release must run after the call.
+func cInputs(inputs []*Tensor) (arr **C.ts_tensor, release func(), err error) {
+	cin := make([]*C.ts_tensor, len(inputs))
+	held := 0
+	pin := &runtime.Pinner{}
+	release = func() {
+		pin.Unpin()
+		for _, t := range inputs[:held] {
+			t.g.release()
+		}
+	}
+	for i, t := range inputs {
+		if t == nil {
+			release()
+			return nil, nil, fmt.Errorf("input %d is nil", i)
+		}
+		if err := t.acquire(); err != nil {
+			release()
+			return nil, nil, fmt.Errorf("input %d: %w", i, err)
+		}
+		held++
+		cin[i] = t.c
+	}
+	if len(cin) > 0 {
+		pin.Pin(&cin[0])
+		arr = &cin[0]
+	}
+	return arr, release, nil
+}
+
+// describeInputs runs while cInputs holds every input's guard: it reads them through the
+// *Locked helpers, never through methods that take the guard again.
+func describeInputs(inputs []*Tensor) string {
+	parts := make([]string, len(inputs))
+	for i, t := range inputs {
+		parts[i] = t.stringLocked()
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
+}
+
+var pyErrLine = regexp.MustCompile(`(?m)^[A-Za-z_.]*(Error|Exception): .*$`)
+
+// summarize shortens a TorchScript interpreter error to the model's own message, keeping the
+// whole text in Detail.
+func summarize(err error) error {
+	var te *Error
+	if !errors.As(err, &te) || !strings.Contains(te.Msg, "Traceback of TorchScript") {
+		return err
+	}
+	locs := pyErrLine.FindAllStringIndex(te.Msg, -1)
+	if len(locs) == 0 {
+		return err
+	}
+	last := locs[len(locs)-1]
+	return &Error{Op: te.Op, Code: te.Code, Msg: strings.TrimSpace(te.Msg[last[0]:]), Detail: te.Msg, Errno: te.Errno}
+}
+
+// TimeForward runs forward runs times in a plain C++ loop on an inference worker thread and
+// returns each run's wall time in nanoseconds: the baseline for the bindings' overhead.
+func (m *Module) TimeForward(runs int, inputs ...*Tensor) ([]int64, error) {
+	if runs < 0 {
+		return nil, fmt.Errorf("time forward: runs must be >= 0, got %d", runs)
+	}
+	ns := make([]int64, runs)
+	var err error
+	Do(func() {
+		if err = m.acquire(); err != nil {
+			return
+		}
+		defer m.g.release()
+		arr, release, ierr := cInputs(inputs)
+		if err = ierr; err != nil {
+			return
+		}
+		defer release()
+		pin := runtime.Pinner{}
+		defer pin.Unpin()
+		var nsp *C.int64_t
+		if runs > 0 {
+			pin.Pin(&ns[0])
+			nsp = (*C.int64_t)(unsafe.Pointer(&ns[0]))
+		}
+		err = statusErr(C.ts_module_time_forward(m.c, arr, C.size_t(len(inputs)), C.int64_t(runs), nsp))
+	})
+	if err != nil {
+		return nil, fmt.Errorf("time forward %q: %w", m.Name(), summarize(err))
+	}
+	return ns, nil
+}

@@ -1,0 +1,175 @@
+package torch
+
+/*
+#include <stdlib.h>
+#include "torchspeed.h"
+*/
+import "C"
+
+import (
+	"archive/zip"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"unsafe"
+)
+
+var zipMagic = []byte("PK\x03\x04")
+
+// Load reads a TorchScript archive saved by torch.jit.save (traced or scripted) or by Save. It
+// holds the engine lock (see LoadWithEngine) while libtorch reads the file.
+func Load(path string) (*Module, error) {
+	if err := checkShim(); err != nil {
+		return nil, err
+	}
+	engineMu.Lock()
+	defer engineMu.Unlock()
+	return loadLocked(path)
+}
+
+func loadLocked(path string) (*Module, error) {
+	st, err := os.Stat(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil, fmt.Errorf("load model %q: file not found: check the path", path)
+	case err != nil:
+		return nil, fmt.Errorf("load model %q: %w", path, err)
+	case st.IsDir():
+		return nil, fmt.Errorf("load model %q: is a directory, not a TorchScript file", path)
+	case st.Size() == 0:
+		return nil, fmt.Errorf("load model %q: file is empty (0 bytes): export the model with torch.jit.save", path)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("load model %q: %w", path, err)
+	}
+	head := make([]byte, 4)
+	_, _ = io.ReadFull(f, head)
+	if !bytes.Equal(head, zipMagic) {
+		f.Close()
+		return nil, fmt.Errorf("load model %q: not a TorchScript archive (zip header missing): export the model with torch.jit.save (torch.save'd state_dicts and ONNX files are not TorchScript)", path)
+	}
+	err = checkArchive(f, st.Size(), path)
+	f.Close()
+	if err != nil {
+		return nil, err
+	}
+	cs := C.CString(path)
+	defer C.free(unsafe.Pointer(cs))
+	var out *C.ts_module
+	if err := statusErr(C.ts_module_load(cs, &out)); err != nil {
+		return nil, explainLoadError(path, err)
+	}
+	return wrapModule(out, path), nil
+}
+
+// LoadWithEngine selects the quantized engine (when engine is not "") and loads path, holding
+// the engine lock across both: an INT8 model's weights are packed while it loads, for the
+// engine set at that moment, so another goroutine must not switch it in between.
+func LoadWithEngine(path, engine string) (*Module, error) {
+	if err := checkShim(); err != nil {
+		return nil, err
+	}
+	engineMu.Lock()
+	defer engineMu.Unlock()
+	if engine != "" {
+		if err := setQEngineLocked(engine); err != nil {
+			return nil, fmt.Errorf("load model %q: made for quantized engine %s: %w", path, Clip(engine), err)
+		}
+	}
+	return loadLocked(path)
+}
+
+// LoadBytes reads a TorchScript archive from memory. name labels it in messages.
+func LoadBytes(b []byte, name string) (*Module, error) {
+	if err := checkShim(); err != nil {
+		return nil, err
+	}
+	if len(b) == 0 {
+		return nil, fmt.Errorf("load model %q: buffer is empty: export the model with torch.jit.save", name)
+	}
+	if !bytes.HasPrefix(b, zipMagic) {
+		return nil, fmt.Errorf("load model %q: not a TorchScript archive (zip header missing): export the model with torch.jit.save", name)
+	}
+	if err := checkArchive(bytes.NewReader(b), int64(len(b)), name); err != nil {
+		return nil, err
+	}
+	var out *C.ts_module
+	err := statusErr(C.ts_module_load_bytes(unsafe.Pointer(&b[0]), C.size_t(len(b)), &out))
+	runtime.KeepAlive(b)
+	if err != nil {
+		return nil, explainLoadError(name, err)
+	}
+	return wrapModule(out, name), nil
+}
+
+func explainLoadError(name string, err error) error {
+	if errors.Is(err, Corrupt) {
+		return fmt.Errorf("load model %q: truncated or corrupt archive: copy or export it again (%w)", name, err)
+	}
+	return fmt.Errorf("load model %q: %w", name, err)
+}
+
+// MaxFileFormatVersion is the newest TorchScript file format version (an archive's version
+// record) this libtorch reads.
+func MaxFileFormatVersion() int64 { return int64(C.ts_max_file_format_version()) }
+
+func loadErr(name string, code Code, format string, args ...any) error {
+	return &Error{Op: fmt.Sprintf("load model %q", name), Code: code, Msg: fmt.Sprintf(format, args...)}
+}
+
+// checkArchive reads an archive's zip directory and version record before libtorch sees it, so
+// that the common failures get messages that say what to do: libtorch reports a newer format
+// and a foreign zip alike as a missing record.
+func checkArchive(r io.ReaderAt, size int64, name string) error {
+	zr, err := zip.NewReader(r, size)
+	if err != nil {
+		return loadErr(name, Corrupt, "truncated or corrupt archive (%v): copy or export it again", err)
+	}
+	var version *zip.File
+	hasData, hasCode := false, false
+	for _, f := range zr.File {
+		_, rec, ok := strings.Cut(f.Name, "/")
+		if !ok {
+			continue
+		}
+		switch {
+		case rec == "version" || rec == ".data/version":
+			if version == nil || rec == ".data/version" {
+				version = f
+			}
+		case rec == "data.pkl":
+			hasData = true
+		case strings.HasPrefix(rec, "code/"):
+			hasCode = true
+		}
+	}
+	if version == nil || !hasData || !hasCode {
+		return loadErr(name, Corrupt, "a zip archive but not a TorchScript module (no version, data.pkl or code/ records): export it with torch.jit.script/trace + torch.jit.save")
+	}
+	if version.UncompressedSize64 > 64 {
+		return loadErr(name, Corrupt, "its version record is %d bytes, not a version number: copy or export it again", version.UncompressedSize64)
+	}
+	rc, err := version.Open()
+	if err != nil {
+		return loadErr(name, Corrupt, "cannot read its version record: %v", err)
+	}
+	raw, err := io.ReadAll(io.LimitReader(rc, 65))
+	rc.Close()
+	if err != nil {
+		return loadErr(name, Corrupt, "cannot read its version record: %v: copy or export it again", err)
+	}
+	v, err := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64)
+	if err != nil {
+		return loadErr(name, Corrupt, "its version record %q is not a number: copy or export it again", Clip(string(raw)))
+	}
+	if maxv := MaxFileFormatVersion(); v > maxv {
+		return loadErr(name, Unsupported, "written by a newer PyTorch (file format version %d; this libtorch %s reads up to %d): save it with an older PyTorch or run torchspeed with a newer libtorch", v, Version(), maxv)
+	}
+	return nil
+}
