@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/torchspeed/torchspeed/internal/fixtures"
 )
 
 var (
@@ -38,16 +40,9 @@ func torchspeedBin(t testing.TB) string {
 	return binPath
 }
 
-func fixtureDir(t *testing.T) string {
-	d, err := filepath.Abs("../../build/fixtures")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(d, "manifest.json")); err != nil {
-		t.Fatalf("fixtures missing in %s: run `make fixtures`", d)
-	}
-	return d
-}
+// fixtureDir is the fixture folder (TORCHSPEED_FIXTURES, else build/fixtures), as every other
+// package's tests find it.
+func fixtureDir(t *testing.T) string { return fixtures.Dir(t) }
 
 func writeConfig(t *testing.T, body string) string {
 	p := filepath.Join(t.TempDir(), "c.yaml")
