@@ -30,11 +30,12 @@ import (
 )
 
 // Trampoline flags: the argument list after the trampoline prefix is
-// "--internal-cpus LIST --internal-membind NODE -- COMMAND ARGS...".
+// "--internal-cpus LIST --internal-membind NODE [--internal-parent PID] -- COMMAND ARGS...".
 const (
 	FlagExec    = "--internal-exec"
 	FlagCPUs    = "--internal-cpus"
 	FlagMemBind = "--internal-membind"
+	FlagParent  = "--internal-parent"
 )
 
 // Spec is what the trampoline applies before it execs the command.
@@ -42,12 +43,19 @@ type Spec struct {
 	CPUs cpu.CPUSet
 	// MemNode is the NUMA node to bind memory to, -1 for none.
 	MemNode int
+	// Parent is the launcher's pid: on Linux the command is killed when the launcher dies (a
+	// parent-death signal set again on the thread that execs, which the exec'd program keeps);
+	// 0 for none.
+	Parent int
 }
 
 // TrampolineArgs returns the arguments that follow the trampoline prefix.
 func TrampolineArgs(spec Spec, command []string) []string {
-	args := []string{FlagCPUs, spec.CPUs.String(), FlagMemBind, strconv.Itoa(spec.MemNode), "--"}
-	return append(args, command...)
+	args := []string{FlagCPUs, spec.CPUs.String(), FlagMemBind, strconv.Itoa(spec.MemNode)}
+	if spec.Parent > 0 {
+		args = append(args, FlagParent, strconv.Itoa(spec.Parent))
+	}
+	return append(append(args, "--"), command...)
 }
 
 // ParseTrampolineArgs reads what TrampolineArgs wrote.
@@ -60,16 +68,21 @@ func ParseTrampolineArgs(args []string) (Spec, []string, error) {
 				return spec, nil, errors.New("trampoline: no command after --")
 			}
 			return spec, args[i+1:], nil
-		case FlagCPUs, FlagMemBind:
+		case FlagCPUs, FlagMemBind, FlagParent:
 			if i+1 >= len(args) {
 				return spec, nil, fmt.Errorf("trampoline: %s needs a value", a)
 			}
 			i++
 			var err error
-			if a == FlagCPUs {
+			switch a {
+			case FlagCPUs:
 				spec.CPUs, err = cpu.ParseCPUList(args[i])
-			} else {
+			case FlagMemBind:
 				spec.MemNode, err = strconv.Atoi(args[i])
+			default:
+				if spec.Parent, err = strconv.Atoi(args[i]); err == nil && spec.Parent <= 0 {
+					err = errors.New("not a process id")
+				}
 			}
 			if err != nil {
 				return spec, nil, fmt.Errorf("trampoline: %s %q: %w", a, args[i], err)
@@ -97,6 +110,13 @@ func Exec(spec Spec, command []string, warn io.Writer) error {
 	runtime.LockOSThread()
 	if err := placeThread(spec, warn); err != nil {
 		return fmt.Errorf("launch: %w", err)
+	}
+	// The parent-death signal the launcher set belongs to the thread it forked; when the Go
+	// runtime execs from another thread, the program would lose it. Set it on this one.
+	if spec.Parent > 0 {
+		if err := dieWithParent(spec.Parent); err != nil {
+			return fmt.Errorf("launch: %w", err)
+		}
 	}
 	if err := syscall.Exec(path, command, os.Environ()); err != nil {
 		return fmt.Errorf("launch: exec %s: %w", path, err)
@@ -215,7 +235,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 		var c *exec.Cmd
 		if len(cfg.Trampoline) > 0 {
-			args := append(append([]string(nil), cfg.Trampoline[1:]...), TrampolineArgs(Spec{CPUs: s.CPUs, MemNode: node}, cfg.Command)...)
+			args := append(append([]string(nil), cfg.Trampoline[1:]...), TrampolineArgs(Spec{CPUs: s.CPUs, MemNode: node, Parent: os.Getpid()}, cfg.Command)...)
 			c = exec.Command(cfg.Trampoline[0], args...)
 		} else {
 			c = exec.Command(cfg.Command[0], cfg.Command[1:]...)
@@ -236,7 +256,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		var err error
 		release := func() {}
 		if len(cfg.Trampoline) > 0 {
-			err = c.Start()
+			// Unpinned (the trampoline pins itself), from a thread held until the Wait like
+			// a pinned start: the parent-death signal follows the starting thread.
+			release, err = startPinned(c, Spec{MemNode: -1}, logw)
 		} else {
 			release, err = startPinned(c, Spec{CPUs: s.CPUs, MemNode: node}, logw)
 		}

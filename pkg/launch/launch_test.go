@@ -244,10 +244,10 @@ func TestRunErrors(t *testing.T) {
 }
 
 func TestTrampolineArgs(t *testing.T) {
-	spec := Spec{CPUs: cpu.MustParseCPUList("0-3,8"), MemNode: 1}
+	spec := Spec{CPUs: cpu.MustParseCPUList("0-3,8"), MemNode: 1, Parent: 42}
 	args := TrampolineArgs(spec, []string{"python", "--", "x"})
 	got, cmd, err := ParseTrampolineArgs(args)
-	if err != nil || !got.CPUs.Equal(spec.CPUs) || got.MemNode != 1 || !slices.Equal(cmd, []string{"python", "--", "x"}) {
+	if err != nil || !got.CPUs.Equal(spec.CPUs) || got.MemNode != 1 || got.Parent != 42 || !slices.Equal(cmd, []string{"python", "--", "x"}) {
 		t.Errorf("round trip: %+v %q %v", got, cmd, err)
 	}
 	bad := []struct {
@@ -259,6 +259,7 @@ func TestTrampolineArgs(t *testing.T) {
 		{[]string{FlagMemBind}, "needs a value"},
 		{[]string{"--"}, "no command"},
 		{[]string{"--bogus", "--", "sh"}, "unexpected argument"},
+		{[]string{FlagParent, "0", "--", "sh"}, "not a process id"},
 	}
 	for _, b := range bad {
 		if _, _, err := ParseTrampolineArgs(b.args); err == nil || !strings.Contains(err.Error(), b.want) {

@@ -4,7 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/torchspeed/torchspeed/pkg/runenv"
 )
@@ -34,4 +37,16 @@ func placeThread(spec Spec, warn io.Writer) error {
 // that started it ends (see Run).
 func instanceAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+}
+
+// dieWithParent sets SIGKILL as the calling thread's parent-death signal, and fails when the
+// parent (pid) is already gone, since the signal would then never come.
+func dieWithParent(pid int) error {
+	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(syscall.SIGKILL), 0, 0, 0); err != nil {
+		return fmt.Errorf("parent-death signal: %w", err)
+	}
+	if os.Getppid() != pid {
+		return fmt.Errorf("the launcher (pid %d) is gone", pid)
+	}
+	return nil
 }

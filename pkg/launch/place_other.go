@@ -20,3 +20,6 @@ func placeThread(spec Spec, _ io.Writer) error {
 // instanceAttr: each instance leads its own process group (there is no parent-death signal
 // off Linux).
 func instanceAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
+
+// dieWithParent does nothing off Linux: there is no parent-death signal.
+func dieWithParent(int) error { return nil }
