@@ -1,7 +1,7 @@
 // What the shim's torch-facing translation units share: the handle structs, inline conversions
 // between the ABI's codes and ATen's types, and the exception barrier. Not part of the C ABI.
-// Header-only over common.h, so shim.cpp, quantize.cpp, profile.cpp and value.cpp depend on
-// these two headers and never on each other.
+// Header-only over common.h, so shim.cpp, quantize.cpp, quant_clamp.cpp, profile.cpp and
+// value.cpp depend on these two headers and never on each other.
 #pragma once
 
 #include <c10/core/QEngine.h>
@@ -121,6 +121,11 @@ inline int32_t code_of(const c10::Error& e) noexcept {
 // Whether ts_module_forward/_run_method on this thread run under c10::InferenceMode
 // (ts_exec_settings.inference_mode; profile.cpp).
 extern thread_local bool tl_inference_mode;
+
+// Folds hardtanh(0, b)/relu6 that follow a quantized op into its output qparams (static INT8;
+// quant_clamp.cpp). observed is the module calibration ran on (its observers give the
+// activations' quant range); returns how many clamps were folded.
+int64_t fold_quantized_clamps(const torch::jit::Module& observed, torch::jit::Module& quantized);
 
 }  // namespace tsimpl
 

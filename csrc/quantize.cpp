@@ -10,7 +10,8 @@
 // (libtorch 1.13). The passes read the attributes `dtype` and `qscheme` (ints: ScalarType and
 // QScheme codes; with the native resolver dtypes must be written as integers), `ch_axis` for
 // per-channel weights, and call `calculate_qparams`. With the same configuration and
-// calibration data the result is bit-identical to Python's quantize_jit.
+// calibration data the result is bit-identical to Python's quantize_jit, except that a ReLU6
+// after a quantized op is folded into that op's output qparams (quant_clamp.cpp).
 #include <ATen/Context.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/jit/ir/constants.h>
@@ -401,6 +402,7 @@ torch::jit::Module convert(const torch::jit::Module& observed, torch::jit::Quant
   m = torch::jit::Finalize(m, qt, preserved);
   // quantize_jit runs these twice (in _convert_jit and _quantize_jit); they are idempotent.
   cleanup_forward(m);
+  if (qt == torch::jit::QuantType::STATIC && tsimpl::fold_quantized_clamps(observed, m) > 0) cleanup_forward(m);
   return m;
 }
 
