@@ -275,7 +275,7 @@ func (b *builder) tensors(name string, g *Given, src config.Source) ([]*torch.Va
 	}
 	out := make([]*torch.Value, calls)
 	for i := range out {
-		data, err := slice(a.Data, calls, i)
+		data, err := npy.SplitData(a.Data, calls, i)
 		if err != nil {
 			return nil, fmt.Errorf("%s: argument %s: %v", g.What, name, err)
 		}
@@ -317,32 +317,4 @@ func checkShape(g *Given, name string, src config.Source, shape []int64) error {
 		return fmt.Errorf("%s: argument %s: %s %s shape %v, but the input is declared %v", g.What, name, src.Text, per, shape, g.Shape)
 	}
 	return nil
-}
-
-func part[T any](d []T, calls, i int) []T {
-	per := len(d) / calls
-	return d[i*per : (i+1)*per]
-}
-
-// slice is call i's part of a sequence's data.
-func slice(data any, calls, i int) (any, error) {
-	switch d := data.(type) {
-	case []float32:
-		return part(d, calls, i), nil
-	case []float64:
-		return part(d, calls, i), nil
-	case []int64:
-		return part(d, calls, i), nil
-	case []int32:
-		return part(d, calls, i), nil
-	case []int16:
-		return part(d, calls, i), nil
-	case []int8:
-		return part(d, calls, i), nil
-	case []uint8:
-		return part(d, calls, i), nil
-	case []bool:
-		return part(d, calls, i), nil
-	}
-	return nil, fmt.Errorf("arrays of %T cannot be split into calls", data)
 }

@@ -215,3 +215,35 @@ func ShapeString(shape []int64) string {
 	}
 	return strings.Join(parts, "x")
 }
+
+// SplitData returns part i of data (an Array's Data slice) cut into parts equal parts along
+// its first axis: call i of a sequence stacked along axis 0. It shares data's memory.
+func SplitData(data any, parts, i int) (any, error) {
+	if parts <= 0 || i < 0 || i >= parts {
+		return nil, fmt.Errorf("part %d of %d", i, parts)
+	}
+	switch d := data.(type) {
+	case []float32:
+		return part(d, parts, i), nil
+	case []float64:
+		return part(d, parts, i), nil
+	case []int64:
+		return part(d, parts, i), nil
+	case []int32:
+		return part(d, parts, i), nil
+	case []int16:
+		return part(d, parts, i), nil
+	case []int8:
+		return part(d, parts, i), nil
+	case []uint8:
+		return part(d, parts, i), nil
+	case []bool:
+		return part(d, parts, i), nil
+	}
+	return nil, fmt.Errorf("arrays of %T cannot be split into calls", data)
+}
+
+func part[T any](d []T, parts, i int) []T {
+	per := len(d) / parts
+	return d[i*per : (i+1)*per]
+}

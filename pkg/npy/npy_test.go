@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -363,5 +364,21 @@ print("ok")
 	out, err := exec.Command(py, "-c", script, dir, filepath.Dir(gen), gen).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "ok") {
 		t.Fatalf("numpy could not read our files: %v\n%s", err, out)
+	}
+}
+
+func TestSplitData(t *testing.T) {
+	d := []int64{0, 1, 2, 3, 4, 5}
+	got, err := SplitData(d, 3, 1)
+	if err != nil || !slices.Equal(got.([]int64), []int64{2, 3}) {
+		t.Errorf("part 1 of 3 = %v, %v; want [2 3]", got, err)
+	}
+	for _, bad := range []struct{ parts, i int }{{0, 0}, {3, 3}, {3, -1}} {
+		if _, err := SplitData(d, bad.parts, bad.i); err == nil {
+			t.Errorf("part %d of %d: no error", bad.i, bad.parts)
+		}
+	}
+	if _, err := SplitData([]string{"a"}, 1, 0); err == nil {
+		t.Error("strings split without an error")
 	}
 }

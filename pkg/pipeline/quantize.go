@@ -58,19 +58,12 @@ func (r *run) quantize() error {
 		}
 	}
 	if src := r.validationSource(); src != nil {
-		specs, err := r.inputSpecs(*src)
-		if err != nil {
+		var synth bool
+		var err error
+		if valB, valDesc, synth, err = r.openValidation(*src); err != nil {
 			return err
 		}
-		ds, err := calib.Open(*src, specs)
-		if err != nil {
-			return exitcode.New(exitcode.Usage, fmt.Errorf("validation data: %w", err))
-		}
-		if err := r.checkLabels(ds, "validation data"); err != nil {
-			return err
-		}
-		valB, valDesc = r.batches(ds, src.Sequence), ds.Describe()
-		synthetic = synthetic || ds.Synthetic()
+		synthetic = synthetic || synth
 	} else if r.stream {
 		valB, valDesc = r.streamBatches(), r.streamDesc()
 	} else {
@@ -289,18 +282,10 @@ func (r *run) validateFP32() error {
 	}
 	data, desc, synth := r.streamBatches(), r.streamDesc(), false
 	if src != nil {
-		specs, err := r.inputSpecs(*src)
-		if err != nil {
+		var err error
+		if data, desc, synth, err = r.openValidation(*src); err != nil {
 			return err
 		}
-		ds, err := calib.Open(*src, specs)
-		if err != nil {
-			return exitcode.New(exitcode.Usage, fmt.Errorf("validation data: %w", err))
-		}
-		if err := r.checkLabels(ds, "validation data"); err != nil {
-			return err
-		}
-		data, desc, synth = r.batches(ds, src.Sequence), ds.Describe(), ds.Synthetic()
 	}
 	// validate runs plain forwards; channels-last weights accept contiguous inputs too.
 	res, err := validate.Compare(r.ctx, r.orig.mod, best.mod, data)
@@ -316,4 +301,22 @@ func (r *run) validateFP32() error {
 	}
 	r.rep.Validation = v
 	return nil
+}
+
+// openValidation opens the validation data src names, checked against the model's inputs and
+// its labels against the output size: the batches, their description and whether they are
+// random.
+func (r *run) openValidation(src calib.Source) (validate.Batches, string, bool, error) {
+	specs, err := r.inputSpecs(src)
+	if err != nil {
+		return nil, "", false, err
+	}
+	ds, err := calib.Open(src, specs)
+	if err != nil {
+		return nil, "", false, exitcode.New(exitcode.Usage, fmt.Errorf("validation data: %w", err))
+	}
+	if err := r.checkLabels(ds, "validation data"); err != nil {
+		return nil, "", false, err
+	}
+	return r.batches(ds, src.Sequence), ds.Describe(), ds.Synthetic(), nil
 }
