@@ -253,15 +253,13 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		// instance has been waited for.
 		c.SysProcAttr = instanceAttr()
 		mu.Lock()
-		var err error
-		release := func() {}
+		// With a trampoline the instance pins itself: it starts unpinned, but from a thread
+		// held until the Wait all the same, since the parent-death signal follows that thread.
+		place := Spec{CPUs: s.CPUs, MemNode: node}
 		if len(cfg.Trampoline) > 0 {
-			// Unpinned (the trampoline pins itself), from a thread held until the Wait like
-			// a pinned start: the parent-death signal follows the starting thread.
-			release, err = startPinned(c, Spec{MemNode: -1}, logw)
-		} else {
-			release, err = startPinned(c, Spec{CPUs: s.CPUs, MemNode: node}, logw)
+			place = Spec{MemNode: -1}
 		}
+		release, err := startPinned(c, place, logw)
 		if err == nil {
 			started = append(started, c)
 			releases = append(releases, release)
