@@ -165,7 +165,13 @@ func (r *run) manifest(final *candidate) *torchspeed.Manifest {
 		m.LoadPasses = []string{torchspeed.PassFreeze}
 	}
 	for _, in := range r.cfg.Model.Inputs {
-		m.Inputs = append(m.Inputs, inputSpec(in))
+		spec := inputSpec(in)
+		if in.IsTensor() && len(spec.Shape) == 0 {
+			// A tensor given as data only: a caller without the file (bench of the artifact)
+			// can still make inputs of the data's shape.
+			spec.Shape, spec.DType = r.dataShape(in.Name, spec.DType)
+		}
+		m.Inputs = append(m.Inputs, spec)
 	}
 	if k := r.call; k != nil {
 		if k.method != "forward" {
@@ -225,4 +231,17 @@ func inputSpec(in config.Input) torchspeed.InputSpec {
 		spec.BatchDim = intp(d)
 	}
 	return spec
+}
+
+// dataShape is the per-call shape and dtype of the tensor input name given as data only (no
+// shape in the config): the data's, read when the inputs were made; dtype unchanged when none.
+func (r *run) dataShape(name, dtype string) ([]int64, string) {
+	if r.call != nil {
+		for _, t := range r.call.tensors {
+			if t.Name == name && len(t.Shape) > 0 {
+				return t.Shape, t.DType
+			}
+		}
+	}
+	return nil, dtype
 }

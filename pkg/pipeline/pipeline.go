@@ -201,6 +201,11 @@ func (r *run) load() error {
 	if r.inputs, err = r.makeInputs(cfg.Bench.Seed); err != nil {
 		return err
 	}
+	for i, in := range r.rep.Model.Inputs {
+		if len(in.Shape) == 0 {
+			r.rep.Model.Inputs[i].Shape, r.rep.Model.Inputs[i].DType = r.dataShape(in.Name, in.DType)
+		}
+	}
 	if !r.stream {
 		extra, seq, err := r.checkSets()
 		if err != nil {

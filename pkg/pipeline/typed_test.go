@@ -358,3 +358,26 @@ func deref2(p *int) any {
 	}
 	return *p
 }
+
+// A tensor given only as data (no shape in the config, as `config init --input x=seq:...`
+// writes it) is recorded in the manifest with the data's per-call shape, so bench and the
+// runtime measurement can make inputs for the artifact without the file.
+func TestOptimizeDataOnlyShapeInManifest(t *testing.T) {
+	f := fixtures.Load(t).Get(t, "streaming")
+	out := t.TempDir()
+	cfg := streamingConfig(t, f, out, "none")
+	want := cfg.Model.Inputs[0].Shape
+	cfg.Model.Inputs[0].Shape = nil
+	rep, err := Run(context.Background(), cfg, testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := torchspeed.Load(*rep.Artifact, torchspeed.LoadOptions{KeepThreads: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if in := m.Manifest.Inputs[0]; !slices.Equal(in.Shape, want) || in.DType != "float32" {
+		t.Errorf("manifest input x: shape %v dtype %q, want %v float32 (the data's per call)", in.Shape, in.DType, want)
+	}
+}
