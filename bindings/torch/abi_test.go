@@ -1,11 +1,8 @@
 package torch_test
 
 import (
-	"archive/zip"
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -325,38 +322,6 @@ func codeOf(err error) torch.Code {
 	return 0
 }
 
-// rewriteZip copies the archive at src to a new file, passing each record through edit.
-func rewriteZip(t *testing.T, src string, edit func(name string, data []byte) []byte) string {
-	t.Helper()
-	zr, err := zip.OpenReader(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer zr.Close()
-	var buf bytes.Buffer
-	zw := zip.NewWriter(&buf)
-	for _, f := range zr.File {
-		rc, err := f.Open()
-		if err != nil {
-			t.Fatal(err)
-		}
-		data, err := io.ReadAll(rc)
-		rc.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		w, err := zw.CreateHeader(&zip.FileHeader{Name: f.Name, Method: zip.Store})
-		if err != nil {
-			t.Fatal(err)
-		}
-		w.Write(edit(f.Name, data))
-	}
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return writeFile(t, "rewritten.pt", buf.Bytes())
-}
-
 // A file whose version record is newer than this libtorch reads says so, with both numbers,
 // instead of "not a TorchScript module".
 func TestHostile16NewerFileFormatVersion(t *testing.T) {
@@ -365,7 +330,7 @@ func TestHostile16NewerFileFormatVersion(t *testing.T) {
 	if maxv < 1 {
 		t.Fatalf("MaxFileFormatVersion = %d", maxv)
 	}
-	p := rewriteZip(t, f.ModelPath(), func(name string, data []byte) []byte {
+	p := fixtures.RewriteZip(t, f.ModelPath(), func(name string, data []byte) []byte {
 		if strings.HasSuffix(name, "/version") {
 			return []byte("99\n")
 		}
@@ -377,7 +342,7 @@ func TestHostile16NewerFileFormatVersion(t *testing.T) {
 		t.Fatalf("error %v, want it to name the file and say %q", err, want)
 	}
 	// The same archive with its own version loads (the rewrite itself is not what failed).
-	p = rewriteZip(t, f.ModelPath(), func(_ string, data []byte) []byte { return data })
+	p = fixtures.RewriteZip(t, f.ModelPath(), func(_ string, data []byte) []byte { return data })
 	m, err := torch.Load(p)
 	if err != nil {
 		t.Fatalf("rewritten archive: %v", err)

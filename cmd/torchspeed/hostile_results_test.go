@@ -13,6 +13,7 @@ import (
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/internal/exitcode"
+	"github.com/torchspeed/torchspeed/internal/fixtures"
 	"github.com/torchspeed/torchspeed/pkg/npy"
 	"github.com/torchspeed/torchspeed/pkg/report"
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
@@ -205,7 +206,7 @@ func TestHostileResults(t *testing.T) {
 	t.Run("15 an artifact with a changed constant is refused", func(t *testing.T) {
 		runs(t, art, 0) // the artifact as saved runs
 		target, _, _ := largestRecord(t, art)
-		p := rewriteZip(t, art, func(name string, data []byte) []byte {
+		p := fixtures.RewriteZip(t, art, func(name string, data []byte) []byte {
 			if name == target { // a weight times 500, every CRC recomputed: only the digest can tell
 				v := math.Float32frombits(binary.LittleEndian.Uint32(data))
 				binary.LittleEndian.PutUint32(data, math.Float32bits(v*500+1))
@@ -232,7 +233,7 @@ func TestHostileResults(t *testing.T) {
 	})
 
 	t.Run("16 a file from a newer PyTorch says so", func(t *testing.T) {
-		p := rewriteZip(t, filepath.Join(fx, "digits.pt"), func(name string, data []byte) []byte {
+		p := fixtures.RewriteZip(t, filepath.Join(fx, "digits.pt"), func(name string, data []byte) []byte {
 			if strings.HasSuffix(name, "/version") {
 				return []byte("99\n")
 			}

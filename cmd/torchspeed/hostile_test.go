@@ -1,9 +1,6 @@
 package main
 
 import (
-	"archive/zip"
-	"bytes"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +8,7 @@ import (
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/internal/exitcode"
+	"github.com/torchspeed/torchspeed/internal/fixtures"
 	"github.com/torchspeed/torchspeed/internal/safefile"
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
 	"github.com/torchspeed/torchspeed/pkg/version"
@@ -158,50 +156,11 @@ func writeArtifact(t *testing.T, m *torch.Module, name string, man torchspeed.Ma
 	return art
 }
 
-// rewriteZip copies the archive at src to a file of the same name in a new folder, passing
-// each record through edit (records are stored, CRCs recomputed).
-func rewriteZip(t *testing.T, src string, edit func(name string, data []byte) []byte) string {
-	t.Helper()
-	zr, err := zip.OpenReader(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer zr.Close()
-	var buf bytes.Buffer
-	zw := zip.NewWriter(&buf)
-	for _, f := range zr.File {
-		rc, err := f.Open()
-		if err != nil {
-			t.Fatal(err)
-		}
-		data, err := io.ReadAll(rc)
-		rc.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		w, err := zw.CreateHeader(&zip.FileHeader{Name: f.Name, Method: zip.Store})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := w.Write(edit(f.Name, data)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(t.TempDir(), filepath.Base(src))
-	if err := os.WriteFile(p, buf.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
 // rewriteManifest rewrites the artifact's manifest record with edit.
 func rewriteManifest(t *testing.T, src string, edit func([]byte) []byte) string {
 	t.Helper()
 	found := false
-	p := rewriteZip(t, src, func(name string, data []byte) []byte {
+	p := fixtures.RewriteZip(t, src, func(name string, data []byte) []byte {
 		if strings.HasSuffix(name, "/extra/"+torchspeed.ManifestFile) {
 			found = true
 			return edit(data)

@@ -2,10 +2,8 @@ package torchspeed
 
 import (
 	"archive/zip"
-	"bytes"
 	"encoding/binary"
 	"errors"
-	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -75,42 +73,14 @@ func flip4(t *testing.T, path string) string {
 func tamper(t *testing.T, path string) string {
 	t.Helper()
 	target, _, _ := constantRecord(t, path)
-	zr, err := zip.OpenReader(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer zr.Close()
-	var buf bytes.Buffer
-	zw := zip.NewWriter(&buf)
-	for _, f := range zr.File {
-		rc, err := f.Open()
-		if err != nil {
-			t.Fatal(err)
-		}
-		data, err := io.ReadAll(rc)
-		rc.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if f.Name == target {
+	return fixtures.RewriteZip(t, path, func(name string, data []byte) []byte {
+		if name == target {
 			// A float32 constant times 500, as in issue 14.
 			v := math.Float32frombits(binary.LittleEndian.Uint32(data[:4]))
 			binary.LittleEndian.PutUint32(data[:4], math.Float32bits(v*500+1))
 		}
-		w, err := zw.CreateHeader(&zip.FileHeader{Name: f.Name, Method: zip.Store})
-		if err != nil {
-			t.Fatal(err)
-		}
-		w.Write(data)
-	}
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(t.TempDir(), "tampered.torchspeed.pt")
-	if err := os.WriteFile(out, buf.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return out
+		return data
+	})
 }
 
 func TestHostile15SaveArtifactRecordsDigest(t *testing.T) {
