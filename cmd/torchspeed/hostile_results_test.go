@@ -1,7 +1,6 @@
 package main
 
 import (
-	"archive/zip"
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
@@ -65,30 +64,6 @@ func warned(rep *report.Report, words string) bool {
 		}
 	}
 	return false
-}
-
-// largestRecord is the name and file offset of an archive's largest stored tensor record.
-func largestRecord(t *testing.T, path string) (string, int64, int64) {
-	t.Helper()
-	zr, err := zip.OpenReader(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer zr.Close()
-	var best *zip.File
-	for _, f := range zr.File {
-		if strings.Contains(f.Name, "/data/") && f.Method == zip.Store && (best == nil || f.UncompressedSize64 > best.UncompressedSize64) {
-			best = f
-		}
-	}
-	if best == nil {
-		t.Fatalf("%s: no stored tensor record", path)
-	}
-	off, err := best.DataOffset()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return best.Name, off, int64(best.UncompressedSize64)
 }
 
 // Items 11 to 16: nothing wrong reported as right (INT8 that quantized nothing, labels outside
@@ -205,7 +180,7 @@ func TestHostileResults(t *testing.T) {
 
 	t.Run("15 an artifact with a changed constant is refused", func(t *testing.T) {
 		runs(t, art, 0) // the artifact as saved runs
-		target, _, _ := largestRecord(t, art)
+		target, _, _ := fixtures.LargestRecord(t, art)
 		p := fixtures.RewriteZip(t, art, func(name string, data []byte) []byte {
 			if name == target { // a weight times 500, every CRC recomputed: only the digest can tell
 				v := math.Float32frombits(binary.LittleEndian.Uint32(data))
@@ -221,7 +196,7 @@ func TestHostileResults(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, off, size := largestRecord(t, filepath.Join(fx, "digits.pt"))
+		_, off, size := fixtures.LargestRecord(t, filepath.Join(fx, "digits.pt"))
 		for i := off + size/2; i < off+size/2+4; i++ {
 			b[i] ^= 0x5a
 		}

@@ -1,7 +1,6 @@
 package torchspeed
 
 import (
-	"archive/zip"
 	"encoding/binary"
 	"errors"
 	"math"
@@ -22,37 +21,11 @@ func goodManifest() *Manifest {
 		Inputs: []InputSpec{{Name: "x", Shape: []int64{1, 1, 8, 8}, DType: "float32"}}}
 }
 
-// constantRecord is the largest tensor record of an archive (a weight or constant): its name,
-// and where its bytes start in the file.
-func constantRecord(t *testing.T, path string) (string, int64, uint64) {
-	t.Helper()
-	zr, err := zip.OpenReader(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer zr.Close()
-	var best *zip.File
-	for _, f := range zr.File {
-		if (strings.Contains(f.Name, "/data/") || strings.Contains(f.Name, "/constants/")) && f.Method == zip.Store &&
-			(best == nil || f.UncompressedSize64 > best.UncompressedSize64) {
-			best = f
-		}
-	}
-	if best == nil || best.UncompressedSize64 < 8 {
-		t.Fatalf("%s has no stored tensor record", path)
-	}
-	off, err := best.DataOffset()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return best.Name, off, best.UncompressedSize64
-}
-
 // flip4 copies path and flips 4 bytes in the middle of its largest tensor record, as a bad disk
 // or a bad copy would: the record's CRC no longer matches.
 func flip4(t *testing.T, path string) string {
 	t.Helper()
-	_, off, size := constantRecord(t, path)
+	_, off, size := fixtures.LargestRecord(t, path)
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +45,7 @@ func flip4(t *testing.T, path string) string {
 // recomputed: only the digest can tell.
 func tamper(t *testing.T, path string) string {
 	t.Helper()
-	target, _, _ := constantRecord(t, path)
+	target, _, _ := fixtures.LargestRecord(t, path)
 	return fixtures.RewriteZip(t, path, func(name string, data []byte) []byte {
 		if name == target {
 			// A float32 constant times 500, as in issue 14.
