@@ -8,7 +8,10 @@ For each model (a fixture from `make fixtures`) it prepares every contender, the
 one run: long-lived worker processes keep their model loaded and answer "run K" requests
 (scripts/peers/*_worker.*, `torchspeed bench --serve`, goworker), and the driver asks each in
 turn for a block of K runs, round after round, in a fresh random order every round (a fixed
-order biases small models timed right after large ones). All at batch 1 and --threads threads.
+order biases small models timed right after large ones). Each contender runs in --processes
+processes (2 by default) with turns of their own: the same program can run measurably faster or
+slower from one process to the next, and the table shows each process's p50 so that spread is
+seen, not credited to a contender. All at batch 1 and --threads threads.
 
 Contenders:
   py-jit, py-freeze-ofi, py-cl-freeze-ofi (CNNs), py-int8 (quantize_jit static for CNNs on the
@@ -344,64 +347,81 @@ def bench_model(args, entry, rng):
     cands, skipped, ts_info = contenders(args, entry)
     if args.contenders:
         cands = [c for c in cands if c[0] in args.contenders]
-    workers, kinds = [], {}
+    workers, kinds, procs = [], {}, {}
     env = dict(os.environ)
     logs = os.path.join(os.path.dirname(args.out_path), "logs")
     os.makedirs(logs, exist_ok=True)
-    live = []
     for cname, argv, kind in cands:
-        # One at a time: preparing (quantize_jit, freezing) while another warms up slows both.
-        w = Worker(cname, argv, os.path.join(logs, f"{name}.{cname}.log"), env=env, cwd=HERE)
-        workers.append(w)
+        # Each contender runs in --processes processes: the same program and settings can run
+        # faster or slower from one process to the next (memory placement, thread timing), and
+        # one process per contender would credit that luck to the contender.
         kinds[cname] = kind
-        if w.wait_ready(args.ready_timeout):
-            live.append(w)
-            log(f"{name}: {w.name} ready {json.dumps(w.ready)[:200]}")
-        else:
-            skipped.append({"contender": w.name, "why": w.error})
-            log(f"{name}: {w.name} FAILED: {w.error}")
-            w.close()
+        procs[cname] = []
+        for p in range(args.processes):
+            # One at a time: preparing (quantize_jit, freezing) while another warms up slows both.
+            w = Worker(cname, argv, os.path.join(logs, f"{name}.{cname}.{p + 1}.log"), env=env, cwd=HERE)
+            workers.append(w)
+            if w.wait_ready(args.ready_timeout):
+                procs[cname].append(w)
+                if p == 0:
+                    log(f"{name}: {cname} ready {json.dumps(w.ready)[:200]}")
+            else:
+                log(f"{name}: {cname} process {p + 1} FAILED: {w.error}")
+                w.close()
+                if not procs[cname]:
+                    skipped.append({"contender": cname, "why": w.error})
+                    break
+    live = [c for c in procs if procs[c]]
     result = {"model": name, "kind": entry["kind"], "input_shape": entry["inputs"][0]["shape"],
-              "torchspeed_artifact": ts_info, "skipped": skipped, "contenders": [], "interrupted": False}
+              "torchspeed_artifact": ts_info, "skipped": skipped, "contenders": [], "interrupted": False,
+              "processes": args.processes}
+    interrupted = False
     try:
         ks = {}
-        for w in live:
-            ns = w.run(3, args.ready_timeout)
+        for c in live:
+            ns = procs[c][0].run(3, args.ready_timeout)
             est = max(1e-6, sorted(ns)[1] / 1e9)
-            ks[w.name] = int(min(args.max_block, max(args.min_block, args.block_s / est)))
-        samples = {w.name: [] for w in live}
-        round_medians = {w.name: [] for w in live}
-        other = {w.name: [] for w in live}
+            # The block is split between the contender's processes: a round costs the same time
+            # whatever --processes is.
+            per = args.block_s / est / len(procs[c])
+            ks[c] = int(min(args.max_block, max(args.min_block, per)))
+        samples = {c: [] for c in live}
+        proc_samples = {c: [[] for _ in procs[c]] for c in live}
+        round_medians = {c: [] for c in live}
+        other = {c: [] for c in live}
         me = os.getpid()
-        interrupted = False
         for r in range(args.rounds):
-            if interrupted:
-                break
-            order = list(live)
+            order = [(c, i) for c in live for i in range(len(procs[c]))]
             rng.shuffle(order)
             pids = tree_pids(me)
-            done = []
-            for w in order:
+            got = {c: [] for c in live}
+            for c, i in order:
                 b0, s0 = system_jiffies()
                 o0 = tree_jiffies(pids)
                 t0 = time.monotonic()
                 try:
-                    ns = w.run(ks[w.name], args.ready_timeout + 60)
+                    ns = procs[c][i].run(ks[c], args.ready_timeout + 60)
                 except KeyboardInterrupt:
                     # Keep the complete rounds: a partial one would pair some contenders only.
                     log(f"{name}: interrupted in round {r + 1}: keeping the {r} complete round(s)")
-                    for d in done:
-                        del samples[d][-ks[d]:], round_medians[d][-1], other[d][-1]
                     interrupted = True
                     break
-                done.append(w.name)
                 el = time.monotonic() - t0
                 b1, s1 = system_jiffies()
                 o1 = tree_jiffies(pids)
                 others = max(0.0, ((b1 - b0) - (o1 - o0)) / CLK_TCK / el)
-                other[w.name].append({"cpus": round(others, 3), "steal_cpus": round((s1 - s0) / CLK_TCK / el, 3)})
-                samples[w.name].extend(ns)
-                round_medians[w.name].append(quantile(ns, 0.5))
+                other[c].append({"cpus": round(others, 3), "steal_cpus": round((s1 - s0) / CLK_TCK / el, 3)})
+                got[c].append((i, ns))
+            if interrupted:
+                # Drop the partial round's blocks.
+                for c in live:
+                    del other[c][len(other[c]) - len(got[c]):]
+                break
+            for c in live:
+                for i, ns in got[c]:
+                    samples[c].extend(ns)
+                    proc_samples[c][i].extend(ns)
+                round_medians[c].append(quantile([x for _, ns in got[c] for x in ns], 0.5))
             log(f"{name}: round {r + 1}/{args.rounds} done (load {loadavg()[0]:.2f})")
     finally:
         for w in workers:
@@ -409,19 +429,22 @@ def bench_model(args, entry, rng):
 
     result["interrupted"] = interrupted
     stats = {}
-    for w in live:
-        if not samples[w.name]:
+    for c in live:
+        if not samples[c]:
             continue
-        s = [x / 1e6 for x in samples[w.name]]
-        oc = [o["cpus"] for o in other[w.name]]
-        stats[w.name] = {
-            "contender": w.name, "kind": kinds[w.name], "runs": len(s), "block": ks[w.name],
-            "rounds": len(round_medians[w.name]),
+        s = [x / 1e6 for x in samples[c]]
+        oc = [o["cpus"] for o in other[c]]
+        pp50 = [quantile([x / 1e6 for x in ps], 0.5) for ps in proc_samples[c] if ps]
+        stats[c] = {
+            "contender": c, "kind": kinds[c], "runs": len(s), "block": ks[c],
+            "rounds": len(round_medians[c]), "processes": len(procs[c]),
             "p50_ms": quantile(s, 0.5), "p95_ms": quantile(s, 0.95), "p99_ms": quantile(s, 0.99),
             "min_ms": min(s), "mean_ms": sum(s) / len(s),
+            "process_p50_ms": pp50,
+            "process_spread": max(pp50) / min(pp50) if pp50 and min(pp50) > 0 else float("nan"),
             "other_cpu_median": quantile(oc, 0.5), "other_cpu_max": max(oc),
-            "noisy_blocks": sum(1 for c in oc if c > args.noise_cpu),
-            "ready": w.ready,
+            "noisy_blocks": sum(1 for x in oc if x > args.noise_cpu), "blocks": len(oc),
+            "ready": procs[c][0].ready,
         }
     peers = [n for n in stats if stats[n]["kind"] == "peer"]
     best = min(peers, key=lambda n: stats[n]["p50_ms"]) if peers else None
@@ -453,8 +476,8 @@ def markdown(doc):
              f"CPU {m['model']} ({', '.join(m['isa'])}), {m['usable_cpus']} usable CPUs; batch 1, "
              f"{doc['threads']} threads; {doc['rounds']} rounds, shuffled; load average before "
              f"{doc['load_before']}, after {doc['load_after']}.", "",
-             "| model | contender | p50 ms | p95 ms | p95/p50 | vs best peer (p50) | 95% CI | others' CPU (median/max) | cosine vs FP32 |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| model | contender | p50 ms | p95 ms | p95/p50 | vs best peer (p50) | 95% CI | p50 per process | others' CPU (median/max) | cosine vs FP32 |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in doc["models"]:
         for c in sorted(r["contenders"], key=lambda c: c["p50_ms"]):
             best = " **best peer**" if c["contender"] == r["best_peer"] else ""
@@ -464,11 +487,13 @@ def markdown(doc):
             cos = (c.get("ready") or {}).get("cosine_vs_fp32")
             lines.append(f"| {r['model']} | {c['contender']}{best} | {fmt(c['p50_ms'])} | {fmt(c['p95_ms'])} | "
                          f"{c['p95_ms'] / c['p50_ms']:.2f} | {ratio} | {ci} | "
+                         f"{' / '.join(fmt(x) for x in c.get('process_p50_ms', []))} | "
                          f"{c['other_cpu_median']:.2f}/{c['other_cpu_max']:.2f} | {fmt(cos, 4)} |")
         for s in r["skipped"]:
-            lines.append(f"| {r['model']} | {s['contender']} | not run: {s['why']} | | | | | | |")
+            lines.append(f"| {r['model']} | {s['contender']} | not run: {s['why']} | | | | | | | |")
     lines += ["", "Ratios: torchspeed contender p50 / best peer p50 over all runs; the CI is over per-round "
-              "ratios. 'others' CPU' is what processes outside this benchmark used during the contender's "
+              "ratios. 'p50 per process': each contender runs in several processes that take separate turns; "
+              "their spread is noise no single-process figure shows. 'others' CPU' is what processes outside this benchmark used during the contender's "
               "blocks (CPUs); warnings below name blocks above the threshold."]
     if doc["warnings"]:
         lines += [""] + [f"- warning: {w}" for w in doc["warnings"]]
@@ -490,7 +515,9 @@ def main():
     ap.add_argument("--models", default=DEFAULT_MODELS)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=12)
-    ap.add_argument("--block-s", type=float, default=0.25, help="target seconds per timed block")
+    ap.add_argument("--block-s", type=float, default=0.25, help="target seconds per contender per round")
+    ap.add_argument("--processes", type=int, default=2,
+                    help="processes per contender (each takes its own turns; the block is split between them)")
     ap.add_argument("--min-block", type=int, default=5)
     ap.add_argument("--max-block", type=int, default=2000)
     ap.add_argument("--noise-cpu", type=float, default=0.1,
@@ -505,7 +532,11 @@ def main():
     ap.add_argument("--reoptimize", action="store_true", help="re-run torchspeed optimize even if its report is newer")
     ap.add_argument("--ready-timeout", type=float, default=600)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--spread-warn", type=float, default=1.15,
+                    help="warn when a contender's processes differ by more than this factor at p50")
     args = ap.parse_args()
+    if args.processes < 1:
+        sys.exit(f"bench-peers: --processes {args.processes}: want 1 or more")
     for tool, hint in ((args.torchspeed, "make build"), (args.goworker, "make bench-peers builds it")):
         if not os.access(tool, os.X_OK):
             sys.exit(f"bench-peers: {tool} missing: {hint}")
@@ -537,10 +568,14 @@ def main():
         r = bench_model(args, man[n], rng)
         doc["models"].append(r)
         for c in r["contenders"]:
+            if c.get("process_spread", 1) > args.spread_warn:
+                doc["warnings"].append(
+                    f"{n} {c['contender']}: its processes' p50s differ {c['process_spread']:.2f}x "
+                    f"({' / '.join(fmt(x) for x in c['process_p50_ms'])} ms): per-process noise of that size")
             if c["noisy_blocks"]:
                 doc["warnings"].append(
                     f"{n} {c['contender']}: other processes used > {args.noise_cpu} CPU in {c['noisy_blocks']} of "
-                    f"{c['rounds']} blocks (max {c['other_cpu_max']:.2f} CPUs): compare with care")
+                    f"{c['blocks']} blocks (max {c['other_cpu_max']:.2f} CPUs): compare with care")
         # Written after every model, so a long run stopped early keeps what it measured.
         doc["load_after"] = loadavg()
         md = write(doc, out)
