@@ -6,12 +6,15 @@ Usage: /usr/bin/python3 scripts/peers/bench_peers.py [--models a,b] [--threads 2
 
 For each model (a fixture from `make fixtures`) it prepares every contender, then times them in
 one run: long-lived worker processes keep their model loaded and answer "run K" requests
-(scripts/peers/*_worker.*, `torchspeed bench --serve`, goworker), and the driver asks each in
-turn for a block of K runs, round after round, in a fresh random order every round (a fixed
-order biases small models timed right after large ones). Each contender runs in --processes
+(scripts/peers/*_worker.*, `torchspeed bench --serve`, goworker), stopped (SIGSTOP) outside
+their turns so that no idle worker spins on the CPUs another is timed on, and the driver asks
+each in turn for a block of K runs (after --block-warmup untimed ones), round after round, in a
+fresh random order every round (a fixed order biases small models timed right after large ones). Each contender runs in --processes
 processes (2 by default) with turns of their own: the same program can run measurably faster or
 slower from one process to the next, and the table shows each process's p50 so that spread is
-seen, not credited to a contender. All at batch 1 and --threads threads.
+seen, not credited to a contender. All at batch 1 on --threads CPUs: the peers with --threads
+threads, as a user sets them; torchspeed's artifact with the thread count its optimize measured
+best (1 to --threads), or exactly --threads with --thread-choice fixed.
 
 Contenders:
   py-jit, py-freeze-ofi, py-cl-freeze-ofi (CNNs), py-int8 (quantize_jit static for CNNs on the
@@ -36,6 +39,7 @@ import math
 import os
 import random
 import select
+import signal
 import shutil
 import subprocess
 import sys
@@ -190,6 +194,17 @@ class Worker:
             self.error = str(e)
             return False
 
+    def pause(self):
+        """Stops the process between its turns: idle OpenMP and ONNX Runtime workers spin for a
+        while after a block, and that spinning would take CPU from the next contender's block
+        without showing as another process's CPU (the driver counts its own tree as its own)."""
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self):
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGCONT)
+
     def run(self, k, timeout):
         self.proc.stdin.write(f"run {k}\n")
         self.proc.stdin.flush()
@@ -200,6 +215,7 @@ class Worker:
 
     def close(self):
         self.log.close()
+        self.resume()
         if self.proc.poll() is None:
             try:
                 self.proc.stdin.write("quit\n")
@@ -284,7 +300,10 @@ def optimize(args, entry):
         resolved = os.path.join(args.work, f"{name}.yaml")
         with open(resolved, "w") as f:
             f.write(text)
-        cmd = [args.torchspeed, "optimize", "-c", resolved, "-m", src, "-o", out, "--threads", str(args.threads),
+        # measured: optimize chooses the thread count (up to the CPUs this run may use, which
+        # main confined to --threads); fixed: exactly --threads, as the peers use.
+        threads = "0" if args.thread_choice == "measured" else str(args.threads)
+        cmd = [args.torchspeed, "optimize", "-c", resolved, "-m", src, "-o", out, "--threads", threads,
                "--overwrite", "--quiet"]
         log(f"{name}: {' '.join(cmd)}")
         r = subprocess.run(cmd, capture_output=True, text=True)
@@ -323,10 +342,13 @@ def contenders(args, entry):
     except (RuntimeError, OSError, ValueError) as e:
         skipped.append({"contender": "ts-*", "why": str(e)})
         return out, skipped, None
-    tsb = [args.torchspeed, "bench", "--serve", "-m", art, "--threads", t, "--warmup", "10"]
-    out.append(("ts-bench", tsb + ["--runtime", "torchspeed"], "torchspeed"))
-    out.append(("ts-bench-default", tsb + ["--runtime", "default"], "torchspeed"))
-    gow = [args.goworker, "-model", art, "-input", x, "-threads", t, "-ref", ref]
+    # ts-bench and ts-go run the artifact as deployed (its measured thread count when
+    # --thread-choice measured); ts-bench-default is libtorch's defaults at the peers' count.
+    ts_t = "0" if args.thread_choice == "measured" else t
+    tsb = [args.torchspeed, "bench", "--serve", "-m", art, "--warmup", "10"]
+    out.append(("ts-bench", tsb + ["--threads", ts_t, "--runtime", "torchspeed"], "torchspeed"))
+    out.append(("ts-bench-default", tsb + ["--threads", t, "--runtime", "default"], "torchspeed"))
+    gow = [args.goworker, "-model", art, "-input", x, "-threads", ts_t, "-ref", ref]
     out.append(("ts-go", gow + ["-mode", "predict"], "torchspeed"))
     if args.diagnostics:
         out.append(("ts-go-locked", gow + ["-mode", "locked"], "diagnostic"))
@@ -362,6 +384,7 @@ def bench_model(args, entry, rng):
             w = Worker(cname, argv, os.path.join(logs, f"{name}.{cname}.{p + 1}.log"), env=env, cwd=HERE)
             workers.append(w)
             if w.wait_ready(args.ready_timeout):
+                w.pause()
                 procs[cname].append(w)
                 if p == 0:
                     log(f"{name}: {cname} ready {json.dumps(w.ready)[:200]}")
@@ -379,7 +402,9 @@ def bench_model(args, entry, rng):
     try:
         ks = {}
         for c in live:
+            procs[c][0].resume()
             ns = procs[c][0].run(3, args.ready_timeout)
+            procs[c][0].pause()
             est = max(1e-6, sorted(ns)[1] / 1e9)
             # The block is split between the contender's processes: a round costs the same time
             # whatever --processes is.
@@ -399,8 +424,13 @@ def bench_model(args, entry, rng):
                 b0, s0 = system_jiffies()
                 o0 = tree_jiffies(pids)
                 t0 = time.monotonic()
+                w = procs[c][i]
+                w.resume()
                 try:
-                    ns = procs[c][i].run(ks[c], args.ready_timeout + 60)
+                    # The first --block-warmup runs of a turn are not timed: a process that was
+                    # stopped pays for waking its threads and refilling the caches.
+                    ns = w.run(ks[c] + args.block_warmup, args.ready_timeout + 60)[args.block_warmup:]
+                    w.pause()
                 except KeyboardInterrupt:
                     # Keep the complete rounds: a partial one would pair some contenders only.
                     log(f"{name}: interrupted in round {r + 1}: keeping the {r} complete round(s)")
@@ -474,10 +504,10 @@ def markdown(doc):
     m = doc["machine"]
     lines = [f"# bench-peers {doc['started']}", "",
              f"CPU {m['model']} ({', '.join(m['isa'])}), {m['usable_cpus']} usable CPUs; batch 1, "
-             f"{doc['threads']} threads; {doc['rounds']} rounds, shuffled; load average before "
+             f"{doc['threads']} CPUs (thread count: {doc.get('thread_choice', 'fixed')}); {doc['rounds']} rounds, shuffled; load average before "
              f"{doc['load_before']}, after {doc['load_after']}.", "",
-             "| model | contender | p50 ms | p95 ms | p95/p50 | vs best peer (p50) | 95% CI | p50 per process | others' CPU (median/max) | cosine vs FP32 |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| model | contender | threads | p50 ms | p95 ms | p95/p50 | vs best peer (p50) | 95% CI | p50 per process | others' CPU (median/max) | cosine vs FP32 |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in doc["models"]:
         for c in sorted(r["contenders"], key=lambda c: c["p50_ms"]):
             best = " **best peer**" if c["contender"] == r["best_peer"] else ""
@@ -485,12 +515,13 @@ def markdown(doc):
             ci = (f"{c['ratio_ci95'][0]:.2f}-{c['ratio_ci95'][1]:.2f}"
                   if "ratio_ci95" in c and not math.isnan(c["ratio_ci95"][0]) else "")
             cos = (c.get("ready") or {}).get("cosine_vs_fp32")
-            lines.append(f"| {r['model']} | {c['contender']}{best} | {fmt(c['p50_ms'])} | {fmt(c['p95_ms'])} | "
+            thr = (c.get("ready") or {}).get("threads", "-")
+            lines.append(f"| {r['model']} | {c['contender']}{best} | {thr} | {fmt(c['p50_ms'])} | {fmt(c['p95_ms'])} | "
                          f"{c['p95_ms'] / c['p50_ms']:.2f} | {ratio} | {ci} | "
                          f"{' / '.join(fmt(x) for x in c.get('process_p50_ms', []))} | "
                          f"{c['other_cpu_median']:.2f}/{c['other_cpu_max']:.2f} | {fmt(cos, 4)} |")
         for s in r["skipped"]:
-            lines.append(f"| {r['model']} | {s['contender']} | not run: {s['why']} | | | | | | | |")
+            lines.append(f"| {r['model']} | {s['contender']} | not run: {s['why']} | | | | | | | | |")
     lines += ["", "Ratios: torchspeed contender p50 / best peer p50 over all runs; the CI is over per-round "
               "ratios. 'p50 per process': each contender runs in several processes that take separate turns; "
               "their spread is noise no single-process figure shows. 'others' CPU' is what processes outside this benchmark used during the contender's "
@@ -513,12 +544,19 @@ def write(doc, out):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=DEFAULT_MODELS)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2,
+                    help="CPUs for the run: the peers' thread count, and torchspeed's budget (see --thread-choice)")
+    ap.add_argument("--thread-choice", choices=("measured", "fixed"), default="measured",
+                    help="measured: torchspeed optimize measures 1..--threads threads and its artifact runs "
+                         "with the count it chose (the run is confined to --threads CPUs, so every contender "
+                         "has the same CPUs); fixed: torchspeed uses exactly --threads, as the peers do")
     ap.add_argument("--rounds", type=int, default=12)
     ap.add_argument("--block-s", type=float, default=0.25, help="target seconds per contender per round")
     ap.add_argument("--processes", type=int, default=2,
                     help="processes per contender (each takes its own turns; the block is split between them)")
     ap.add_argument("--min-block", type=int, default=5)
+    ap.add_argument("--block-warmup", type=int, default=1,
+                    help="untimed runs at the start of each turn (the process was stopped between turns)")
     ap.add_argument("--max-block", type=int, default=2000)
     ap.add_argument("--noise-cpu", type=float, default=0.1,
                     help="warn when other processes used more than this many CPUs during a block")
@@ -545,6 +583,14 @@ def main():
     if shutil.which("node") is None:
         sys.exit("bench-peers: node not on PATH: apt-get install nodejs npm")
     args.work = os.path.abspath(args.work)
+    cpus = sorted(os.sched_getaffinity(0))
+    if args.threads < 1 or args.threads > len(cpus):
+        sys.exit(f"bench-peers: --threads {args.threads}: want 1 to the {len(cpus)} CPUs this process may use")
+    if args.thread_choice == "measured" and len(cpus) > args.threads:
+        # Every contender inherits this: the same CPUs for all, and optimize's thread choice
+        # stays within the budget.
+        os.sched_setaffinity(0, cpus[:args.threads])
+        log(f"confined to CPUs {cpus[:args.threads]} (--threads {args.threads}, --thread-choice measured)")
     args.torchspeed, args.goworker = os.path.abspath(args.torchspeed), os.path.abspath(args.goworker)
     os.makedirs(args.work, exist_ok=True)
     args.fixtures = os.path.abspath(args.fixtures)
@@ -559,7 +605,7 @@ def main():
     os.makedirs(os.path.dirname(args.out_path), exist_ok=True)
     rng = random.Random(args.seed)
     doc = {"schema_version": SCHEMA_VERSION, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-           "machine": cpu_info(), "threads": args.threads, "batch": 1, "rounds": args.rounds,
+           "machine": cpu_info(), "threads": args.threads, "thread_choice": args.thread_choice, "batch": 1, "rounds": args.rounds,
            "block_s": args.block_s, "noise_cpu_threshold": args.noise_cpu, "load_before": loadavg(),
            "fixtures": args.fixtures, "models": [], "warnings": []}
     out = args.out_path

@@ -90,6 +90,9 @@ func run(modelPath, inputPath string, threads int, refPath, mode string, warmup 
 		}
 		torch.CloseOutputs(outs)
 	}
+	if threads == 0 && m.Manifest != nil {
+		threads = m.Manifest.Runtime.Threads // the artifact's measured count, which Load applied
+	}
 	info := map[string]any{"mode": mode, "threads": threads, "precision": m.Manifest.Precision,
 		"channels_last": m.Manifest.ChannelsLast, "setup_s": time.Since(t0).Seconds(), "warnings": m.Warnings}
 	if refPath != "" && first != nil {
