@@ -1,6 +1,6 @@
 // What the shim's torch-facing translation units share: the handle structs, inline conversions
 // between the ABI's codes and ATen's types, and the exception barrier. Not part of the C ABI.
-// Header-only over common.h, so shim.cpp, quantize.cpp, quant_clamp.cpp, profile.cpp and
+// Header-only over common.h, so shim.cpp, runtime.cpp, quantize.cpp, quant_clamp.cpp and
 // value.cpp depend on these two headers and never on each other.
 #pragma once
 
@@ -119,7 +119,7 @@ inline int32_t code_of(const c10::Error& e) noexcept {
 }
 
 // Whether ts_module_forward/_run_method on this thread run under c10::InferenceMode
-// (ts_exec_settings.inference_mode; profile.cpp).
+// (ts_exec_settings.inference_mode; runtime.cpp).
 extern thread_local bool tl_inference_mode;
 
 // Folds hardtanh(0, b)/relu6 that follow a quantized op into its output qparams (static INT8;
