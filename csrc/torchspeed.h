@@ -202,7 +202,7 @@ TS_EXPORT const char* ts_outputs_name(const ts_outputs* o, size_t i) TS_NOEXCEPT
 TS_EXPORT ts_status* ts_outputs_get(const ts_outputs* o, size_t i, ts_tensor** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
 TS_EXPORT void ts_outputs_free(ts_outputs* o) TS_NOEXCEPT;
 
-/* ---- quantization (csrc/quantize.cpp) ----
+/* ---- quantization (csrc/quantize.cpp; graph rewrites in csrc/quant_rewrite.cpp) ----
  * Graph-mode INT8 quantization as torch.ao.quantization.quantize_jit does it, without Python.
  * A config is a JSON object (NULL or "{}" means defaults):
  *   {"activation": OBS, "weight": OBS, "modules": {"<submodule path>": {"activation": OBS,
