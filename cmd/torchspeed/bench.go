@@ -222,7 +222,7 @@ func (b *benchCmd) run(c *cobra.Command) error {
 	if env.ModelHashes, err = hashModels(specs); err != nil {
 		return err
 	}
-	rep := &bench.Report{Environment: env, Settings: b.settings()}
+	rep := &bench.RunReport{Environment: env, Settings: b.settings()}
 	for k, v := range settings {
 		rep.Settings[k] = v
 	}

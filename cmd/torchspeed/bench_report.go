@@ -18,7 +18,7 @@ import (
 )
 
 // measure runs the sweep, the throughput streams or the latency rounds into rep.
-func (b *benchCmd) measure(rep *bench.Report, models []*benchrun.Loaded, specs []benchrun.ModelSpec, ins []benchrun.InputSpec, plans []*callargs.Plan, sweepCfg bench.SweepConfig, log io.Writer) error {
+func (b *benchCmd) measure(rep *bench.RunReport, models []*benchrun.Loaded, specs []benchrun.ModelSpec, ins []benchrun.InputSpec, plans []*callargs.Plan, sweepCfg bench.SweepConfig, log io.Writer) error {
 	opts := bench.Options{Runs: b.runs, Duration: b.duration, Warmup: b.warmup}
 	var err error
 	switch {
@@ -101,7 +101,7 @@ func (b *benchCmd) runSweep(l *benchrun.Loaded, ins []benchrun.InputSpec, cfg be
 	})
 }
 
-func latencyResults(r *bench.Report) []*bench.Result {
+func latencyResults(r *bench.RunReport) []*bench.Result {
 	if r.Comparison != nil {
 		return r.Comparison.Results
 	}
@@ -169,7 +169,7 @@ func captureEnv() (bench.Environment, int) {
 }
 
 // write prints the report (table or JSON) and writes the files asked for.
-func (b *benchCmd) write(stdout, log io.Writer, rep *bench.Report, o outputs) error {
+func (b *benchCmd) write(stdout, log io.Writer, rep *bench.RunReport, o outputs) error {
 	var errs []error
 	if o.jsonPath != "" {
 		if err := bench.WriteFileAtomic(o.jsonPath, rep.WriteJSON); err != nil {
@@ -205,7 +205,7 @@ func (b *benchCmd) write(stdout, log io.Writer, rep *bench.Report, o outputs) er
 
 // writePlots draws the latency distributions (per model, or per stream in throughput mode)
 // and the sweep curve into dir.
-func writePlots(rep *bench.Report, dir string) ([]string, error) {
+func writePlots(rep *bench.RunReport, dir string) ([]string, error) {
 	var all []string
 	title := fmt.Sprintf("latency, %d threads", rep.Environment.Threads)
 	if rs := latencyResults(rep); len(rs) > 0 {

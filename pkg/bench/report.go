@@ -18,9 +18,9 @@ import (
 	"github.com/torchspeed/torchspeed/pkg/roofline"
 )
 
-// Report gathers everything one `torchspeed bench` invocation measured,
+// RunReport gathers everything one `torchspeed bench` invocation measured,
 // with the environment it ran in. Any of the result fields may be nil.
-type Report struct {
+type RunReport struct {
 	Environment Environment `json:"environment"`
 	// Settings records the run's inputs (input shapes, dtype, runs, ...)
 	// as the user gave them.
@@ -35,7 +35,7 @@ type Report struct {
 }
 
 // latencyResults returns every per-target result, single or compared.
-func (r *Report) latencyResults() []*Result {
+func (r *RunReport) latencyResults() []*Result {
 	if r.Comparison != nil {
 		return r.Comparison.Results
 	}
@@ -83,7 +83,7 @@ func formatCI(s Summary) string {
 // WriteTable prints the report for a terminal: one row per target with
 // its percentiles, the phases, each comparison's verdict, throughput and
 // sweep tables, and every warning.
-func (r *Report) WriteTable(w io.Writer) error {
+func (r *RunReport) WriteTable(w io.Writer) error {
 	bw := bufio.NewWriter(w)
 	tw := tabwriter.NewWriter(bw, 0, 4, 2, ' ', 0)
 	var warnings []string
@@ -182,7 +182,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 
 // WriteJSON writes the report as indented JSON (durations in nanoseconds,
 // keys ending in _ns).
-func (r *Report) WriteJSON(w io.Writer) error {
+func (r *RunReport) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(r)
@@ -214,7 +214,7 @@ type comparisonJSON struct {
 }
 
 // MarshalJSON writes bench.json (see reportJSON).
-func (r Report) MarshalJSON() ([]byte, error) {
+func (r RunReport) MarshalJSON() ([]byte, error) {
 	out := reportJSON{SchemaVersion: SchemaVersion, Environment: r.Environment, Settings: settingsJSON(r.Settings),
 		Models: []json.RawMessage{}, Throughput: r.Throughput, Sweep: r.Sweep, Roofline: r.Roofline}
 	if out.Roofline == nil {
@@ -236,8 +236,8 @@ func (r Report) MarshalJSON() ([]byte, error) {
 	return json.Marshal(out)
 }
 
-// UnmarshalJSON reads bench.json back into a Report (the inverse of MarshalJSON).
-func (r *Report) UnmarshalJSON(b []byte) error {
+// UnmarshalJSON reads bench.json back into a RunReport (the inverse of MarshalJSON).
+func (r *RunReport) UnmarshalJSON(b []byte) error {
 	var in struct {
 		reportJSON
 		Settings json.RawMessage `json:"settings"`
@@ -246,7 +246,7 @@ func (r *Report) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &in); err != nil {
 		return err
 	}
-	*r = Report{Environment: in.Environment, Throughput: in.Throughput, Sweep: in.Sweep, Roofline: in.Roofline}
+	*r = RunReport{Environment: in.Environment, Throughput: in.Throughput, Sweep: in.Sweep, Roofline: in.Roofline}
 	if len(in.Settings) > 0 && string(in.Settings) != "null" {
 		dec := json.NewDecoder(bytes.NewReader(in.Settings))
 		dec.UseNumber()
@@ -472,7 +472,7 @@ func oneLine(s string) string {
 // Configuration lines carry the environment; every timed latency is one
 // result line with one iteration, so benchstat sees the full distribution.
 // The name's -N suffix is the intra-op thread count.
-func (r *Report) WriteBenchfmt(w io.Writer) error {
+func (r *RunReport) WriteBenchfmt(w io.Writer) error {
 	bw := bufio.NewWriter(w)
 	e := r.Environment
 	cfg := [][2]string{
@@ -564,6 +564,6 @@ func WriteFileAtomic(path string, write func(io.Writer) error) error {
 }
 
 // Empty reports whether the report holds no measurement.
-func (r *Report) Empty() bool {
+func (r *RunReport) Empty() bool {
 	return len(r.latencyResults()) == 0 && r.Throughput == nil && r.Sweep == nil
 }

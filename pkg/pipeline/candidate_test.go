@@ -43,7 +43,7 @@ func TestOneElementCosine(t *testing.T) {
 		t.Fatal("cosineMeaningful")
 	}
 	res := &validate.Result{Samples: 10, Cosine: 0, MaxAbsError: 0, Top1Agreement: -1, AccuracyDrop: -1}
-	v := validationOf(&quant.Report{Validation: res}, "calib.npy", false, false)
+	v := validationOf(&quant.Outcome{Validation: res}, "calib.npy", false, false)
 	if v.Metrics.Cosine != nil || v.Metrics.MinSampleCosine != nil || v.Metrics.MaxAbsError == nil {
 		t.Errorf("metrics %+v: want no cosine, a max abs error", v.Metrics)
 	}
