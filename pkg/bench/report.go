@@ -34,8 +34,8 @@ type RunReport struct {
 	Roofline []*roofline.Roofline `json:"roofline,omitempty"`
 }
 
-// latencyResults returns every per-target result, single or compared.
-func (r *RunReport) latencyResults() []*Result {
+// LatencyResults returns every per-target latency result, single or compared.
+func (r *RunReport) LatencyResults() []*Result {
 	if r.Comparison != nil {
 		return r.Comparison.Results
 	}
@@ -87,7 +87,7 @@ func (r *RunReport) WriteTable(w io.Writer) error {
 	bw := bufio.NewWriter(w)
 	tw := tabwriter.NewWriter(bw, 0, 4, 2, ' ', 0)
 	var warnings []string
-	if rs := r.latencyResults(); len(rs) > 0 {
+	if rs := r.LatencyResults(); len(rs) > 0 {
 		fmt.Fprintln(tw, "model\truns\tp50 [95% CI]\tp90\tp95\tp99\tp99.9\tmax\tmean\tstddev\tinf/s")
 		for _, res := range rs {
 			s := res.Stats
@@ -226,7 +226,7 @@ func (r RunReport) MarshalJSON() ([]byte, error) {
 			out.Comparison.Pairs = append(out.Comparison.Pairs, consistent(p))
 		}
 	}
-	for _, res := range r.latencyResults() {
+	for _, res := range r.LatencyResults() {
 		b, err := resultJSON(res)
 		if err != nil {
 			return nil, err
@@ -515,7 +515,7 @@ func (r *RunReport) WriteBenchfmt(w io.Writer) error {
 		suffix = fmt.Sprintf("-%d", procs)
 	}
 	fmt.Fprintln(bw)
-	for _, res := range r.latencyResults() {
+	for _, res := range r.LatencyResults() {
 		name := "BenchmarkInference/model=" + BenchName(res.Name)
 		if res.Batch > 1 {
 			name += fmt.Sprintf("/batch=%d", res.Batch)
@@ -565,5 +565,5 @@ func WriteFileAtomic(path string, write func(io.Writer) error) error {
 
 // Empty reports whether the report holds no measurement.
 func (r *RunReport) Empty() bool {
-	return len(r.latencyResults()) == 0 && r.Throughput == nil && r.Sweep == nil
+	return len(r.LatencyResults()) == 0 && r.Throughput == nil && r.Sweep == nil
 }

@@ -315,8 +315,8 @@ func TestBenchJSONSchema(t *testing.T) {
 		if !reflect.DeepEqual(back.Settings, r.Settings) && len(r.Settings) > 0 {
 			t.Errorf("%s: settings %v, read back %v", name, r.Settings, back.Settings)
 		}
-		if len(back.latencyResults()) != len(r.latencyResults()) {
-			t.Errorf("%s: %d models read back, want %d", name, len(back.latencyResults()), len(r.latencyResults()))
+		if len(back.LatencyResults()) != len(r.LatencyResults()) {
+			t.Errorf("%s: %d models read back, want %d", name, len(back.LatencyResults()), len(r.LatencyResults()))
 		}
 		if strings.Contains(b.String(), `"env GOMP`) || strings.Contains(b.String(), `"N1"`) {
 			t.Errorf("%s: a key with a space or a Go field name:\n%.1000s", name, b.String())
