@@ -1,4 +1,5 @@
-// The shim's leaf helpers (see common.h). No torch headers: this file compiles in about a second.
+// The shim's leaf helpers (see common.h) and the status and memory functions of the C ABI. No
+// torch headers: this file compiles in about a second.
 #include "common.h"
 
 #include <cctype>
@@ -321,3 +322,19 @@ JsonWriter& JsonWriter::value(bool v) {
 }
 
 }  // namespace tsimpl
+
+// ---- status and memory: the C ABI over the objects above ----
+
+extern "C" {
+
+const char* ts_status_message(const ts_status* s) noexcept { return s == nullptr ? "" : s->message.c_str(); }
+int32_t ts_status_code(const ts_status* s) noexcept { return s == nullptr ? TS_CODE_OK : s->code; }
+const char* ts_status_op(const ts_status* s) noexcept { return s == nullptr ? "" : s->op.c_str(); }
+const char* ts_status_reason(const ts_status* s) noexcept { return s == nullptr ? "" : s->reason.c_str(); }
+int32_t ts_status_errno(const ts_status* s) noexcept { return s == nullptr ? 0 : s->sys_errno; }
+void ts_status_free(ts_status* s) noexcept {
+  if (!tsimpl::is_static_status(s)) delete s;
+}
+void ts_free(void* p) noexcept { std::free(p); }
+
+}  // extern "C"

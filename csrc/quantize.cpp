@@ -11,10 +11,8 @@
 // QScheme codes; with the native resolver dtypes must be written as integers), `ch_axis` for
 // per-channel weights, and call `calculate_qparams`. With the same configuration and
 // calibration data the result is bit-identical to Python's quantize_jit, except that a ReLU6
-// after a quantized op is folded into that op's output qparams (quant_clamp.cpp).
+// after a quantized op is folded into that op's output qparams (quant_rewrite.cpp).
 #include <ATen/Context.h>
-#include <ATen/core/dispatch/Dispatcher.h>
-#include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/passes/constant_propagation.h>
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 #include <torch/csrc/jit/passes/fold_conv_bn.h>
@@ -414,13 +412,7 @@ std::string short_type(const torch::jit::Module& m) {
 }
 
 
-// ---- dynamic LSTM/GRU ----
-// The graph-mode dynamic passes quantize aten::linear only. LSTM and GRU get what eager
-// torch.ao.quantization.quantize_dynamic gives them (torch/ao/nn/quantized/dynamic/modules/
-// rnn.py, from_float): each cell's weights observed and quantized to qint8, prepacked with
-// quantized::linear_prepack, wrapped by quantized::make_quantized_cell_params_dynamic, and the
-// call replaced by aten::quantized_lstm / aten::quantized_gru (use_dynamic). Here it is a
-// rewrite of the finalized (frozen, inlined) graph, whose RNN weights are constants.
+// ---- dynamic LSTM/GRU (the rewrite is in quant_rewrite.cpp) ----
 
 // The qconfig that applies to a module path: its own entry, else the nearest parent's, else "".
 const c10::optional<QConfig>* qconfig_for(const QConfigDict& dict, std::string path) {
@@ -433,130 +425,17 @@ const c10::optional<QConfig>* qconfig_for(const QConfigDict& dict, std::string p
   }
 }
 
-struct RnnModule {
-  std::string path;
-  std::string type;  // LSTM, GRU
-  at::Tensor first_weight;  // weight_ih_l0, to recognize the module's call in the frozen graph
-  bool quantize = true;
-};
-
-std::vector<RnnModule> collect_rnns(const torch::jit::Module& m, const QConfigDict& dict) {
-  std::vector<RnnModule> out;
-  for (const auto& nm : m.named_modules()) {
-    std::string t = nm.value.type()->name() ? nm.value.type()->name()->name() : "";
-    if (t != "LSTM" && t != "GRU") continue;
-    if (!nm.value.hasattr("weight_ih_l0")) continue;
-    RnnModule r{nm.name, t, nm.value.attr("weight_ih_l0").toTensor(), true};
-    const auto* qc = qconfig_for(dict, nm.name);
-    r.quantize = qc == nullptr || qc->has_value();
-    out.push_back(r);
-  }
-  return out;
-}
-
-c10::IValue call_op(const char* name, const char* overload, std::vector<c10::IValue> args) {
-  auto op = c10::Dispatcher::singleton().findSchemaOrThrow(name, overload);
-  torch::jit::Stack stack(std::make_move_iterator(args.begin()), std::make_move_iterator(args.end()));
-  op.callBoxed(&stack);
-  TORCH_CHECK(!stack.empty(), name, " returned nothing");
-  return stack[0];
-}
-
-// Quantizes one weight with a fresh weight observer and prepacks it with its bias.
-// obs is the weight observer, compiled once per call and reset here for each weight.
-c10::IValue quantize_and_pack(const at::Tensor& w, const at::Tensor& b, const ObserverSpec& spec,
-                              torch::jit::Module& obs) {
+// Quantizes one weight to qint8 with the weight observer obs (compiled once per call and reset
+// here for each weight, so each weight gets a fresh observer).
+at::Tensor observe_and_quantize(const at::Tensor& w, const ObserverSpec& spec, torch::jit::Module& obs) {
   reset_observer(obs, spec);
   at::Tensor wf = w.detach().to(at::kFloat).contiguous();
   obs.forward({wf});
   auto qp = obs.get_method("calculate_qparams")({}).toTuple();
   at::Tensor scale = qp->elements()[0].toTensor(), zp = qp->elements()[1].toTensor();
-  at::Tensor q;
-  if (is_per_channel(spec.qscheme)) {
-    q = at::quantize_per_channel(wf, scale.to(at::kDouble), zp.to(at::kLong), spec.ch_axis, at::kQInt8);
-  } else {
-    q = at::quantize_per_tensor(wf, scale.item<double>(), zp.item<int64_t>(), at::kQInt8);
-  }
-  return call_op("quantized::linear_prepack", "", {q, c10::optional<at::Tensor>(b.detach().to(at::kFloat))});
-}
-
-// The constant tensors of an RNN call's params list, or nothing when they are not constants.
-c10::optional<std::vector<at::Tensor>> constant_params(torch::jit::Value* v) {
-  std::vector<at::Tensor> out;
-  if (auto iv = torch::jit::toIValue(v)) {
-    if (!iv->isTensorList()) return c10::nullopt;
-    for (const auto& t : iv->toTensorVector()) out.push_back(t);
-    return out;
-  }
-  if (v->node()->kind() != c10::prim::ListConstruct) return c10::nullopt;
-  for (auto* in : v->node()->inputs()) {
-    auto iv = torch::jit::toIValue(in);
-    if (!iv || !iv->isTensor()) return c10::nullopt;
-    out.push_back(iv->toTensor());
-  }
-  return out;
-}
-
-void rewrite_rnns(torch::jit::Block* block, const std::vector<RnnModule>& rnns, const ObserverSpec& wspec,
-                  torch::jit::Module& wproto, bool reduce_range, int64_t& rewritten) {
-  std::vector<torch::jit::Node*> nodes(block->nodes().begin(), block->nodes().end());
-  for (auto* n : nodes) {
-    for (auto* sub : n->blocks()) rewrite_rnns(sub, rnns, wspec, wproto, reduce_range, rewritten);
-    bool lstm = n->kind() == c10::aten::lstm, gru = n->kind() == c10::aten::gru;
-    if (!lstm && !gru) continue;
-    // lstm.input(input, Tensor[] hx, Tensor[] params, has_biases, num_layers, dropout, train,
-    // bidirectional, batch_first); gru.input(input, Tensor hx, Tensor[] params, ...). The
-    // packed-sequence overloads (.data) are left in FP32.
-    if (n->inputs().size() != 9 || n->input(2)->type()->kind() != c10::TypeKind::ListType) continue;
-    if (lstm && n->input(1)->type()->kind() != c10::TypeKind::ListType) continue;
-    if (gru && n->input(1)->type()->kind() != c10::TypeKind::TensorType) continue;
-    auto params = constant_params(n->input(2));
-    auto has_biases = torch::jit::toIValue(n->input(3));
-    if (!params || params->empty() || !has_biases || !has_biases->toBool() || params->size() % 4 != 0) continue;
-    const RnnModule* owner = nullptr;
-    for (const auto& r : rnns)
-      if (r.first_weight.sizes() == (*params)[0].sizes() && at::equal(r.first_weight, (*params)[0])) owner = &r;
-    if (owner != nullptr && !owner->quantize) continue;  // qconfig None: stays FP32
-
-    auto* graph = n->owningGraph();
-    torch::jit::WithInsertPoint ip(n);
-    std::vector<torch::jit::Value*> cells;
-    c10::TypePtr cell_type;
-    for (size_t i = 0; i < params->size(); i += 4) {
-      const auto& w_ih = (*params)[i];
-      const auto& w_hh = (*params)[i + 1];
-      const auto& b_ih = (*params)[i + 2];
-      const auto& b_hh = (*params)[i + 3];
-      c10::IValue cell = call_op("quantized::make_quantized_cell_params_dynamic", "",
-                                 {quantize_and_pack(w_ih, b_ih, wspec, wproto), quantize_and_pack(w_hh, b_hh, wspec, wproto),
-                                  b_ih.detach().to(at::kFloat), b_hh.detach().to(at::kFloat), reduce_range});
-      cell_type = cell.type();
-      cells.push_back(graph->insertConstant(cell));
-    }
-    auto* list = graph->createList(cell_type, cells);
-    list->insertBefore(n);
-    // Constants first: q must not use values defined after it.
-    torch::jit::Value* dtype = graph->insertConstant(static_cast<int64_t>(at::kQInt8));
-    torch::jit::Value* use_dynamic = graph->insertConstant(true);
-    auto* q = graph->create(lstm ? c10::Symbol::aten("quantized_lstm") : c10::Symbol::aten("quantized_gru"),
-                            n->outputs().size());
-    q->insertBefore(n);
-    q->addInput(n->input(0));
-    q->addInput(n->input(1));
-    q->addInput(list->output());
-    for (size_t i = 3; i < 9; i++) q->addInput(n->input(i));
-    if (lstm) {
-      q->addInput(dtype);
-      q->addInput(use_dynamic);
-    }
-    for (size_t i = 0; i < n->outputs().size(); i++) {
-      q->output(i)->setType(n->output(i)->type());
-      n->output(i)->replaceAllUsesWith(q->output(i));
-    }
-    TORCH_CHECK(q->maybeOperator() != nullptr, "no operator matches the quantized RNN call ", *q);
-    n->destroy();
-    rewritten++;
-  }
+  if (is_per_channel(spec.qscheme))
+    return at::quantize_per_channel(wf, scale.to(at::kDouble), zp.to(at::kLong), spec.ch_axis, at::kQInt8);
+  return at::quantize_per_tensor(wf, scale.item<double>(), zp.item<int64_t>(), at::kQInt8);
 }
 
 }  // namespace
@@ -642,15 +521,18 @@ ts_status* ts_quant_dynamic_v2(const ts_module* m, const char* config_json, cons
   torch::jit::Module observed = prepare(m->m, cfg.dict, torch::jit::QuantType::DYNAMIC);
   auto h = std::make_unique<ts_module>();
   h->m = convert(observed, torch::jit::QuantType::DYNAMIC, keep);
-  // LSTM/GRU: see rewrite_rnns.
-  auto rnns = collect_rnns(m->m, cfg.dict);
-  if (!rnns.empty()) {
-    torch::jit::Module wproto = make_observer(cfg.weight, cu);
-    int64_t rewritten = 0;
-    auto graph = h->m.get_method("forward").graph();
-    rewrite_rnns(graph->block(), rnns, cfg.weight, wproto, cfg.activation.reduce_range, rewritten);
+  // LSTM/GRU: the passes above quantize aten::linear only.
+  c10::optional<torch::jit::Module> wproto;  // the weight observer, compiled at its first weight
+  auto keep_fp32 = [&](const std::string& path) {
+    const auto* qc = qconfig_for(cfg.dict, path);
+    return qc != nullptr && !qc->has_value();
+  };
+  auto quantize_weight = [&](const at::Tensor& w) {
+    if (!wproto) wproto = make_observer(cfg.weight, cu);
+    return observe_and_quantize(w, cfg.weight, *wproto);
+  };
+  if (tsimpl::quantize_dynamic_rnns(m->m, h->m, keep_fp32, quantize_weight, cfg.activation.reduce_range) > 0)
     cleanup_forward(h->m);
-  }
   h->extra = m->extra;
   *out = h.release();
   TS_API_END("quant_dynamic")

@@ -1,31 +1,22 @@
-// The core of the C ABI: status, tensors, modules, runtime settings.
-#include <ATen/Parallel.h>
-#include <ATen/Version.h>
+// The core of the C ABI: tensors, modules and their outputs. Status objects live in common.cpp;
+// libtorch's process-wide settings (threads, quantized engines) in runtime.cpp.
 #include <caffe2/serialize/inline_container.h>
 #include <caffe2/serialize/read_adapter_interface.h>
 #include <torch/csrc/jit/passes/fold_conv_bn.h>
 #include <torch/csrc/jit/passes/inliner.h>
 #include <torch/script.h>
-#include <torch/version.h>
 
-#include <dlfcn.h>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <sstream>
 
-#include <caffe2/serialize/versions.h>
-
 #include "internal.h"
-
-
 
 using namespace tsimpl;
 
 namespace {
-
 
 // Flattens a forward result into named tensors. Paths join with "."; a lone tensor is "0".
 void flatten(const c10::IValue& v, const std::string& path, ts_outputs& out) {
@@ -138,136 +129,9 @@ std::shared_ptr<torch::jit::Graph> inlined_forward(const torch::jit::Module& m) 
   }
 }
 
-
 }  // namespace
 
 extern "C" {
-
-const char* ts_status_message(const ts_status* s) noexcept { return s == nullptr ? "" : s->message.c_str(); }
-int32_t ts_status_code(const ts_status* s) noexcept { return s == nullptr ? TS_CODE_OK : s->code; }
-const char* ts_status_op(const ts_status* s) noexcept { return s == nullptr ? "" : s->op.c_str(); }
-const char* ts_status_reason(const ts_status* s) noexcept { return s == nullptr ? "" : s->reason.c_str(); }
-int32_t ts_status_errno(const ts_status* s) noexcept { return s == nullptr ? 0 : s->sys_errno; }
-void ts_status_free(ts_status* s) noexcept {
-  if (!is_static_status(s)) delete s;
-}
-void ts_free(void* p) noexcept { std::free(p); }
-
-int32_t ts_api_version(void) noexcept { return TS_API_VERSION; }
-const char* ts_libtorch_version(void) noexcept { return TORCH_VERSION; }
-
-ts_status* ts_show_config(char** out) noexcept {
-  TS_API_BEGIN
-  TS_CHECK_NOT_NULL(out, "show_config");
-  *out = dup_string(at::show_config());
-  TS_API_END("show_config")
-}
-
-ts_status* ts_parallel_info(char** out) noexcept {
-  TS_API_BEGIN
-  TS_CHECK_NOT_NULL(out, "parallel_info");
-  *out = dup_string(at::get_parallel_info());
-  TS_API_END("parallel_info")
-}
-
-namespace {
-// OpenBLAS's C API, looked up at run time: libtorch may use MKL, OpenBLAS or no BLAS, and
-// the shim links none of them itself.
-struct OpenBLAS {
-  void (*set_num_threads)(int) = nullptr;
-  int (*get_num_threads)() = nullptr;
-  int (*get_parallel)() = nullptr;  // 0 sequential, 1 pthreads, 2 OpenMP
-  char* (*get_config)() = nullptr;
-};
-
-const OpenBLAS& openblas() {
-  static const OpenBLAS api = [] {
-    OpenBLAS a;
-    a.set_num_threads = reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
-    a.get_num_threads = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
-    a.get_parallel = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_parallel"));
-    a.get_config = reinterpret_cast<char* (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_config"));
-    return a;
-  }();
-  return api;
-}
-}  // namespace
-
-ts_status* ts_set_num_threads(int32_t n) noexcept {
-  TS_API_BEGIN
-  TS_CHECK_ARG(n > 0, "set_num_threads", "thread count must be > 0, got " + std::to_string(n));
-  at::set_num_threads(n);
-  // at::set_num_threads sets OpenMP's and MKL's counts, not OpenBLAS's.
-  if (openblas().set_num_threads != nullptr) openblas().set_num_threads(n);
-  TS_API_END("set_num_threads")
-}
-
-ts_status* ts_blas_info(char** out) noexcept {
-  TS_API_BEGIN
-  TS_CHECK_NOT_NULL(out, "blas_info");
-  const OpenBLAS& b = openblas();
-  JsonWriter w;
-  w.begin_object();
-  if (b.get_num_threads == nullptr) {
-    w.key("library").value("");
-  } else {
-    const char* threading = "unknown";
-    if (b.get_parallel != nullptr) {
-      switch (b.get_parallel()) {
-        case 0: threading = "sequential"; break;
-        case 1: threading = "pthreads"; break;
-        case 2: threading = "openmp"; break;
-      }
-    }
-    const char* config = b.get_config != nullptr ? b.get_config() : nullptr;
-    w.key("library").value("openblas").key("config").value(config);
-    w.key("threading").value(threading).key("threads").value(static_cast<int64_t>(b.get_num_threads()));
-  }
-  w.end_object();
-  *out = dup_string(w.str());
-  TS_API_END("blas_info")
-}
-int32_t ts_get_num_threads(void) noexcept { return at::get_num_threads(); }
-
-ts_status* ts_set_num_interop_threads(int32_t n) noexcept {
-  TS_API_BEGIN
-  TS_CHECK_ARG(n > 0, "set_num_interop_threads", "thread count must be > 0, got " + std::to_string(n));
-  // libtorch 2.x returns size_t here, 1.13 int: compare as int64_t on both.
-  if (static_cast<int64_t>(at::get_num_interop_threads()) == n) return nullptr;
-  at::set_num_interop_threads(n);
-  TS_API_END("set_num_interop_threads")
-}
-int32_t ts_get_num_interop_threads(void) noexcept { return static_cast<int32_t>(at::get_num_interop_threads()); }
-
-ts_status* ts_supported_qengines(char** out) noexcept {
-  TS_API_BEGIN
-  TS_CHECK_NOT_NULL(out, "supported_qengines");
-  std::string s;
-  for (auto e : at::globalContext().supportedQEngines()) {
-    if (!s.empty()) s += ",";
-    s += engine_name(e);
-  }
-  *out = dup_string(s);
-  TS_API_END("supported_qengines")
-}
-
-ts_status* ts_get_qengine(char** out) noexcept {
-  TS_API_BEGIN
-  TS_CHECK_NOT_NULL(out, "get_qengine");
-  *out = dup_string(engine_name(at::globalContext().qEngine()));
-  TS_API_END("get_qengine")
-}
-
-ts_status* ts_set_qengine(const char* name) noexcept {
-  TS_API_BEGIN
-  TS_CHECK_NOT_NULL(name, "set_qengine");
-  select_engine(name);
-  TS_API_END("set_qengine")
-}
-
-int64_t ts_max_file_format_version(void) noexcept {
-  return static_cast<int64_t>(caffe2::serialize::kMaxSupportedFileFormatVersion);
-}
 
 // ---- tensors ----
 

@@ -86,7 +86,7 @@ enum {
   TS_CODE_INTERNAL = 8          /* anything else */
 };
 
-/* ---- status and memory ---- */
+/* ---- status and memory (csrc/common.cpp) ---- */
 TS_EXPORT int32_t ts_status_code(const ts_status* s) TS_NOEXCEPT; /* a TS_CODE_*; TS_CODE_OK for NULL */
 TS_EXPORT const char* ts_status_op(const ts_status* s) TS_NOEXCEPT; /* the operation, e.g. "load"; borrowed */
 TS_EXPORT const char* ts_status_reason(const ts_status* s) TS_NOEXCEPT; /* the message without "op: "; borrowed */
@@ -95,7 +95,7 @@ TS_EXPORT const char* ts_status_message(const ts_status* s) TS_NOEXCEPT; /* "op:
 TS_EXPORT void ts_status_free(ts_status* s) TS_NOEXCEPT;
 TS_EXPORT void ts_free(void* p) TS_NOEXCEPT; /* frees strings and arrays this library returned */
 
-/* ---- versions and runtime ---- */
+/* ---- versions and runtime (csrc/runtime.cpp) ---- */
 TS_EXPORT int32_t ts_api_version(void) TS_NOEXCEPT;
 TS_EXPORT const char* ts_libtorch_version(void) TS_NOEXCEPT; /* static string, e.g. "1.13.1" */
 TS_EXPORT ts_status* ts_show_config(char** out) TS_NOEXCEPT TS_MUST_CHECK;        /* at::show_config() */
@@ -121,7 +121,7 @@ TS_EXPORT ts_status* ts_set_qengine(const char* name /* borrowed */) TS_NOEXCEPT
  * reads: caffe2::serialize::kMaxSupportedFileFormatVersion. */
 TS_EXPORT int64_t ts_max_file_format_version(void) TS_NOEXCEPT;
 
-/* ---- tensors ---- */
+/* ---- tensors (csrc/shim.cpp, as are modules and outputs) ---- */
 /* Copies nbytes from data (borrowed) into a new contiguous CPU tensor of the given shape. */
 TS_EXPORT ts_status* ts_tensor_new(const void* data, size_t nbytes, int32_t dtype, const int64_t* shape,
                                    size_t ndim, ts_tensor** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
@@ -202,7 +202,7 @@ TS_EXPORT const char* ts_outputs_name(const ts_outputs* o, size_t i) TS_NOEXCEPT
 TS_EXPORT ts_status* ts_outputs_get(const ts_outputs* o, size_t i, ts_tensor** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
 TS_EXPORT void ts_outputs_free(ts_outputs* o) TS_NOEXCEPT;
 
-/* ---- quantization (csrc/quantize.cpp) ----
+/* ---- quantization (csrc/quantize.cpp; graph rewrites in csrc/quant_rewrite.cpp) ----
  * Graph-mode INT8 quantization as torch.ao.quantization.quantize_jit does it, without Python.
  * A config is a JSON object (NULL or "{}" means defaults):
  *   {"activation": OBS, "weight": OBS, "modules": {"<submodule path>": {"activation": OBS,
@@ -250,7 +250,7 @@ TS_EXPORT ts_status* ts_quant_layers(const ts_module* m /* borrowed */, char** o
 TS_EXPORT ts_status* ts_quant_observer(const char* config_json /* borrowed */, ts_module** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
 /* ---- end of quantization ---- */
 
-/* ---- profiling and inspection (csrc/profile.cpp) ---- */
+/* ---- profiling and inspection (csrc/runtime.cpp) ---- */
 /* Runs forward once on inputs (borrowed) and writes a JSON object of the multiply-add work it
  * dispatched, by ATen op: {"aten::_convolution": {"flops": 3.6e9, "calls": 20}, "aten::addmm":
  * ...}. FLOP counts a multiply-add as 2, from the ops' input shapes: aten::_convolution (every
@@ -361,7 +361,7 @@ TS_EXPORT ts_status* ts_module_state(const ts_module* m, const char* method /* b
                                      char** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
 /* ---- end of values ---- */
 
-/* ---- execution settings ----
+/* ---- execution settings (csrc/runtime.cpp) ----
  * How methods execute, as Triton's PyTorch backend sets it before each execution from its
  * model parameters (DISABLE_OPTIMIZED_EXECUTION, INFERENCE_MODE, ENABLE_JIT_EXECUTOR,
  * ENABLE_JIT_PROFILING). Each field is 0 or 1; libtorch's defaults are all 1.

@@ -98,7 +98,7 @@ thread count when none is given.`,
   torchspeed bench -m resnet18.pt --input-shape 1x3x224x224 --instances 2 --runs 100
   torchspeed bench -m model.pt --input-shape 1x3x224x224 --sweep-batch 1,4 --sweep-threads 1,2 --sweep-streams 1,2`,
 		Args: cobra.NoArgs,
-		RunE: func(c *cobra.Command, _ []string) error { return inputUsage(b.run(c)) },
+		RunE: func(c *cobra.Command, _ []string) error { return b.run(c) },
 	}
 	f := c.Flags()
 	f.StringVarP(&b.config, "config", "c", "", "YAML config: model.path, model.inputs, runtime.*, bench.*, output.dir (flags override it)")
@@ -222,7 +222,7 @@ func (b *benchCmd) run(c *cobra.Command) error {
 	if env.ModelHashes, err = hashModels(specs); err != nil {
 		return err
 	}
-	rep := &bench.Report{Environment: env, Settings: b.settings()}
+	rep := &bench.RunReport{Environment: env, Settings: b.settings()}
 	for k, v := range settings {
 		rep.Settings[k] = v
 	}

@@ -162,7 +162,7 @@ func (b *benchCmd) runInstances(c *cobra.Command, spec benchrun.ModelSpec, outs 
 	if ready["input-shape"] != "" && len(b.shapes) == 0 {
 		b.shapes = []string{ready["input-shape"]} // from an artifact's manifest
 	}
-	rep := &bench.Report{Environment: env, Settings: b.settings(), Throughput: res.Throughput}
+	rep := &bench.RunReport{Environment: env, Settings: b.settings(), Throughput: res.Throughput}
 	for k, v := range settingsMap(s0, nil) {
 		rep.Settings[k] = v
 	}

@@ -80,7 +80,7 @@ func TestCLIBenchInstances(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d:\n%s", code, stderr)
 	}
-	var rep bench.Report
+	var rep bench.RunReport
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("stdout is not the JSON report: %v\n%s", err, out)
 	}

@@ -18,7 +18,7 @@ import (
 )
 
 // measure runs the sweep, the throughput streams or the latency rounds into rep.
-func (b *benchCmd) measure(rep *bench.Report, models []*benchrun.Loaded, specs []benchrun.ModelSpec, ins []benchrun.InputSpec, plans []*callargs.Plan, sweepCfg bench.SweepConfig, log io.Writer) error {
+func (b *benchCmd) measure(rep *bench.RunReport, models []*benchrun.Loaded, specs []benchrun.ModelSpec, ins []benchrun.InputSpec, plans []*callargs.Plan, sweepCfg bench.SweepConfig, log io.Writer) error {
 	opts := bench.Options{Runs: b.runs, Duration: b.duration, Warmup: b.warmup}
 	var err error
 	switch {
@@ -70,13 +70,13 @@ func (b *benchCmd) measure(rep *bench.Report, models []*benchrun.Loaded, specs [
 		return err
 	}
 	if plans != nil {
-		for i, r := range latencyResults(rep) {
+		for i, r := range rep.LatencyResults() {
 			r.Load = models[i].LoadTime
 		}
 		return nil // rooflines count the FLOPs of tensor-only forwards
 	}
 	timed := make([]benchrun.Timed, len(models))
-	for i, r := range latencyResults(rep) {
+	for i, r := range rep.LatencyResults() {
 		r.Load = models[i].LoadTime
 		if len(ins) > 0 && len(ins[0].Shape) > 0 {
 			r.Batch = int(ins[0].Shape[0])
@@ -99,13 +99,6 @@ func (b *benchCmd) runSweep(l *benchrun.Loaded, ins []benchrun.InputSpec, cfg be
 		fmt.Fprintf(log, "bench: sweep %d/%d: %s\n", i, n, p)
 		return benchrun.RunStreams(l, ins, p.Batch, p.Threads, p.Streams, o, b.seed)
 	})
-}
-
-func latencyResults(r *bench.Report) []*bench.Result {
-	if r.Comparison != nil {
-		return r.Comparison.Results
-	}
-	return r.Results
 }
 
 func describeRun(specs []benchrun.ModelSpec, o bench.Options, order bench.Order) string {
@@ -169,7 +162,7 @@ func captureEnv() (bench.Environment, int) {
 }
 
 // write prints the report (table or JSON) and writes the files asked for.
-func (b *benchCmd) write(stdout, log io.Writer, rep *bench.Report, o outputs) error {
+func (b *benchCmd) write(stdout, log io.Writer, rep *bench.RunReport, o outputs) error {
 	var errs []error
 	if o.jsonPath != "" {
 		if err := bench.WriteFileAtomic(o.jsonPath, rep.WriteJSON); err != nil {
@@ -205,10 +198,10 @@ func (b *benchCmd) write(stdout, log io.Writer, rep *bench.Report, o outputs) er
 
 // writePlots draws the latency distributions (per model, or per stream in throughput mode)
 // and the sweep curve into dir.
-func writePlots(rep *bench.Report, dir string) ([]string, error) {
+func writePlots(rep *bench.RunReport, dir string) ([]string, error) {
 	var all []string
 	title := fmt.Sprintf("latency, %d threads", rep.Environment.Threads)
-	if rs := latencyResults(rep); len(rs) > 0 {
+	if rs := rep.LatencyResults(); len(rs) > 0 {
 		p, err := plot.Latency(plot.SeriesFromResults(rs), title, dir, "bench_latency")
 		if err != nil {
 			return all, err

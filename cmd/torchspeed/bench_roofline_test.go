@@ -80,7 +80,7 @@ func TestBenchRoofline(t *testing.T) {
 			if c.stderr != "" && !strings.Contains(stderr, c.stderr) {
 				t.Errorf("stderr lacks %q:\n%s", c.stderr, stderr)
 			}
-			var rep bench.Report
+			var rep bench.RunReport
 			if err := json.Unmarshal([]byte(out), &rep); err != nil {
 				t.Fatalf("JSON: %v", err)
 			}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -15,17 +14,6 @@ import (
 	"github.com/torchspeed/torchspeed/pkg/callargs"
 	"github.com/torchspeed/torchspeed/pkg/config"
 )
-
-// inputUsage marks an error that carries a benchrun.InputError (inputs the flags asked for
-// that cannot be made: a dtype without random data, a swept batch for a scalar input) as a
-// usage error, exit code 2; its message stays as it is.
-func inputUsage(err error) error {
-	var ie *benchrun.InputError
-	if errors.As(err, &ie) {
-		return exitcode.New(exitcode.Usage, err)
-	}
-	return err
-}
 
 // sweeping reports whether any sweep flag was given.
 func (b *benchCmd) sweeping() bool { return len(b.sweepB)+len(b.sweepT)+len(b.sweepS) > 0 }

@@ -51,7 +51,7 @@ func TestBenchSingleJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rep bench.Report
+	var rep bench.RunReport
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("stdout is not the JSON report: %v\n%s", err, out)
 	}
@@ -107,7 +107,7 @@ func TestBenchVsSelfWritesOutputs(t *testing.T) {
 	if n := strings.Count(string(b), "BenchmarkInference/model=digits.pt#2-1\t1\t"); n != 40 {
 		t.Errorf("bench.txt has %d lines for the second model, want 40", n)
 	}
-	var rep bench.Report
+	var rep bench.RunReport
 	b, _ = os.ReadFile(filepath.Join(dir, "bench.json"))
 	if err := json.Unmarshal(b, &rep); err != nil || rep.Comparison == nil || len(rep.Comparison.Pairs) != 1 {
 		t.Fatalf("bench.json: %v", err)
@@ -132,7 +132,7 @@ func TestBenchThroughputAndSweep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rep bench.Report
+	var rep bench.RunReport
 	if err := json.Unmarshal([]byte(out), &rep); err != nil || rep.Sweep == nil {
 		t.Fatalf("sweep JSON: %v", err)
 	}
@@ -213,7 +213,7 @@ func TestBenchConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rep bench.Report
+	var rep bench.RunReport
 	if err := json.Unmarshal([]byte(out), &rep); err != nil || len(rep.Results) != 1 {
 		t.Fatalf("JSON: %v", err)
 	}
@@ -258,7 +258,7 @@ func TestBenchArtifact(t *testing.T) {
 	if !strings.Contains(stderr, "1 threads, as the artifact digits.torchspeed.pt was tuned for") {
 		t.Errorf("stderr does not say where the thread count came from:\n%s", stderr)
 	}
-	var rep bench.Report
+	var rep bench.RunReport
 	if err := json.Unmarshal([]byte(out), &rep); err != nil || len(rep.Results) != 1 {
 		t.Fatalf("JSON: %v", err)
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"slices"
 	"strings"
 
@@ -143,7 +142,7 @@ func (ci *callInputs) plan(cmd string, m *torchspeed.Model, log io.Writer) (*cal
 		}
 		given = append(given, g)
 	}
-	rng := rand.New(rand.NewPCG(ci.seed, ci.seed^0x9e3779b97f4a7c15)) // as benchrun.MakeInputs
+	rng := benchrun.NewRand(ci.seed)
 	var man []torchspeed.InputSpec
 	if m.Manifest != nil {
 		man = m.Manifest.Inputs

@@ -43,15 +43,15 @@ func Usagef(format string, a ...any) error {
 	return &Error{Code: Usage, Err: fmt.Errorf(format, a...)}
 }
 
-// Of is the exit code for err: the code of the outermost *Error (or any error with an
-// ExitCode() int method) in its chain, Interrupt for a canceled context, Failure otherwise.
+// Of is the exit code for err: the code of the outermost *Error in its chain (the one kind of
+// error that chooses a code), Interrupt for a canceled context, Failure otherwise.
 func Of(err error) int {
 	if err == nil {
 		return OK
 	}
-	var ec interface{ ExitCode() int }
-	if errors.As(err, &ec) {
-		return ec.ExitCode()
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
 	}
 	if errors.Is(err, context.Canceled) {
 		return Interrupt

@@ -18,9 +18,9 @@ import (
 	"github.com/torchspeed/torchspeed/pkg/roofline"
 )
 
-// Report gathers everything one `torchspeed bench` invocation measured,
+// RunReport gathers everything one `torchspeed bench` invocation measured,
 // with the environment it ran in. Any of the result fields may be nil.
-type Report struct {
+type RunReport struct {
 	Environment Environment `json:"environment"`
 	// Settings records the run's inputs (input shapes, dtype, runs, ...)
 	// as the user gave them.
@@ -34,8 +34,8 @@ type Report struct {
 	Roofline []*roofline.Roofline `json:"roofline,omitempty"`
 }
 
-// latencyResults returns every per-target result, single or compared.
-func (r *Report) latencyResults() []*Result {
+// LatencyResults returns every per-target latency result, single or compared.
+func (r *RunReport) LatencyResults() []*Result {
 	if r.Comparison != nil {
 		return r.Comparison.Results
 	}
@@ -83,11 +83,11 @@ func formatCI(s Summary) string {
 // WriteTable prints the report for a terminal: one row per target with
 // its percentiles, the phases, each comparison's verdict, throughput and
 // sweep tables, and every warning.
-func (r *Report) WriteTable(w io.Writer) error {
+func (r *RunReport) WriteTable(w io.Writer) error {
 	bw := bufio.NewWriter(w)
 	tw := tabwriter.NewWriter(bw, 0, 4, 2, ' ', 0)
 	var warnings []string
-	if rs := r.latencyResults(); len(rs) > 0 {
+	if rs := r.LatencyResults(); len(rs) > 0 {
 		fmt.Fprintln(tw, "model\truns\tp50 [95% CI]\tp90\tp95\tp99\tp99.9\tmax\tmean\tstddev\tinf/s")
 		for _, res := range rs {
 			s := res.Stats
@@ -182,7 +182,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 
 // WriteJSON writes the report as indented JSON (durations in nanoseconds,
 // keys ending in _ns).
-func (r *Report) WriteJSON(w io.Writer) error {
+func (r *RunReport) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(r)
@@ -214,7 +214,7 @@ type comparisonJSON struct {
 }
 
 // MarshalJSON writes bench.json (see reportJSON).
-func (r Report) MarshalJSON() ([]byte, error) {
+func (r RunReport) MarshalJSON() ([]byte, error) {
 	out := reportJSON{SchemaVersion: SchemaVersion, Environment: r.Environment, Settings: settingsJSON(r.Settings),
 		Models: []json.RawMessage{}, Throughput: r.Throughput, Sweep: r.Sweep, Roofline: r.Roofline}
 	if out.Roofline == nil {
@@ -226,7 +226,7 @@ func (r Report) MarshalJSON() ([]byte, error) {
 			out.Comparison.Pairs = append(out.Comparison.Pairs, consistent(p))
 		}
 	}
-	for _, res := range r.latencyResults() {
+	for _, res := range r.LatencyResults() {
 		b, err := resultJSON(res)
 		if err != nil {
 			return nil, err
@@ -236,8 +236,8 @@ func (r Report) MarshalJSON() ([]byte, error) {
 	return json.Marshal(out)
 }
 
-// UnmarshalJSON reads bench.json back into a Report (the inverse of MarshalJSON).
-func (r *Report) UnmarshalJSON(b []byte) error {
+// UnmarshalJSON reads bench.json back into a RunReport (the inverse of MarshalJSON).
+func (r *RunReport) UnmarshalJSON(b []byte) error {
 	var in struct {
 		reportJSON
 		Settings json.RawMessage `json:"settings"`
@@ -246,7 +246,7 @@ func (r *Report) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &in); err != nil {
 		return err
 	}
-	*r = Report{Environment: in.Environment, Throughput: in.Throughput, Sweep: in.Sweep, Roofline: in.Roofline}
+	*r = RunReport{Environment: in.Environment, Throughput: in.Throughput, Sweep: in.Sweep, Roofline: in.Roofline}
 	if len(in.Settings) > 0 && string(in.Settings) != "null" {
 		dec := json.NewDecoder(bytes.NewReader(in.Settings))
 		dec.UseNumber()
@@ -472,7 +472,7 @@ func oneLine(s string) string {
 // Configuration lines carry the environment; every timed latency is one
 // result line with one iteration, so benchstat sees the full distribution.
 // The name's -N suffix is the intra-op thread count.
-func (r *Report) WriteBenchfmt(w io.Writer) error {
+func (r *RunReport) WriteBenchfmt(w io.Writer) error {
 	bw := bufio.NewWriter(w)
 	e := r.Environment
 	cfg := [][2]string{
@@ -515,7 +515,7 @@ func (r *Report) WriteBenchfmt(w io.Writer) error {
 		suffix = fmt.Sprintf("-%d", procs)
 	}
 	fmt.Fprintln(bw)
-	for _, res := range r.latencyResults() {
+	for _, res := range r.LatencyResults() {
 		name := "BenchmarkInference/model=" + BenchName(res.Name)
 		if res.Batch > 1 {
 			name += fmt.Sprintf("/batch=%d", res.Batch)
@@ -564,6 +564,6 @@ func WriteFileAtomic(path string, write func(io.Writer) error) error {
 }
 
 // Empty reports whether the report holds no measurement.
-func (r *Report) Empty() bool {
-	return len(r.latencyResults()) == 0 && r.Throughput == nil && r.Sweep == nil
+func (r *RunReport) Empty() bool {
+	return len(r.LatencyResults()) == 0 && r.Throughput == nil && r.Sweep == nil
 }

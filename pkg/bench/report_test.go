@@ -20,7 +20,7 @@ import (
 	"github.com/torchspeed/torchspeed/internal/schemacheck"
 )
 
-func sampleReport(t *testing.T) *Report {
+func sampleReport(t *testing.T) *RunReport {
 	t.Helper()
 	clk := &SimClock{}
 	c, err := Compare([]Target{
@@ -44,7 +44,7 @@ func sampleReport(t *testing.T) *Report {
 	env.QuantizedEngine = "onednn"
 	env.OpenMPEnv = map[string]string{"OMP_WAIT_POLICY": "PASSIVE"}
 	env.ModelHashes = map[string]string{"resnet18.pt": "ab12"}
-	return &Report{
+	return &RunReport{
 		Environment: env,
 		Settings:    map[string]string{"input-shape": "1x3x224x224", "dtype": "float32"},
 		Comparison:  c,
@@ -77,7 +77,7 @@ func TestWriteJSONRoundTrip(t *testing.T) {
 	if err := r.WriteJSON(&b); err != nil {
 		t.Fatal(err)
 	}
-	var back Report
+	var back RunReport
 	if err := json.Unmarshal(b.Bytes(), &back); err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +290,7 @@ func TestHashFile(t *testing.T) {
 }
 
 // bench.json matches docs/schema/bench.schema.json for a comparison, a single model and an
-// empty report, and reads back into the same Report (settings included).
+// empty report, and reads back into the same RunReport (settings included).
 func TestBenchJSONSchema(t *testing.T) {
 	cmp := sampleReport(t)
 	cmp.Settings["env GOMP_SPINCOUNT"] = "3000"
@@ -300,7 +300,7 @@ func TestBenchJSONSchema(t *testing.T) {
 	single := sampleReport(t)
 	single.Results, single.Comparison, single.Sweep = single.Comparison.Results[:1], nil, nil
 	single.Results[0].Load = 0 // not timed: null
-	for name, r := range map[string]*Report{"comparison": cmp, "single": single, "empty": {Settings: map[string]string{}}} {
+	for name, r := range map[string]*RunReport{"comparison": cmp, "single": single, "empty": {Settings: map[string]string{}}} {
 		var b bytes.Buffer
 		if err := r.WriteJSON(&b); err != nil {
 			t.Fatal(err)
@@ -308,15 +308,15 @@ func TestBenchJSONSchema(t *testing.T) {
 		if err := schemacheck.Check("bench.schema.json", b.Bytes()); err != nil {
 			t.Errorf("%s: %v\n%.2000s", name, err, b.String())
 		}
-		var back Report
+		var back RunReport
 		if err := json.Unmarshal(b.Bytes(), &back); err != nil {
 			t.Fatal(err)
 		}
 		if !reflect.DeepEqual(back.Settings, r.Settings) && len(r.Settings) > 0 {
 			t.Errorf("%s: settings %v, read back %v", name, r.Settings, back.Settings)
 		}
-		if len(back.latencyResults()) != len(r.latencyResults()) {
-			t.Errorf("%s: %d models read back, want %d", name, len(back.latencyResults()), len(r.latencyResults()))
+		if len(back.LatencyResults()) != len(r.LatencyResults()) {
+			t.Errorf("%s: %d models read back, want %d", name, len(back.LatencyResults()), len(r.LatencyResults()))
 		}
 		if strings.Contains(b.String(), `"env GOMP`) || strings.Contains(b.String(), `"N1"`) {
 			t.Errorf("%s: a key with a space or a Go field name:\n%.1000s", name, b.String())
@@ -332,7 +332,7 @@ func TestBenchJSONSchema(t *testing.T) {
 	}
 }
 
-func cmpJSON(t *testing.T, r *Report) string {
+func cmpJSON(t *testing.T, r *RunReport) string {
 	var b bytes.Buffer
 	if err := r.WriteJSON(&b); err != nil {
 		t.Fatal(err)

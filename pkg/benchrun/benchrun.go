@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
+	"github.com/torchspeed/torchspeed/internal/exitcode"
 	"github.com/torchspeed/torchspeed/pkg/bench"
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
 )
@@ -27,36 +28,27 @@ type InputSpec struct {
 	DType torch.DType
 }
 
-// InputError reports inputs that cannot be made as their specs ask: a batch size for a scalar
-// input, or a dtype RandomTensor does not support. It is the caller's choice of inputs that is
-// wrong, not the model or libtorch: the CLI exits with its usage code for it.
-type InputError struct{ Err error }
-
-func (e *InputError) Error() string { return e.Err.Error() }
-
-// Unwrap returns the underlying error.
-func (e *InputError) Unwrap() error { return e.Err }
-
 // MakeInputs builds random inputs with a fixed seed, one per spec (see RandomTensor); batch > 0
 // replaces dimension 0 of every input. The same specs, batch and seed give the same values. On
-// error it closes what it made and returns an *InputError. The caller closes the tensors (see
-// CloseTensors).
+// error it closes what it made and returns a usage error (exitcode.Usage: a batch size for a
+// scalar input, or a dtype RandomTensor does not support, is the caller's choice of inputs, not a
+// failure of the model or libtorch). The caller closes the tensors (see CloseTensors).
 func MakeInputs(specs []InputSpec, batch int, seed uint64) ([]*torch.Tensor, error) {
-	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	rng := NewRand(seed)
 	var out []*torch.Tensor
 	for _, s := range specs {
 		shape := append([]int64(nil), s.Shape...)
 		if batch > 0 {
 			if len(shape) == 0 {
 				CloseTensors(out)
-				return nil, &InputError{errors.New("bench: --sweep-batch needs inputs with a batch dimension; a scalar input has none")}
+				return nil, exitcode.New(exitcode.Usage, errors.New("bench: --sweep-batch needs inputs with a batch dimension; a scalar input has none"))
 			}
 			shape[0] = int64(batch)
 		}
 		t, err := RandomTensor(rng, shape, s.DType, nil)
 		if err != nil {
 			CloseTensors(out)
-			return nil, &InputError{fmt.Errorf("bench: input %v: %v", shape, err)}
+			return nil, exitcode.New(exitcode.Usage, fmt.Errorf("bench: input %v: %v", shape, err))
 		}
 		out = append(out, t)
 	}
@@ -69,6 +61,10 @@ func CloseTensors(ts []*torch.Tensor) {
 		t.Close()
 	}
 }
+
+// NewRand is the random stream of seed that inputs are drawn from (RandomTensor): bench, run and
+// optimize give the same seed the same stream.
+func NewRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)) }
 
 // RandomTensor makes a standard-normal float tensor, or integers drawn from intRange
 // ([low, high), e.g. token ids below the vocabulary size; nil is [0, 100), and [0, 256) for

@@ -2,7 +2,6 @@ package benchrun
 
 import (
 	"bytes"
-	"errors"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -13,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
+	"github.com/torchspeed/torchspeed/internal/exitcode"
 	"github.com/torchspeed/torchspeed/internal/fixtures"
 	"github.com/torchspeed/torchspeed/pkg/bench"
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
@@ -123,9 +123,8 @@ func TestMakeInputsErrors(t *testing.T) {
 				CloseTensors(ts)
 				t.Fatal("MakeInputs succeeded")
 			}
-			var ie *InputError
-			if !errors.As(err, &ie) || err.Error() != c.want {
-				t.Errorf("error %q (%T), want *InputError %q", err, err, c.want)
+			if exitcode.Of(err) != exitcode.Usage || err.Error() != c.want {
+				t.Errorf("error %q (exit %d), want usage error %q", err, exitcode.Of(err), c.want)
 			}
 			if ts != nil {
 				t.Errorf("%d tensors returned with the error", len(ts))
@@ -317,10 +316,9 @@ func TestRunStreams(t *testing.T) {
 				c.batch, r.Name, r.Streams, r.Threads, r.Batch, c.wantBatch)
 		}
 	}
-	// A stream that cannot make its inputs fails the run with an InputError.
+	// A stream that cannot make its inputs fails the run with a usage error.
 	_, err := RunStreams(l, []InputSpec{{Shape: []int64{}, DType: torch.Float32}}, 2, 1, 2, o, 1)
-	var ie *InputError
-	if !errors.As(err, &ie) || !strings.Contains(err.Error(), "make target: bench: --sweep-batch needs inputs with a batch dimension") {
+	if exitcode.Of(err) != exitcode.Usage || !strings.Contains(err.Error(), "make target: bench: --sweep-batch needs inputs with a batch dimension") {
 		t.Errorf("scalar input swept: %v", err)
 	}
 }
@@ -375,8 +373,7 @@ func TestServeRounds(t *testing.T) {
 	// Inputs it cannot make fail it before "ready".
 	out.Reset()
 	err := ServeRounds(strings.NewReader("run 1\n"), &out, l, []InputSpec{{Shape: []int64{2}, DType: torch.Float16}}, 1, 0, nil)
-	var ie *InputError
-	if !errors.As(err, &ie) || out.Len() > 0 {
-		t.Errorf("error %v, output %q; want an InputError and no output", err, out.String())
+	if exitcode.Of(err) != exitcode.Usage || out.Len() > 0 {
+		t.Errorf("error %v, output %q; want a usage error and no output", err, out.String())
 	}
 }

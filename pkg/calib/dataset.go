@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"iter"
-	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -413,25 +412,6 @@ func sampleNumel(shape []int64) int64 {
 		n *= d
 	}
 	return n
-}
-
-// firstNonFinite returns the index of the first NaN or Inf element, or -1.
-func firstNonFinite(data any) int {
-	switch d := data.(type) {
-	case []float32:
-		for i, v := range d {
-			if v != v || v > math.MaxFloat32 || v < -math.MaxFloat32 {
-				return i
-			}
-		}
-	case []float64:
-		for i, v := range d {
-			if math.IsNaN(v) || math.IsInf(v, 0) {
-				return i
-			}
-		}
-	}
-	return -1
 }
 
 func nonFiniteName(data any, i int) string {

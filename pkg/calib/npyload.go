@@ -59,7 +59,7 @@ func (ld *loader) materialize(c *column, in input, idx []int, done func()) (*npy
 		out := npy.MakeData(a.DType, len(idx)*sn)
 		for k, i := range idx {
 			src := sliceOf(a.Data, i*sn, (i+1)*sn)
-			if j := firstNonFinite(src); j >= 0 {
+			if j := npy.FirstNonFinite(src); j >= 0 {
 				return nil, nil, fmt.Errorf("calib: %s: sample %d has %s at element %d; calibration data must be finite", c.origin, i, nonFiniteName(src, j), j)
 			}
 			copyAt(out, k*sn, src)
@@ -98,7 +98,7 @@ func (ld *loader) materialize(c *column, in input, idx []int, done func()) (*npy
 			return nil, nil, fmt.Errorf("calib: %s holds a %s sample but %s holds %s; samples must share one shape to be batched (pad them to one length)",
 				f, npy.ShapeString(shape), c.files[idx[0]], npy.ShapeString(sample))
 		}
-		if j := firstNonFinite(a.Data); j >= 0 {
+		if j := npy.FirstNonFinite(a.Data); j >= 0 {
 			return nil, nil, fmt.Errorf("calib: %s (sample %d) has %s at element %d; calibration data must be finite", f, i, nonFiniteName(a.Data, j), j)
 		}
 		copyAt(out, k*sn, a.Data)

@@ -23,7 +23,7 @@ func ReadBatchSweep(reportPath, artifactPath string) (*bench.SweepResult, error)
 	if err != nil {
 		return nil, fmt.Errorf("batch sweep %q: %w", reportPath, err)
 	}
-	var rep bench.Report
+	var rep bench.RunReport
 	if err := json.Unmarshal(b, &rep); err != nil {
 		return nil, fmt.Errorf("batch sweep %q: not a `torchspeed bench --json` report: %w", reportPath, err)
 	}

@@ -80,7 +80,7 @@ func TestTritonBatchSweep(t *testing.T) {
 	}
 	threads := a.Manifest.Runtime.Threads
 	ms := time.Millisecond
-	rep := bench.Report{
+	rep := bench.RunReport{
 		Environment: bench.Environment{ModelHashes: map[string]string{"digits.torchspeed.pt": sum}},
 		Sweep: &bench.SweepResult{Rows: []bench.SweepRow{
 			sweepRow(1, threads, 1000, ms, 2*ms), sweepRow(16, threads, 4000, 4*ms, 5*ms)}},

@@ -222,28 +222,61 @@ func SplitData(data any, parts, i int) (any, error) {
 	if parts <= 0 || i < 0 || i >= parts {
 		return nil, fmt.Errorf("part %d of %d", i, parts)
 	}
-	switch d := data.(type) {
-	case []float32:
-		return part(d, parts, i), nil
-	case []float64:
-		return part(d, parts, i), nil
-	case []int64:
-		return part(d, parts, i), nil
-	case []int32:
-		return part(d, parts, i), nil
-	case []int16:
-		return part(d, parts, i), nil
-	case []int8:
-		return part(d, parts, i), nil
-	case []uint8:
-		return part(d, parts, i), nil
-	case []bool:
-		return part(d, parts, i), nil
+	per := sliceLen(data) / parts
+	d, err := SliceData(data, i*per, (i+1)*per)
+	if err != nil {
+		return nil, fmt.Errorf("arrays of %T cannot be split into calls", data)
 	}
-	return nil, fmt.Errorf("arrays of %T cannot be split into calls", data)
+	return d, nil
 }
 
-func part[T any](d []T, parts, i int) []T {
-	per := len(d) / parts
-	return d[i*per : (i+1)*per]
+// SliceData returns elements lo to hi (exclusive) of data (an Array's Data slice), sharing its
+// memory: e.g. a batch of samples.
+func SliceData(data any, lo, hi int) (any, error) {
+	switch d := data.(type) {
+	case []float32:
+		return slice(d, lo, hi)
+	case []float64:
+		return slice(d, lo, hi)
+	case []int64:
+		return slice(d, lo, hi)
+	case []int32:
+		return slice(d, lo, hi)
+	case []int16:
+		return slice(d, lo, hi)
+	case []int8:
+		return slice(d, lo, hi)
+	case []uint8:
+		return slice(d, lo, hi)
+	case []bool:
+		return slice(d, lo, hi)
+	}
+	return nil, fmt.Errorf("unsupported array data %T", data)
+}
+
+func slice[T any](d []T, lo, hi int) (any, error) {
+	if lo < 0 || hi < lo || hi > len(d) {
+		return nil, fmt.Errorf("elements %d to %d of %d", lo, hi, len(d))
+	}
+	return d[lo:hi], nil
+}
+
+// FirstNonFinite is the index of the first NaN or infinite element of data (an Array's Data
+// slice), or -1: integer and bool data have none.
+func FirstNonFinite(data any) int {
+	switch d := data.(type) {
+	case []float32:
+		for i, v := range d {
+			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+				return i
+			}
+		}
+	case []float64:
+		for i, v := range d {
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				return i
+			}
+		}
+	}
+	return -1
 }

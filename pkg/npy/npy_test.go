@@ -382,3 +382,43 @@ func TestSplitData(t *testing.T) {
 		t.Error("strings split without an error")
 	}
 }
+
+func TestFirstNonFinite(t *testing.T) {
+	nan, inf := math.NaN(), math.Inf(1)
+	for _, c := range []struct {
+		data any
+		want int
+	}{
+		{[]float32{1, 2, float32(nan)}, 2},
+		{[]float32{float32(-inf), 0}, 0},
+		{[]float32{math.MaxFloat32, -math.MaxFloat32}, -1},
+		{[]float64{0, inf}, 1},
+		{[]float64{1, 2}, -1},
+		{[]int64{1}, -1},
+		{[]bool{true}, -1},
+	} {
+		if got := FirstNonFinite(c.data); got != c.want {
+			t.Errorf("FirstNonFinite(%v) = %d, want %d", c.data, got, c.want)
+		}
+	}
+}
+
+func TestSliceData(t *testing.T) {
+	d := []int16{0, 1, 2, 3, 4}
+	got, err := SliceData(d, 1, 3)
+	if err != nil || !reflect.DeepEqual(got, []int16{1, 2}) {
+		t.Fatalf("SliceData = %v, %v", got, err)
+	}
+	got.([]int16)[0] = 9
+	if d[1] != 9 {
+		t.Error("SliceData copied: it shares the array's memory")
+	}
+	for _, bad := range [][2]int{{-1, 2}, {3, 2}, {0, 6}} {
+		if _, err := SliceData(d, bad[0], bad[1]); err == nil {
+			t.Errorf("SliceData(%v) succeeded", bad)
+		}
+	}
+	if _, err := SliceData([]string{"a"}, 0, 1); err == nil {
+		t.Error("SliceData of []string succeeded")
+	}
+}

@@ -171,43 +171,6 @@ func outputsOf(c *candidate, sets [][]*torch.Tensor) ([][]float64, error) {
 	return all, nil
 }
 
-// agreement is the largest absolute difference and the smallest per-output cosine similarity
-// between two output lists. NaN and infinities are compared explicitly: the same non-finite
-// value on both sides agrees (and is left out of the sums), any other pairing with a
-// non-finite value is an infinite difference.
-func agreement(ref, got [][]float64) (maxAbs, minCos float64, err error) {
-	if len(ref) != len(got) {
-		return 0, 0, fmt.Errorf("%d outputs, the original gives %d", len(got), len(ref))
-	}
-	minCos = 1
-	for i := range ref {
-		if len(ref[i]) != len(got[i]) {
-			return 0, 0, fmt.Errorf("output %d has %d elements, the original's has %d", i, len(got[i]), len(ref[i]))
-		}
-		var dot, na, nb float64
-		for j := range ref[i] {
-			a, b := ref[i][j], got[i][j]
-			if !finite(a) || !finite(b) {
-				same := (math.IsNaN(a) && math.IsNaN(b)) || (math.IsInf(a, 0) && a == b)
-				if !same {
-					maxAbs = math.Inf(1)
-				}
-				continue
-			}
-			maxAbs = max(maxAbs, math.Abs(a-b))
-			dot += a * b
-			na += a * a
-			nb += b * b
-		}
-		cos := 1.0
-		if na > 0 || nb > 0 {
-			cos = dot / (math.Sqrt(na)*math.Sqrt(nb) + 1e-30)
-		}
-		minCos = min(minCos, cos)
-	}
-	return maxAbs, minCos, nil
-}
-
 func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 
 // nonFiniteCount counts the NaN and infinite values in outputs.

@@ -15,6 +15,7 @@ import (
 	"github.com/torchspeed/torchspeed/pkg/config"
 	"github.com/torchspeed/torchspeed/pkg/report"
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
+	"github.com/torchspeed/torchspeed/pkg/validate"
 )
 
 // stagingPrefix names the hidden folder a run stages its outputs in, followed by its pid, so a
@@ -364,7 +365,7 @@ func verifyArtifact(path string, final *candidate, r *run) error {
 	if err != nil {
 		return err
 	}
-	maxAbs, _, err := agreement(want, got)
+	maxAbs, _, err := validate.CompareOutputs(want, got)
 	if err != nil || maxAbs > 1e-4 {
 		return fmt.Errorf("the saved artifact answers differently from the model measured (max abs diff %.3g, %v)", maxAbs, err)
 	}

@@ -64,9 +64,6 @@ func wantCode(t *testing.T, err error, code int, msg ...string) {
 		t.Fatalf("no error, want exit %d", code)
 	}
 	got := exitcode.Of(err)
-	if ve := (*ValidationError)(nil); errors.As(err, &ve) {
-		got = ve.ExitCode()
-	}
 	if got != code {
 		t.Errorf("exit %d (want %d): %v", got, code, err)
 	}

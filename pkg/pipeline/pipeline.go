@@ -8,7 +8,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"path/filepath"
 	"strings"
 	"time"
@@ -59,15 +58,13 @@ type Options struct {
 	written func(paths []string)
 }
 
-// ValidationError means the result failed its accuracy thresholds.
+// ValidationError means the result failed its accuracy thresholds. Run returns it wrapped in an
+// exit-code error (exitcode.Validation, 3); errors.As finds it.
 type ValidationError struct{ Failures []string }
 
 func (e *ValidationError) Error() string {
 	return "the optimized model failed validation: " + strings.Join(e.Failures, "; ")
 }
-
-// ExitCode makes a validation failure exit with 3.
-func (e *ValidationError) ExitCode() int { return exitcode.Validation }
 
 type run struct {
 	ctx    context.Context
@@ -158,7 +155,7 @@ func (r *run) steps(start time.Time, out *output) (*report.Report, error) {
 		return nil, err
 	}
 	if verr != nil {
-		return r.rep, verr
+		return r.rep, exitcode.New(exitcode.Validation, verr)
 	}
 	return r.rep, nil
 }
@@ -249,7 +246,7 @@ func (r *run) makeInputs(seed uint64) ([]*torch.Tensor, error) {
 	if err != nil {
 		return nil, err
 	}
-	rng := rand.New(rand.NewPCG(seed, seed^0x2545f4914f6cdd1d))
+	rng := benchrun.NewRand(seed)
 	var out []*torch.Tensor
 	for k, in := range r.tensorInputs() {
 		if data[k] != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/torchspeed/torchspeed/pkg/config"
 	"github.com/torchspeed/torchspeed/pkg/npy"
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
+	"github.com/torchspeed/torchspeed/pkg/validate"
 )
 
 // mkldnnBroken is why oneDNN cannot run here ("" when it can): the tests call Run in this
@@ -155,7 +156,7 @@ func TestOptimizeFixtures(t *testing.T) {
 					t.Fatalf("output %s: %d values, want %d", o.Name, len(got), len(w))
 				}
 				ref := [][]float64{toF64(w)}
-				maxAbs, cos, err := agreement(ref, [][]float64{toF64(got)})
+				maxAbs, cos, err := validate.CompareOutputs(ref, [][]float64{toF64(got)})
 				if err != nil || maxAbs > 1e-3 || cos < 0.9999 {
 					t.Errorf("output %s: max abs %.3g cosine %.6f (%v)", o.Name, maxAbs, cos, err)
 				}
@@ -221,7 +222,7 @@ func TestArtifactLoadsInPlainLibtorch(t *testing.T) {
 		u := uint32(got[4*i]) | uint32(got[4*i+1])<<8 | uint32(got[4*i+2])<<16 | uint32(got[4*i+3])<<24
 		gotF[i] = float64(mathFloat32frombits(u))
 	}
-	maxAbs, cos, err := agreement([][]float64{toF64(want)}, [][]float64{gotF})
+	maxAbs, cos, err := validate.CompareOutputs([][]float64{toF64(want)}, [][]float64{gotF})
 	if err != nil || maxAbs > 1e-3 || cos < 0.9999 {
 		t.Fatalf("plain libtorch output: max abs %.3g cosine %.6f (%v)", maxAbs, cos, err)
 	}

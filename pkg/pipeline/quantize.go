@@ -101,7 +101,7 @@ func (r *run) quantize() error {
 	}
 	r.logf("quantizing (%s, engine %s, observer %s)", mode, q.Engine, q.Observer)
 	var (
-		qrep *quant.Report
+		qrep *quant.Outcome
 		qerr error
 	)
 	name := "INT8 " + mode
@@ -194,7 +194,7 @@ func orNone(s string) string {
 }
 
 // quantizeInfo is the report's record of the INT8 step.
-func quantizeInfo(q *quant.Report) *report.Quantize {
+func quantizeInfo(q *quant.Outcome) *report.Quantize {
 	n := 0
 	for _, v := range q.QuantizedOps {
 		n += v
@@ -210,7 +210,7 @@ func quantizeInfo(q *quant.Report) *report.Quantize {
 // validationOf turns a comparison with the original into the report's validation section.
 // On random data a threshold that could not be measured fails: random inputs cannot vouch for
 // it, and a figure that was never measured must not read as a pass.
-func validationOf(q *quant.Report, data string, synthetic, cosOK bool) *report.Validation {
+func validationOf(q *quant.Outcome, data string, synthetic, cosOK bool) *report.Validation {
 	v := &report.Validation{Data: data, Synthetic: synthetic, Passed: len(q.Failures) == 0}
 	for _, l := range q.Sensitivity {
 		v.Layers = append(v.Layers, report.Layer{Layer: l.Layer, Type: l.Type, Cosine: f64(l.Cosine), MeanAbsError: f64(l.MeanAbsError), Top1Agreement: f64(l.Top1Agreement)})
@@ -293,7 +293,7 @@ func (r *run) validateFP32() error {
 		return fmt.Errorf("validating %s: %w", best.name, err)
 	}
 	cosOK := cosineMeaningful(r.ref)
-	v := validationOf(&quant.Report{Validation: res}, desc, synth, cosOK)
+	v := validationOf(&quant.Outcome{Validation: res}, desc, synth, cosOK)
 	v.Checked, v.CheckedPrecision = best.name, "fp32"
 	v.Passed = finite(res.MaxAbsError) && res.MaxAbsError <= r.cfg.Optimize.MaxAbsError && (!cosOK || res.Cosine >= r.cfg.Optimize.MinCosine)
 	if !v.Passed {

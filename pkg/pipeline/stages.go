@@ -10,6 +10,7 @@ import (
 	"github.com/torchspeed/torchspeed/pkg/config"
 	"github.com/torchspeed/torchspeed/pkg/quant"
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
+	"github.com/torchspeed/torchspeed/pkg/validate"
 )
 
 // addCandidate builds a candidate, times the build, counts its nodes and checks its outputs
@@ -42,7 +43,7 @@ func (r *run) addCandidate(name string, k kind, steps []string, build func() (*c
 		r.cands = append(r.cands, c)
 		return nil
 	}
-	c.maxAbs, c.cosine, err = agreement(ref, got)
+	c.maxAbs, c.cosine, err = validate.CompareOutputs(ref, got)
 	switch {
 	case err != nil:
 		c.status, c.reason = stRejected, err.Error()

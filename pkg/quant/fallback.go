@@ -78,7 +78,7 @@ func (e *ThresholdError) Error() string {
 // candidate is a passing (or best) quantized model.
 type candidate struct {
 	model *torch.Module
-	rep   *Report
+	rep   *Outcome
 	res   *validate.Result
 	skip  []string
 }
@@ -87,7 +87,7 @@ type candidate struct {
 // fail, keeps the most sensitive layers in FP32 one by one until they pass or
 // MaxFP32Layers is reached. Among the passing models it keeps the fastest (by fb.Latency).
 // On failure it returns a *ThresholdError and the report of the attempts; no model.
-func QuantizeChecked(ctx context.Context, m *torch.Module, calib, val validate.Batches, opts Options, fb FallbackOptions) (*torch.Module, *Report, error) {
+func QuantizeChecked(ctx context.Context, m *torch.Module, calib, val validate.Batches, opts Options, fb FallbackOptions) (*torch.Module, *Outcome, error) {
 	if err := fb.Thresholds.Validate(); err != nil {
 		return nil, nil, err
 	}

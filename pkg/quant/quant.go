@@ -224,8 +224,8 @@ func (o Options) Config(engine string) torch.QuantConfig {
 	return c
 }
 
-// Report says how a model was quantized and, after QuantizeChecked, how it validated.
-type Report struct {
+// Outcome says how a model was quantized and, after QuantizeChecked, how it validated.
+type Outcome struct {
 	Mode        string   `json:"mode"`
 	Engine      string   `json:"engine"`
 	ReduceRange bool     `json:"reduce_range"`
@@ -253,7 +253,7 @@ type Report struct {
 // Quantize returns the INT8 version of m. Static mode calibrates on data (every batch, or
 // CalibrationSamples); dynamic mode ignores data. m is not modified. The engine is set
 // process-wide (set it again with torch.SetQEngine before loading the saved model elsewhere).
-func Quantize(ctx context.Context, m *torch.Module, data validate.Batches, opts Options) (*torch.Module, *Report, error) {
+func Quantize(ctx context.Context, m *torch.Module, data validate.Batches, opts Options) (*torch.Module, *Outcome, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, nil, err
 	}
@@ -268,7 +268,7 @@ func Quantize(ctx context.Context, m *torch.Module, data validate.Batches, opts 
 		return nil, nil, err
 	}
 	cfg := opts.Config(engine)
-	rep := &Report{Mode: opts.Mode, Engine: engine, ReduceRange: cfg.Activation.ReduceRange,
+	rep := &Outcome{Mode: opts.Mode, Engine: engine, ReduceRange: cfg.Activation.ReduceRange,
 		FP32Layers: slices.Clone(opts.Skip)}
 	if opts.PerChannel {
 		rep.Weight = "per_channel_symmetric qint8"
@@ -346,7 +346,7 @@ func checkFinite(b validate.Batch, i int) error {
 	return nil
 }
 
-func quantizeStatic(ctx context.Context, m *torch.Module, data validate.Batches, opts Options, cfg torch.QuantConfig, engine string, rep *Report) (*torch.Module, error) {
+func quantizeStatic(ctx context.Context, m *torch.Module, data validate.Batches, opts Options, cfg torch.QuantConfig, engine string, rep *Outcome) (*torch.Module, error) {
 	if data == nil || data.Len() == 0 {
 		return nil, errors.New("quantize: static quantization needs calibration data (quantize.calibration in the config), or use mode dynamic")
 	}

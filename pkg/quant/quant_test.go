@@ -422,7 +422,7 @@ func TestDynamicRNNReduceRange(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			run := func(vnni *bool) (*quant.Report, float64) {
+			run := func(vnni *bool) (*quant.Outcome, float64) {
 				o := quant.DefaultOptions()
 				o.Mode = quant.ModeDynamic
 				o.VNNI = vnni

@@ -2,7 +2,6 @@ package validate
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/pkg/calib"
@@ -42,7 +41,7 @@ func FromArrays(cols []*npy.Array, labels []int64, names []string, batchSize int
 		} else if int(c.Shape[0]) != a.n {
 			return nil, fmt.Errorf("data: %s has %d samples, %s has %d", a.inputName(k), c.Shape[0], a.inputName(0), a.n)
 		}
-		if i := firstNonFinite(c.Data); i >= 0 {
+		if i := npy.FirstNonFinite(c.Data); i >= 0 {
 			per := int(c.Numel() / c.Shape[0])
 			return nil, fmt.Errorf("data: %s holds NaN or Inf (sample %d, element %d): clean the data before calibrating or validating", a.inputName(k), i/max(per, 1), i%max(per, 1))
 		}
@@ -84,43 +83,11 @@ func (a *arrays) Batch(i int) (Batch, error) {
 }
 
 func tensorOf(c *npy.Array, lo, hi int, shape []int64) (*torch.Tensor, error) {
-	switch d := c.Data.(type) {
-	case []float32:
-		return torch.NewTensor(d[lo:hi], shape)
-	case []float64:
-		return torch.NewTensor(d[lo:hi], shape)
-	case []int64:
-		return torch.NewTensor(d[lo:hi], shape)
-	case []int32:
-		return torch.NewTensor(d[lo:hi], shape)
-	case []int16:
-		return torch.NewTensor(d[lo:hi], shape)
-	case []int8:
-		return torch.NewTensor(d[lo:hi], shape)
-	case []uint8:
-		return torch.NewTensor(d[lo:hi], shape)
-	case []bool:
-		return torch.NewTensor(d[lo:hi], shape)
+	d, err := npy.SliceData(c.Data, lo, hi)
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("unsupported array data %T", c.Data)
-}
-
-func firstNonFinite(data any) int {
-	switch d := data.(type) {
-	case []float32:
-		for i, x := range d {
-			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
-				return i
-			}
-		}
-	case []float64:
-		for i, x := range d {
-			if math.IsNaN(x) || math.IsInf(x, 0) {
-				return i
-			}
-		}
-	}
-	return -1
+	return torch.NewTensorAny(d, shape)
 }
 
 // dataset adapts a calib.Dataset (already checked by calib.Open) to Batches.

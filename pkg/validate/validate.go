@@ -183,10 +183,10 @@ type Result struct {
 	Outputs      []OutputResult `json:"outputs"`
 }
 
+// acc is one output's comparison over every sample, and its worst sample's cosine.
 type acc struct {
-	dot, aa, bb, sumAbs, maxAbs, refMax float64
-	n                                   int64
-	minCos                              float64
+	Diff
+	minCos float64
 }
 
 // Compare runs the candidate on the reference's batches and compares the outputs.
@@ -243,26 +243,10 @@ func (r *Reference) CompareFirst(ctx context.Context, cand *torch.Module, n int)
 			}
 			per := len(w.data) / rows
 			for s := 0; s < rows; s++ {
-				var dot, aa, bb float64
-				for j := s * per; j < (s+1)*per; j++ {
-					x, y := float64(w.data[j]), float64(g.data[j])
-					dot += x * y
-					aa += x * x
-					bb += y * y
-					d := math.Abs(x - y)
-					if math.IsNaN(d) {
-						d = math.Inf(1)
-					}
-					a.sumAbs += d
-					a.maxAbs = max(a.maxAbs, d)
-					a.refMax = max(a.refMax, math.Abs(x))
-				}
-				a.dot += dot
-				a.aa += aa
-				a.bb += bb
-				a.minCos = min(a.minCos, cos(dot, aa, bb))
+				d := DiffOf(w.data[s*per:(s+1)*per], g.data[s*per:(s+1)*per])
+				a.Merge(d)
+				a.minCos = min(a.minCos, d.Cosine())
 			}
-			a.n += int64(len(w.data))
 			if k == 0 && isClassScores(w.shape) {
 				classOut = w.name
 				c := int(w.shape[1])
@@ -298,20 +282,18 @@ func (r *Reference) CompareFirst(ctx context.Context, cand *torch.Module, n int)
 	}
 	res := &Result{Samples: samples, Cosine: 1, MinSampleCosine: 1, Top1Agreement: -1, KLDivergence: -1,
 		RefTop1: -1, RefTop5: -1, Top1: -1, Top5: -1, AccuracyDrop: -1, ClassOutput: classOut}
-	var sumAbs float64
-	var count int64
+	var all Diff
 	for _, name := range names {
 		a := accs[name]
-		o := OutputResult{Name: name, Cosine: cos(a.dot, a.aa, a.bb), MinCosine: a.minCos, MaxAbsError: a.maxAbs,
-			MeanAbsError: a.sumAbs / math.Max(1, float64(a.n)), RefMaxAbs: a.refMax}
+		o := OutputResult{Name: name, Cosine: a.Cosine(), MinCosine: a.minCos, MaxAbsError: a.MaxAbs(),
+			MeanAbsError: a.MeanAbs(), RefMaxAbs: a.RefMaxAbs()}
 		res.Outputs = append(res.Outputs, o)
 		res.Cosine = min(res.Cosine, o.Cosine)
 		res.MinSampleCosine = min(res.MinSampleCosine, o.MinCosine)
 		res.MaxAbsError = max(res.MaxAbsError, o.MaxAbsError)
-		sumAbs += a.sumAbs
-		count += a.n
+		all.Merge(a.Diff)
 	}
-	res.MeanAbsError = sumAbs / math.Max(1, float64(count))
+	res.MeanAbsError = all.MeanAbs()
 	if classSamples > 0 {
 		res.Top1Agreement = agree / float64(classSamples)
 		res.KLDivergence = kl / float64(classSamples)
@@ -331,22 +313,6 @@ func Compare(ctx context.Context, ref, cand *torch.Module, data Batches) (*Resul
 		return nil, err
 	}
 	return r.Compare(ctx, cand)
-}
-
-// cos is the cosine similarity from the dot product and squared norms. Two all-zero vectors
-// are identical (1); one all-zero vector against another is 0.
-func cos(dot, aa, bb float64) float64 {
-	if aa == 0 && bb == 0 {
-		return 1
-	}
-	if aa == 0 || bb == 0 {
-		return 0
-	}
-	c := dot / math.Sqrt(aa*bb)
-	if math.IsNaN(c) {
-		return 0
-	}
-	return min(1, max(-1, c))
 }
 
 func isClassScores(shape []int64) bool { return len(shape) == 2 && shape[1] >= 2 }

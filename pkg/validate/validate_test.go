@@ -20,24 +20,6 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func TestCos(t *testing.T) {
-	tests := []struct {
-		dot, aa, bb, want float64
-	}{
-		{1, 1, 1, 1},
-		{0, 1, 1, 0},
-		{-2, 4, 1, -1},
-		{0, 0, 0, 1}, // both zero: identical
-		{0, 0, 3, 0}, // one zero
-		{3, 4, 4, 0.75},
-	}
-	for _, tc := range tests {
-		if got := cos(tc.dot, tc.aa, tc.bb); math.Abs(got-tc.want) > 1e-12 {
-			t.Errorf("cos(%g, %g, %g) = %g, want %g", tc.dot, tc.aa, tc.bb, got, tc.want)
-		}
-	}
-}
-
 func TestKLSoftmax(t *testing.T) {
 	p := []float32{1, 2, 3}
 	if kl := klSoftmax(p, p); kl != 0 {

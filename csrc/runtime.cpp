@@ -1,4 +1,146 @@
-// Operation counts for the roofline: runs forward once with a thread-local RecordFunction
+// libtorch's process and runtime side of the C ABI: versions and build configuration, thread
+// counts (libtorch's and OpenBLAS's), quantized engines, the execution settings, and the
+// per-op work counts the roofline reads (with the `ops.` resolver for define_ops).
+#include <ATen/Parallel.h>
+#include <ATen/Version.h>
+#include <ATen/record_function.h>
+#include <caffe2/serialize/versions.h>
+#include <torch/csrc/jit/frontend/resolver.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <string>
+
+#include "internal.h"
+
+// ---- versions, threads, quantized engines ----
+
+extern "C" {
+
+int32_t ts_api_version(void) noexcept { return TS_API_VERSION; }
+const char* ts_libtorch_version(void) noexcept { return TORCH_VERSION; }
+
+ts_status* ts_show_config(char** out) noexcept {
+  TS_API_BEGIN
+  TS_CHECK_NOT_NULL(out, "show_config");
+  *out = tsimpl::dup_string(at::show_config());
+  TS_API_END("show_config")
+}
+
+ts_status* ts_parallel_info(char** out) noexcept {
+  TS_API_BEGIN
+  TS_CHECK_NOT_NULL(out, "parallel_info");
+  *out = tsimpl::dup_string(at::get_parallel_info());
+  TS_API_END("parallel_info")
+}
+
+namespace {
+// OpenBLAS's C API, looked up at run time: libtorch may use MKL, OpenBLAS or no BLAS, and
+// the shim links none of them itself.
+struct OpenBLAS {
+  void (*set_num_threads)(int) = nullptr;
+  int (*get_num_threads)() = nullptr;
+  int (*get_parallel)() = nullptr;  // 0 sequential, 1 pthreads, 2 OpenMP
+  char* (*get_config)() = nullptr;
+};
+
+const OpenBLAS& openblas() {
+  static const OpenBLAS api = [] {
+    OpenBLAS a;
+    a.set_num_threads = reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+    a.get_num_threads = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+    a.get_parallel = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_parallel"));
+    a.get_config = reinterpret_cast<char* (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_config"));
+    return a;
+  }();
+  return api;
+}
+}  // namespace
+
+ts_status* ts_set_num_threads(int32_t n) noexcept {
+  TS_API_BEGIN
+  TS_CHECK_ARG(n > 0, "set_num_threads", "thread count must be > 0, got " + std::to_string(n));
+  at::set_num_threads(n);
+  // at::set_num_threads sets OpenMP's and MKL's counts, not OpenBLAS's.
+  if (openblas().set_num_threads != nullptr) openblas().set_num_threads(n);
+  TS_API_END("set_num_threads")
+}
+
+ts_status* ts_blas_info(char** out) noexcept {
+  TS_API_BEGIN
+  TS_CHECK_NOT_NULL(out, "blas_info");
+  const OpenBLAS& b = openblas();
+  tsimpl::JsonWriter w;
+  w.begin_object();
+  if (b.get_num_threads == nullptr) {
+    w.key("library").value("");
+  } else {
+    const char* threading = "unknown";
+    if (b.get_parallel != nullptr) {
+      switch (b.get_parallel()) {
+        case 0: threading = "sequential"; break;
+        case 1: threading = "pthreads"; break;
+        case 2: threading = "openmp"; break;
+      }
+    }
+    const char* config = b.get_config != nullptr ? b.get_config() : nullptr;
+    w.key("library").value("openblas").key("config").value(config);
+    w.key("threading").value(threading).key("threads").value(static_cast<int64_t>(b.get_num_threads()));
+  }
+  w.end_object();
+  *out = tsimpl::dup_string(w.str());
+  TS_API_END("blas_info")
+}
+int32_t ts_get_num_threads(void) noexcept { return at::get_num_threads(); }
+
+ts_status* ts_set_num_interop_threads(int32_t n) noexcept {
+  TS_API_BEGIN
+  TS_CHECK_ARG(n > 0, "set_num_interop_threads", "thread count must be > 0, got " + std::to_string(n));
+  // libtorch 2.x returns size_t here, 1.13 int: compare as int64_t on both.
+  if (static_cast<int64_t>(at::get_num_interop_threads()) == n) return nullptr;
+  at::set_num_interop_threads(n);
+  TS_API_END("set_num_interop_threads")
+}
+int32_t ts_get_num_interop_threads(void) noexcept { return static_cast<int32_t>(at::get_num_interop_threads()); }
+
+ts_status* ts_supported_qengines(char** out) noexcept {
+  TS_API_BEGIN
+  TS_CHECK_NOT_NULL(out, "supported_qengines");
+  std::string s;
+  for (auto e : at::globalContext().supportedQEngines()) {
+    if (!s.empty()) s += ",";
+    s += tsimpl::engine_name(e);
+  }
+  *out = tsimpl::dup_string(s);
+  TS_API_END("supported_qengines")
+}
+
+ts_status* ts_get_qengine(char** out) noexcept {
+  TS_API_BEGIN
+  TS_CHECK_NOT_NULL(out, "get_qengine");
+  *out = tsimpl::dup_string(tsimpl::engine_name(at::globalContext().qEngine()));
+  TS_API_END("get_qengine")
+}
+
+ts_status* ts_set_qengine(const char* name) noexcept {
+  TS_API_BEGIN
+  TS_CHECK_NOT_NULL(name, "set_qengine");
+  tsimpl::select_engine(name);
+  TS_API_END("set_qengine")
+}
+
+int64_t ts_max_file_format_version(void) noexcept {
+  return static_cast<int64_t>(caffe2::serialize::kMaxSupportedFileFormatVersion);
+}
+
+}  // extern "C"
+
+// ---- operation counts ----
+// For the roofline: runs forward once with a thread-local RecordFunction
 // callback that sees every dispatched ATen op and its inputs, and adds up the multiply-add work
 // of the matrix-shaped ones from their input shapes.
 //
@@ -9,16 +151,6 @@
 // where the work happens (aten::_convolution, which every conv1d/2d/3d and transposed conv
 // reaches; mm/addmm/bmm/baddbmm, which linear and matmul reach) counts each op once, however
 // the model spelled it.
-#include <ATen/record_function.h>
-#include <torch/csrc/jit/frontend/resolver.h>
-#include <torch/csrc/jit/runtime/graph_executor.h>
-
-#include <algorithm>
-#include <cstdio>
-#include <map>
-#include <string>
-
-#include "internal.h"
 
 namespace {
 
