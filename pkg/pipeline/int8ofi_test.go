@@ -70,7 +70,9 @@ func TestINT8OFI(t *testing.T) {
 	if !slices.ContainsFunc(rep.Decisions, func(d string) bool { return strings.HasPrefix(d, name+": optimize_for_inference is on") }) {
 		t.Errorf("no decision line for %s: %q", name, rep.Decisions)
 	}
-	if v := rep.Validation; v == nil || v.Checked != "INT8 static" || !slices.ContainsFunc(v.Notes, func(n string) bool { return strings.Contains(n, "plus optimize_for_inference, a pass re-applied at load") }) {
+	if v := rep.Validation; v == nil || v.Checked != "INT8 static" || !slices.ContainsFunc(v.Notes, func(n string) bool {
+		return strings.Contains(n, "plus optimize_for_inference, a pass re-applied at load")
+	}) {
 		t.Errorf("validation %+v: want INT8 static's figures and a note on the load-time pass", v)
 	}
 	man, err := torchspeed.ParseManifest(mustExtra(t, *rep.Artifact))
