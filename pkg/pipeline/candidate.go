@@ -53,6 +53,7 @@ const (
 	kindOFI
 	kindChannelsLast
 	kindINT8
+	kindINT8OFI // INT8 + optimize_for_inference (int8ofi.go)
 )
 
 // candidate is one version of the model the pipeline may keep.

@@ -30,13 +30,7 @@ func (r *run) addCandidate(name string, k kind, steps []string, build func() (*c
 	c.nodes, _ = c.mod.NodeCounts()
 	c.quantizedOps = quant.QuantizedOps(c.nodes)
 	r.closes = append(r.closes, c.close)
-	// INT8 is judged on real data by the quantizer's validation; random bench inputs lie
-	// outside the calibrated ranges, so they are left out of its agreement figures.
-	checks, ref := r.checks, r.ref
-	if c.precision != "fp32" && len(r.checks) > 1 && !r.stream && !r.call.stateful() {
-		per := len(r.ref) / len(r.checks)
-		checks, ref = r.checks[1:], r.ref[per:]
-	}
+	checks, ref := r.checkSet(c.precision)
 	got, err := outputsOf(c, checks)
 	if err != nil {
 		c.status, c.reason = stFailed, fmt.Sprintf("running it failed: %v", err)
@@ -57,6 +51,17 @@ func (r *run) addCandidate(name string, k kind, steps []string, build func() (*c
 	r.logf("  %-34s built in %6.0f ms, max abs err %.2g, cosine %.6f", name, float64(c.wall.Microseconds())/1000, c.maxAbs, c.cosine)
 	r.cands = append(r.cands, c)
 	return c
+}
+
+// checkSet is the check inputs a candidate of precision is compared on, and the original's
+// outputs on them. INT8 is judged on real data by the quantizer's validation; random bench
+// inputs lie outside the calibrated ranges, so they are left out of its agreement figures.
+func (r *run) checkSet(precision string) ([][]*torch.Tensor, [][]float64) {
+	if precision != "fp32" && len(r.checks) > 1 && !r.stream && !r.call.stateful() {
+		per := len(r.ref) / len(r.checks)
+		return r.checks[1:], r.ref[per:]
+	}
+	return r.checks, r.ref
 }
 
 // fp32Stages builds the FP32 candidates in pipeline order: fold, freeze, freeze +

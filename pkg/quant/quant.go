@@ -445,3 +445,20 @@ func QuantizedOps(nodes map[string]int) map[string]int {
 	}
 	return q
 }
+
+// fp32LayerOps are the graph operators of FP32 convolutions and linear layers, as a frozen
+// graph holds them.
+var fp32LayerOps = []string{"aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::_convolution", "aten::convolution", "aten::linear"}
+
+// FP32LayerOps picks the FP32 convolutions and linear layers out of a graph's node counts
+// (Module.NodeCounts), as QuantizedOps picks the quantized ones: in an INT8 model, the layers
+// quantize.skip, the fallback or dynamic quantization left in FP32. An empty result means none.
+func FP32LayerOps(nodes map[string]int) map[string]int {
+	f := map[string]int{}
+	for _, k := range fp32LayerOps {
+		if n := nodes[k]; n > 0 {
+			f[k] = n
+		}
+	}
+	return f
+}
