@@ -37,9 +37,9 @@ STATICCHECK_VERSION := v0.8.2
 STATICCHECK := $(BUILD)/bin/staticcheck-$(STATICCHECK_VERSION)
 # Packages that must build without cgo on other systems: everything but the bindings and the
 # packages that run models through them.
-PUREGO_PKGS := ./pkg/bench ./pkg/calib ./pkg/config ./pkg/cpu ./pkg/kernels ./pkg/launch ./pkg/npy \
-	./pkg/plot ./pkg/report ./pkg/roofline ./pkg/runenv ./pkg/version \
-	./internal/exitcode ./internal/fixtures ./internal/safefile
+PUREGO_PKGS := ./pkg/bench ./pkg/calib ./pkg/config ./pkg/cpu ./pkg/export/tritonpb ./pkg/kernels ./pkg/launch \
+	./pkg/npy ./pkg/plot ./pkg/report ./pkg/roofline ./pkg/runenv ./pkg/version \
+	./internal/exitcode ./internal/fixtures ./internal/int8check ./internal/safefile ./internal/schemacheck
 
 $(STATICCHECK):
 	@mkdir -p $(BUILD)/bin
