@@ -7,6 +7,7 @@ import (
 	"github.com/torchspeed/torchspeed/pkg/config"
 	"github.com/torchspeed/torchspeed/pkg/quant"
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
+	"github.com/torchspeed/torchspeed/pkg/validate"
 )
 
 // int8OFI builds "INT8 + optimize_for_inference" from the INT8 candidate q when q's graph still
@@ -61,7 +62,7 @@ func (r *run) int8OFI(q *candidate) (ofi *candidate, match string) {
 		c.status, c.reason = stFailed, fmt.Sprintf("running it failed: %v", err)
 		return nil, ""
 	}
-	maxAbs, cos, err := agreement(want, got)
+	maxAbs, cos, err := validate.CompareOutputs(want, got)
 	o := r.cfg.Optimize
 	switch {
 	case err != nil:

@@ -12,6 +12,7 @@ import (
 	"github.com/torchspeed/torchspeed/pkg/quant"
 	"github.com/torchspeed/torchspeed/pkg/report"
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
+	"github.com/torchspeed/torchspeed/pkg/validate"
 )
 
 // int8Config is static INT8 of fixture f on its calibration data, INT8 kept whatever it
@@ -123,10 +124,10 @@ func TestINT8OFI(t *testing.T) {
 	loaded := run("torchspeed.Load", func() ([]torch.Output, error) { return m.Predict(x...) })
 	passed := run("INT8 module + pass", func() ([]torch.Output, error) { return opt.Forward(x...) })
 	plain := run("INT8 module", func() ([]torch.Output, error) { return raw.Forward(x...) })
-	if d, _, err := agreement([][]float64{passed}, [][]float64{loaded}); err != nil || d > 1e-5 {
+	if d, _, err := validate.CompareOutputs([][]float64{passed}, [][]float64{loaded}); err != nil || d > 1e-5 {
 		t.Errorf("torchspeed.Load vs the INT8 module + optimize_for_inference: max abs diff %.3g (%v)", d, err)
 	}
-	if d, cos, err := agreement([][]float64{plain}, [][]float64{loaded}); err != nil || cos < cfg.Optimize.MinCosine {
+	if d, cos, err := validate.CompareOutputs([][]float64{plain}, [][]float64{loaded}); err != nil || cos < cfg.Optimize.MinCosine {
 		t.Errorf("torchspeed.Load vs the INT8 module without the pass: cosine %.6f, max abs %.3g (%v)", cos, d, err)
 	}
 }
