@@ -26,7 +26,7 @@ func measuredArtifact(t *testing.T, c runenv.Candidate) string {
 		Format: version.ManifestFormat, Torchspeed: version.Version, Libtorch: torch.Version(), SourceName: "digits.pt",
 		Inputs: []torchspeed.InputSpec{{Name: "x", Shape: []int64{1, 1, 8, 8}, DType: "float32"}}, LoadPasses: []string{}, Steps: []string{},
 		Precision: "fp32",
-		Runtime:   torchspeed.Runtime{Threads: 1, InteropThreads: 1, Candidate: c.Name, WaitPolicy: c.WaitPolicy, SpinCount: c.SpinCount, Allocator: c.Allocator,
+		Runtime: torchspeed.Runtime{Threads: 1, InteropThreads: 1, Candidate: c.Name, WaitPolicy: c.WaitPolicy, SpinCount: c.SpinCount, Allocator: c.Allocator,
 			HugePages: c.HugePages, CPUCapability: c.CPUCapability},
 	}
 	if err := torchspeed.SaveArtifact(mod, path, man); err != nil {
