@@ -248,7 +248,7 @@ func overrides(settings []runenv.Settings, environ []string) []string {
 	for _, s := range settings {
 		for _, v := range s.Vars {
 			old, set := user[v.Name]
-			if !set || old == v.Value || seen[v.Name] {
+			if !set || old == v.Value || seen[v.Name] || runenv.ListVar(v.Name) {
 				continue
 			}
 			seen[v.Name] = true

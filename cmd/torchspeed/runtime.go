@@ -141,7 +141,8 @@ func artifactRuntime(path string) (*runenv.Candidate, error) {
 	if rt.Candidate == "" || rt.Candidate == runenv.DefaultCandidate {
 		return nil, nil
 	}
-	c := runenv.Candidate{Name: rt.Candidate, WaitPolicy: rt.WaitPolicy, SpinCount: rt.SpinCount, Allocator: rt.Allocator}
+	c := runenv.Candidate{Name: rt.Candidate, WaitPolicy: rt.WaitPolicy, SpinCount: rt.SpinCount, Allocator: rt.Allocator,
+		HugePages: rt.HugePages, CPUCapability: rt.CPUCapability}
 	c, err = c.Resolve(nil)
 	if err != nil {
 		return nil, fmt.Errorf("artifact %q was measured fastest with %w, or choose another --allocator", path, err)

@@ -26,7 +26,8 @@ func measuredArtifact(t *testing.T, c runenv.Candidate) string {
 		Format: version.ManifestFormat, Torchspeed: version.Version, Libtorch: torch.Version(), SourceName: "digits.pt",
 		Inputs: []torchspeed.InputSpec{{Name: "x", Shape: []int64{1, 1, 8, 8}, DType: "float32"}}, LoadPasses: []string{}, Steps: []string{},
 		Precision: "fp32",
-		Runtime:   torchspeed.Runtime{Threads: 1, InteropThreads: 1, Candidate: c.Name, WaitPolicy: c.WaitPolicy, SpinCount: c.SpinCount, Allocator: c.Allocator},
+		Runtime: torchspeed.Runtime{Threads: 1, InteropThreads: 1, Candidate: c.Name, WaitPolicy: c.WaitPolicy, SpinCount: c.SpinCount, Allocator: c.Allocator,
+			HugePages: c.HugePages, CPUCapability: c.CPUCapability},
 	}
 	if err := torchspeed.SaveArtifact(mod, path, man); err != nil {
 		t.Fatal(err)
@@ -101,4 +102,42 @@ func TestCLIArtifactRuntime(t *testing.T) {
 			t.Errorf("candidate %q, env %v", rep.Settings.Candidate, env)
 		}
 	})
+}
+
+// An artifact measured fastest with huge pages and ATen's AVX-512 kernels: launch --artifact
+// exports both, and bench re-executes with them merged into the user's own GLIBC_TUNABLES (a
+// re-exec that compared the list whole would find it still different and fail).
+func TestCLIArtifactRuntimeHugePages(t *testing.T) {
+	bin := torchspeedBin(t)
+	art := measuredArtifact(t, runenv.Candidate{Name: "thp+avx512", Allocator: "default", HugePages: true, CPUCapability: "avx512"})
+	out, stderr, code := runBin(t, bin, "launch", "--print-env", "--threads", "2", "--artifact", art)
+	if code != 0 {
+		t.Fatalf("launch: exit %d\n%s", code, stderr)
+	}
+	for _, want := range []string{`export GLIBC_TUNABLES="${GLIBC_TUNABLES:+$GLIBC_TUNABLES:}"glibc.malloc.hugetlb=1`, "export ATEN_CPU_CAPABILITY=avx512"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("launch --print-env lacks %q:\n%s", want, out)
+		}
+	}
+	out, stderr, code = cli(t, "", []string{"GLIBC_TUNABLES=glibc.malloc.arena_max=2"},
+		"bench", "-m", art, "--runtime", "torchspeed", "--threads", "2", "--runs", "3", "--warmup", "1", "--json")
+	if code != 0 {
+		t.Fatalf("bench: exit %d\n%s", code, stderr)
+	}
+	var rep struct {
+		Settings struct {
+			Candidate string `json:"runtime_candidate"`
+			Env       []struct{ Name, Value string }
+		} `json:"settings"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	env := map[string]string{}
+	for _, v := range rep.Settings.Env {
+		env[v.Name] = v.Value
+	}
+	if rep.Settings.Candidate != "thp+avx512" || env["GLIBC_TUNABLES"] != "glibc.malloc.hugetlb=1" || env["ATEN_CPU_CAPABILITY"] != "avx512" {
+		t.Errorf("candidate %q, env %v", rep.Settings.Candidate, env)
+	}
 }

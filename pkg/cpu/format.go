@@ -75,6 +75,11 @@ func (p *Probe) WriteText(w io.Writer) error {
 		alloc = p.Allocators[0].Name + " (" + p.Allocators[0].Path + ")"
 	}
 	pf("Allocator   %s\n", alloc)
+	libc := "unknown"
+	if p.Libc.Name != "" {
+		libc = p.Libc.Name + " " + orUnknown(p.Libc.Version) + " (" + p.Libc.Path + ")"
+	}
+	pf("C library   %s\n", libc)
 	if tc := p.Torch; tc != nil {
 		pf("libtorch    %s, oneDNN %s, MKL %s, OpenMP %s, CPU capability %s, backend %s\n", tc.Version,
 			orNone(tc.OneDNN), orNone(tc.MKL), orNone(tc.OpenMP), orUnknown(tc.CPUCapability), orUnknown(tc.ParallelBackend))

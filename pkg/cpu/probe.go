@@ -50,6 +50,9 @@ type Probe struct {
 	OpenMP []Library `json:"openmp_runtimes"`
 	// Allocators lists malloc replacements mapped into the process (jemalloc, tcmalloc).
 	Allocators []Library `json:"allocators"`
+	// Libc is the C library mapped into the process: its malloc is the default allocator, and
+	// glibc 2.35 or newer can back it with transparent huge pages.
+	Libc Libc `json:"libc"`
 	// Torch is libtorch's build information when the caller supplied it.
 	Torch *TorchInfo `json:"torch,omitempty"`
 	// Env holds the environment variables that steer threading and allocation.
@@ -162,6 +165,14 @@ type Memory struct {
 	HugePagesFree     int64 `json:"hugepages_free"`
 }
 
+// Libc names the C library: Name "glibc" with its Version ("2.36") read from the library's
+// ELF version definitions, or "" when it is another libc or could not be read (Notes say why).
+type Libc struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+	Path    string `json:"path"`
+}
+
 // Library is a shared library mapped into the process.
 type Library struct {
 	// Name is "gnu", "intel" or "llvm" for OpenMP runtimes, "jemalloc", "tcmalloc" or
@@ -214,6 +225,7 @@ func Detect(opts Options) (*Probe, error) {
 	p.Usable = usable(p)
 	r.memory(p)
 	p.OpenMP, p.Allocators = r.libraries()
+	p.Libc = r.libc()
 	p.Notes = append(p.Notes, r.notes...)
 
 	env := opts.Env

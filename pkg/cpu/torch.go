@@ -93,6 +93,15 @@ func (t *TorchInfo) parse() {
 	}
 }
 
+// CPUCapabilityOf returns the level ATen dispatches its vectorized kernels to ("AVX2") as
+// at::show_config reports it, "" when it does not.
+func CPUCapabilityOf(showConfig string) string {
+	if m := reCapab.FindStringSubmatch(showConfig); m != nil {
+		return m[1]
+	}
+	return ""
+}
+
 // BLASInfo is a BLAS library found in the process (torch.BLASInfo without the cgo).
 type BLASInfo struct {
 	Library   string `json:"library"`             // "openblas"; "" when none was found

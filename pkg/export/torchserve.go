@@ -159,6 +159,18 @@ func WriteTorchServe(a *Artifact, dir string, o TorchServeOptions) (*TorchServeE
 		{TorchServeConfigProperty, []byte(propText.String())},
 		{"archive.sh", []byte(script)},
 	}
+	env, envNote, err := RuntimeEnv(a.Manifest.Runtime, filepath.Join(dir, RuntimeEnvFile))
+	if err != nil {
+		return nil, fmt.Errorf("export torchserve: %w", err)
+	}
+	if env != nil {
+		// Workers inherit torchserve's environment.
+		files = append(files, struct {
+			name string
+			data []byte
+		}{RuntimeEnvFile, env})
+		e.Notes = append(e.Notes, envNote+"; the workers inherit torchserve's environment")
+	}
 	if err := os.MkdirAll(dir, 0o777); err != nil {
 		return nil, fmt.Errorf("export torchserve: create %s: %w", dir, err)
 	}

@@ -61,6 +61,8 @@ type TritonExport struct {
 	ModelDir   string `json:"model_dir"`
 	ConfigPath string `json:"config_path"`
 	ModelPath  string `json:"model_path"`
+	// EnvPath is RuntimeEnvFile, "" when the artifact runs with libtorch's defaults.
+	EnvPath string `json:"env_path,omitempty"`
 	// Config is the configuration written to ConfigPath.
 	Config *tritonpb.ModelConfig `json:"-"`
 	// OptimizedSaved: model.pt holds the graph after optimize_for_inference (libtorch could
@@ -296,9 +298,27 @@ func WriteTriton(a *Artifact, repo string, o TritonOptions) (*TritonExport, erro
 	if err := os.Rename(tmp, e.ModelPath); err != nil {
 		return nil, fmt.Errorf("export triton: %w", err)
 	}
+	env, note, err := RuntimeEnv(a.Manifest.Runtime, filepath.Join(dir, RuntimeEnvFile))
+	if err != nil {
+		os.Remove(e.ModelPath)
+		return nil, fmt.Errorf("export triton: %w", err)
+	}
+	if env != nil {
+		// Triton's PyTorch backend runs in the tritonserver process: its environment is the
+		// model's.
+		e.EnvPath = filepath.Join(dir, RuntimeEnvFile)
+		if err := safefile.WriteFile(e.EnvPath, env); err != nil {
+			os.Remove(e.ModelPath)
+			return nil, fmt.Errorf("export triton: write %s: %w", e.EnvPath, err)
+		}
+		e.Notes = append(e.Notes, note+"; tritonserver runs every model in one process, so it applies to all of them")
+	}
 	if err := safefile.WriteFile(e.ConfigPath, text); err != nil {
 		// No half-written repository entry: model.pt goes with the config it needs.
 		os.Remove(e.ModelPath)
+		if e.EnvPath != "" {
+			os.Remove(e.EnvPath)
+		}
 		return nil, fmt.Errorf("export triton: write %s: %w", e.ConfigPath, err)
 	}
 	return e, nil

@@ -153,8 +153,10 @@ func (r *run) manifest(final *candidate) *torchspeed.Manifest {
 	}
 	if c := r.runtime; c.Name != "" {
 		m.Runtime.Candidate, m.Runtime.WaitPolicy, m.Runtime.SpinCount = c.Name, c.WaitPolicy, c.SpinCount
+		m.Runtime.HugePages, m.Runtime.CPUCapability = c.HugePages, c.CPUCapability
 		m.Runtime.OpenMP = r.opts.Settings["openmp"]
-		if c.Allocator != "" && c.Allocator != "default" {
+		if c.Allocator != "" && (c.Allocator != "default" || c.HugePages) {
+			// glibc's huge pages were measured with glibc malloc, whatever the config's.
 			m.Runtime.Allocator = c.Allocator
 		}
 	}

@@ -1,10 +1,18 @@
 package pipeline
 
 import (
+	"cmp"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
+	"time"
+
+	"github.com/torchspeed/torchspeed/bindings/torch"
+	"github.com/torchspeed/torchspeed/pkg/cpu"
 
 	"github.com/torchspeed/torchspeed/pkg/bench"
 	"github.com/torchspeed/torchspeed/pkg/benchrun"
@@ -21,8 +29,12 @@ const (
 	// minRuntimeRounds gives each candidate at least 60 latencies, enough for a bootstrap
 	// interval of the ratio of medians that separates a few percent on a quiet machine.
 	minRuntimeRounds = 6
-	// controlName is the second process with libtorch's defaults.
-	controlName = "default (second process)"
+	// controlName is the second group of processes with libtorch's defaults.
+	controlName = "default (second group)"
+	// runtimeProcesses is how many processes time each candidate (and each group of the
+	// defaults): processes of the same settings differ by themselves, by up to 1.8x at p50
+	// measured on a quiet 2-vCPU VM, so one process per candidate decides nothing.
+	runtimeProcesses = 2
 )
 
 // measureRuntime times the artifact under each runtime candidate (runenv.Candidates: libtorch's
@@ -61,11 +73,11 @@ func (r *run) timeRuntime(rt *report.Runtime) error {
 	if openmp == "" {
 		openmp = "gnu"
 	}
-	cands := runenv.Candidates(runenv.Settings{Threads: r.threads, OpenMP: openmp}, nil)
+	cands := runenv.Candidates(runenv.Settings{Threads: r.threads, OpenMP: openmp}, r.machine(), nil)
 	if len(cands) < 2 {
 		rt.Measured = true
 		rt.Candidates = []report.RuntimeCandidate{{Name: runenv.DefaultCandidate, Env: []string{}, Ratio: 1, RatioLo: 1, RatioHi: 1, P95Ratio: 1, Kept: true,
-			Why: "kept: the only candidate (one thread has no wait policy to tune, and no other allocator is installed)"}}
+			Why: "kept: the only candidate (one thread has no wait policy to tune, and no other allocator, huge pages or ISA to try here)"}}
 		return nil
 	}
 	// The candidates serve the artifact as it will be written, from a private copy.
@@ -83,64 +95,212 @@ func (r *run) timeRuntime(rt *report.Runtime) error {
 	if err := torchspeed.SaveArtifact(save, path, r.manifest(final)); err != nil {
 		return fmt.Errorf("save a copy to serve: %w", err)
 	}
-	base := runenv.ScrubEnv(os.Environ())
-	args := []string{"-m", path, "--runtime", "default", "--threads", strconv.Itoa(r.threads),
-		"--warmup", strconv.Itoa(max(r.cfg.Bench.Warmup, 10)), "--seed", strconv.FormatUint(r.cfg.Bench.Seed, 10)}
-	specs := make([]benchrun.ServerSpec, len(cands))
-	envs := make([][]string, len(cands))
-	for i, c := range cands {
-		if envs[i], err = c.Env(openmp); err != nil {
-			return err
-		}
-		specs[i] = benchrun.ServerSpec{Name: "runtime candidate " + c.Name,
-			Argv: append(append([]string(nil), r.opts.Serve...), args...), Env: append(append([]string(nil), base...), envs[i]...)}
-	}
-	// The control: a second process with the defaults, to tell a difference between settings
-	// from one between processes (bench.ChooseRuntime).
-	specs = append(specs, benchrun.ServerSpec{Name: "runtime control " + controlName, Argv: specs[0].Argv, Env: specs[0].Env})
-	envs = append(envs, envs[0])
-	rounds := max(minRuntimeRounds, r.cfg.Bench.StageRuns)
-	r.logf("measuring %d runtime settings in processes of their own, %d shuffled rounds at %d thread(s)", len(cands), rounds, r.threads)
-	srv, err := benchrun.StartServers(r.ctx, specs, nil)
+	m := &runtimeMeasure{r: r, path: path, openmp: openmp, rounds: runtimeRounds(r.cfg.Bench.StageRuns)}
+	r.logf("measuring %d runtime settings, each in %d processes of its own (and a second group of %d with the defaults), %d shuffled rounds at %d thread(s)",
+		len(cands), runtimeProcesses, runtimeProcesses, m.rounds, r.threads)
+	res, control, envs, err := m.measure(cands, "measuring: runtime")
 	if err != nil {
 		return err
 	}
-	defer srv.Close()
-	o := benchrun.RoundsOptions{Rounds: rounds, Warmup: runtimeTurnWarmup, Runs: runtimeTurnRuns, Seed: r.cfg.Bench.Seed}
-	if p := r.opts.Progress; p != nil {
-		o.Progress = func(done, total int) { p("measuring: runtime", done, total) }
-	}
-	lat, err := benchrun.MeasureRounds(r.ctx, srv, o)
-	if err != nil {
-		return err
-	}
-	if err := srv.Close(); err != nil {
-		return err
-	}
-	results := make([]*bench.Result, len(cands))
-	for i, c := range cands {
-		results[i] = &bench.Result{Name: c.Name, Samples: lat[i]}
-	}
-	control := &bench.Result{Name: controlName, Samples: lat[len(cands)]}
-	ch, err := bench.ChooseRuntime(results[0], control, results[1:], r.cfg.Optimize.MinSpeedup, r.cfg.Bench.Seed)
+	ch, err := bench.ChooseRuntime(res[0], control, res[1:], r.cfg.Optimize.MinSpeedup, r.cfg.Bench.Seed)
 	if err != nil {
 		return err
 	}
 	rt.Measured, rt.Chosen, rt.Noisy, rt.Note = true, ch.Chosen, ch.Noisy, ch.Why
+	rt.Rounds, rt.RunsPerRound, rt.WarmupPerRound, rt.Processes = m.rounds, runtimeTurnRuns, runtimeTurnWarmup, runtimeProcesses
+	envs = append(envs, envs[0]) // the control's
+	kept := -1
+	for i, v := range ch.Verdicts {
+		rt.Candidates = append(rt.Candidates, runtimeRow(v, envs[i]))
+		r.logf("  %-20s p50 %.3f ms p95 %.3f ms: %s", v.Name, msOf(v.Stats.P50), msOf(v.Stats.P95), v.Why)
+		if v.Kept && i < len(cands) {
+			kept = i
+		}
+	}
+	if kept >= 0 {
+		r.runtime = cands[kept]
+	}
 	if ch.Noisy {
 		r.warn("runtime settings: " + ch.Why)
 	}
-	rt.Rounds, rt.RunsPerRound, rt.WarmupPerRound = rounds, runtimeTurnRuns, runtimeTurnWarmup
-	for i, v := range ch.Verdicts {
-		rt.Candidates = append(rt.Candidates, report.RuntimeCandidate{
-			Name: v.Name, Env: envs[i], N: v.Stats.N, P50Ms: msOf(v.Stats.P50), P95Ms: msOf(v.Stats.P95),
-			Ratio: v.Ratio, RatioLo: v.RatioLo, RatioHi: v.RatioHi, P95Ratio: v.P95Ratio, Kept: v.Kept, Why: v.Why,
-		})
-		r.logf("  %-20s p50 %.3f ms p95 %.3f ms: %s", v.Name, msOf(v.Stats.P50), msOf(v.Stats.P95), v.Why)
-		if v.Kept && i < len(cands) {
-			r.runtime = cands[i]
+	if err := m.combine(rt, ch, cands); err != nil {
+		if r.ctx.Err() != nil {
+			return r.ctx.Err()
+		}
+		r.warn(fmt.Sprintf("runtime settings: the winners together not measured (%v); %s kept", err, rt.Chosen))
+	}
+	r.rep.Decisions = append(r.rep.Decisions, fmt.Sprintf("runtime: %s (measured against libtorch's defaults at %d thread(s) in %d shuffled rounds of %d processes per setting)", rt.Chosen, r.threads, m.rounds, runtimeProcesses))
+	return nil
+}
+
+// runtimeRounds is the number of rounds: bench.stage_runs turns per candidate, shared among its
+// processes (so the time spent stays what one process per candidate took), and at least
+// minRuntimeRounds.
+func runtimeRounds(stageRuns int) int {
+	return max(minRuntimeRounds, (stageRuns+runtimeProcesses-1)/runtimeProcesses)
+}
+
+// runtimeRow is a verdict as the report shows it.
+func runtimeRow(v bench.RuntimeVerdict, env []string) report.RuntimeCandidate {
+	return report.RuntimeCandidate{
+		Name: v.Name, Env: env, Processes: v.Processes, N: v.Stats.N, P50Ms: msOf(v.Stats.P50), P95Ms: msOf(v.Stats.P95),
+		Ratio: v.Ratio, RatioLo: v.RatioLo, RatioHi: v.RatioHi, P95Ratio: v.P95Ratio, Kept: v.Kept, Why: v.Why,
+	}
+}
+
+// machine is what the runtime candidates depend on beyond the thread count: the probe's
+// facts, with the ISA level libtorch dispatches to asked of libtorch when the probe lacks it.
+func (r *run) machine() runenv.Machine {
+	m := runenv.MachineOf(r.opts.Machine)
+	if m.CPUCapability == "" {
+		if cfg, err := torch.ShowConfig(); err == nil {
+			m.CPUCapability = cpu.CPUCapabilityOf(cfg)
+		}
+		m.Libtorch = torch.Version()
+	}
+	return m
+}
+
+// runtimeMeasure starts serve processes of the artifact at path and times them in rounds.
+type runtimeMeasure struct {
+	r      *run
+	path   string
+	openmp string
+	rounds int
+}
+
+// measure times each candidate in runtimeProcesses processes, plus a second group with the
+// defaults (cands[0]): the control. The processes start in a shuffled order and take turns
+// in shuffled rounds (benchrun.MeasureRounds), so no candidate's processes are always the
+// first loaded or always follow the same one. It returns each candidate's latencies by
+// process and round, the control's, and each candidate's variables.
+func (m *runtimeMeasure) measure(cands []runenv.Candidate, what string) ([]*bench.ProcessResult, *bench.ProcessResult, [][]string, error) {
+	r := m.r
+	base := runenv.ScrubEnv(os.Environ())
+	args := append(append([]string(nil), r.opts.Serve...), "-m", m.path, "--runtime", "default", "--threads", strconv.Itoa(r.threads),
+		"--warmup", strconv.Itoa(max(r.cfg.Bench.Warmup, 10)), "--seed", strconv.FormatUint(r.cfg.Bench.Seed, 10))
+	envs := make([][]string, len(cands))
+	environs := make([][]string, len(cands))
+	for i, c := range cands {
+		var err error
+		if envs[i], err = c.Env(m.openmp); err != nil {
+			return nil, nil, nil, err
+		}
+		if environs[i], err = c.Environ(m.openmp, base); err != nil {
+			return nil, nil, nil, err
 		}
 	}
-	r.rep.Decisions = append(r.rep.Decisions, fmt.Sprintf("runtime: %s (measured against libtorch's defaults at %d thread(s) in %d shuffled rounds of separate processes)", ch.Chosen, r.threads, rounds))
+	// Group g < len(cands) is candidate g; the last group is the control.
+	type slot struct{ group, proc int }
+	var slots []slot
+	for g := 0; g <= len(cands); g++ {
+		for p := range runtimeProcesses {
+			slots = append(slots, slot{g, p})
+		}
+	}
+	rng := rand.New(rand.NewPCG(r.cfg.Bench.Seed, 0x2545f4914f6cdd1d))
+	rng.Shuffle(len(slots), func(a, b int) { slots[a], slots[b] = slots[b], slots[a] })
+	specs := make([]benchrun.ServerSpec, len(slots))
+	for i, s := range slots {
+		name, env := "runtime candidate "+cands[min(s.group, len(cands)-1)].Name, environs[min(s.group, len(cands)-1)]
+		if s.group == len(cands) {
+			name, env = "runtime control "+controlName, environs[0]
+		}
+		specs[i] = benchrun.ServerSpec{Name: fmt.Sprintf("%s (process %d)", name, s.proc+1), Argv: args, Env: env}
+	}
+	srv, err := benchrun.StartServers(r.ctx, specs, nil)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	defer srv.Close()
+	o := benchrun.RoundsOptions{Rounds: m.rounds, Warmup: runtimeTurnWarmup, Runs: runtimeTurnRuns, Seed: r.cfg.Bench.Seed}
+	if p := r.opts.Progress; p != nil {
+		o.Progress = func(done, total int) { p(what, done, total) }
+	}
+	lat, err := benchrun.MeasureRounds(r.ctx, srv, o)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err := srv.Close(); err != nil {
+		return nil, nil, nil, err
+	}
+	res := make([]*bench.ProcessResult, len(cands)+1)
+	for g := range res {
+		name := controlName
+		if g < len(cands) {
+			name = cands[g].Name
+		}
+		res[g] = &bench.ProcessResult{Name: name, Blocks: make([][][]time.Duration, runtimeProcesses)}
+	}
+	for i, s := range slots {
+		if res[s.group].Blocks[s.proc], err = bench.SplitRounds(lat[i], runtimeTurnRuns); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	return res[:len(cands)], res[len(cands)], envs, nil
+}
+
+// combine measures the winners of different kinds (runenv.Candidate.Kinds) together, as one
+// candidate, in a second run against the defaults and the best single setting: it replaces the
+// best single one only when it wins against the defaults and is faster than the best single
+// one beyond doubt. One combination at most, so the cost stays bounded.
+func (m *runtimeMeasure) combine(rt *report.Runtime, ch *bench.RuntimeChoice, cands []runenv.Candidate) error {
+	r := m.r
+	var winners []int // indices into cands, by ratio
+	for i, v := range ch.Verdicts[1:len(cands)] {
+		if v.Wins {
+			winners = append(winners, i+1)
+		}
+	}
+	slices.SortStableFunc(winners, func(a, b int) int { return cmp.Compare(ch.Verdicts[a].Ratio, ch.Verdicts[b].Ratio) })
+	if len(winners) < 2 {
+		return nil
+	}
+	best := cands[winners[0]]
+	comb := best
+	for _, w := range winners[1:] {
+		if c, ok := runenv.Combine(comb, cands[w]); ok {
+			comb = c
+		}
+	}
+	if comb.Name == best.Name {
+		return nil // every winner changes what the best one does
+	}
+	r.logf("measuring the winners together: %s against %s and libtorch's defaults", comb.Name, best.Name)
+	res, control, envs, err := m.measure([]runenv.Candidate{cands[0], best, comb}, "measuring: runtime (combined)")
+	if err != nil {
+		return err
+	}
+	ch2, err := bench.ChooseRuntime(res[0], control, res[1:], r.cfg.Optimize.MinSpeedup, r.cfg.Bench.Seed+101)
+	if err != nil {
+		return err
+	}
+	v := ch2.Verdicts[2]
+	ratio, lo, hi, err := bench.ProcessRatioCI(res[1], res[2], bench.DefaultResamples, r.cfg.Bench.Seed+102)
+	if err != nil {
+		return err
+	}
+	vsBest := fmt.Sprintf("%.3f (95%% CI %.3f-%.3f) vs %s alone", ratio, lo, hi, best.Name)
+	row := runtimeRow(v, envs[2])
+	switch {
+	case !v.Wins:
+		row.Why = fmt.Sprintf("not kept (second run, with %s and the defaults): %s; ratio %s", best.Name, strings.TrimPrefix(v.Why, "not kept: "), vsBest)
+	case hi >= 1:
+		row.Why = fmt.Sprintf("not kept (second run, with %s and the defaults): not faster than %s alone beyond doubt: ratio %s; vs the defaults %s", best.Name, best.Name, vsBest, strings.TrimPrefix(v.Why, "kept: "))
+	default:
+		row.Kept = true
+		row.Why = fmt.Sprintf("kept (second run, with %s and the defaults): ratio %s; vs the defaults %s", best.Name, vsBest, strings.TrimPrefix(v.Why, "kept: "))
+		for i := range rt.Candidates {
+			if rt.Candidates[i].Kept {
+				rt.Candidates[i].Kept = false
+				rt.Candidates[i].Why = fmt.Sprintf("not kept: %s (the winners together) is faster still; %s", comb.Name, strings.TrimPrefix(rt.Candidates[i].Why, "kept: "))
+			}
+		}
+		rt.Chosen, r.runtime = comb.Name, comb
+		rt.Note = fmt.Sprintf("%s; then %s, measured together, beat %s alone", rt.Note, comb.Name, best.Name)
+	}
+	// The row goes before the control, the last.
+	rt.Candidates = slices.Insert(rt.Candidates, len(rt.Candidates)-1, row)
+	r.logf("  %-20s %s", comb.Name, row.Why)
 	return nil
 }

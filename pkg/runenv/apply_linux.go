@@ -139,22 +139,35 @@ func ApplyInProcess(s Settings) (applied []string, warnings []string, err error)
 	loaded := openMPLoaded()
 	for _, v := range s.Vars {
 		old, had := os.LookupEnv(v.Name)
-		if had && old == v.Value {
+		if had && hasVar(v, old) {
 			continue
 		}
-		if err := os.Setenv(v.Name, v.Value); err != nil {
+		value := mergeList(v.Name, old, v.Value)
+		if err := os.Setenv(v.Name, value); err != nil {
 			return applied, warnings, fmt.Errorf("set %s: %w", v.Name, err)
 		}
-		applied = append(applied, v.Name+"="+v.Value)
+		applied = append(applied, v.Name+"="+value)
 		isOMP := strings.HasPrefix(v.Name, "OMP_") || strings.HasPrefix(v.Name, "KMP_") || strings.HasPrefix(v.Name, "GOMP_")
-		if loaded != "" && isOMP {
+		switch {
+		case loaded != "" && isOMP:
 			warnings = append(warnings, fmt.Sprintf("%s set after %s started; it takes effect after a re-exec (EnsureEnv)", v.Name, loaded))
+		case v.Name == "GLIBC_TUNABLES" || v.Name == "MALLOC_CONF":
+			warnings = append(warnings, fmt.Sprintf("%s set after the allocator started; it takes effect after a re-exec (EnsureEnv)", v.Name))
 		}
 	}
 	if s.AllocatorPath != "" && !strings.Contains(os.Getenv("LD_PRELOAD"), s.AllocatorPath) {
 		warnings = append(warnings, fmt.Sprintf("allocator %s is not preloaded; it takes effect after a re-exec (EnsureEnv)", s.Allocator))
 	}
 	return applied, warnings, nil
+}
+
+// hasVar says an environment value got already carries v: the same value, or for a list
+// (GLIBC_TUNABLES, MALLOC_CONF) one that sets v's entries.
+func hasVar(v Var, got string) bool {
+	if _, ok := listVars[v.Name]; ok {
+		return listHas(v.Name, got, v.Value)
+	}
+	return got == v.Value
 }
 
 // openMPLoaded returns the file name of an OpenMP runtime mapped into this process, or
@@ -188,7 +201,7 @@ func openMPLoaded() string {
 func Differences(s Settings) []string {
 	var diff []string
 	for _, v := range s.Vars {
-		if got, ok := os.LookupEnv(v.Name); !ok || got != v.Value {
+		if got, ok := os.LookupEnv(v.Name); !ok || !hasVar(v, got) {
 			diff = append(diff, fmt.Sprintf("%s=%q (want %q)", v.Name, got, v.Value))
 		}
 	}

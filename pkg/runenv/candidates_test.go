@@ -27,7 +27,7 @@ func TestCandidates(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "libjemalloc.so.2"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cands := Candidates(s, []string{dir})
+	cands := Candidates(s, Machine{}, []string{dir})
 	names := []string{}
 	for _, c := range cands {
 		names = append(names, c.Name)
@@ -81,13 +81,13 @@ func TestCandidates(t *testing.T) {
 	// One thread: nothing waits, so only the defaults (and allocators) are candidates.
 	one := s
 	one.Threads = 1
-	if c := Candidates(one, []string{t.TempDir()}); len(c) != 1 || c[0].Name != DefaultCandidate {
+	if c := Candidates(one, Machine{}, []string{t.TempDir()}); len(c) != 1 || c[0].Name != DefaultCandidate {
 		t.Fatalf("one thread: %v", c)
 	}
 	// Intel OpenMP: passive sleeps at once through KMP_BLOCKTIME.
 	intel := s
 	intel.OpenMP = "intel"
-	for _, c := range Candidates(intel, []string{t.TempDir()}) {
+	for _, c := range Candidates(intel, Machine{}, []string{t.TempDir()}) {
 		if c.Name == "passive" {
 			a, err := c.Apply(intel)
 			if err != nil {
@@ -113,7 +113,7 @@ func TestCandidateEnvAndScrub(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := map[string]string{}
-	for _, c := range Candidates(Settings{Threads: 2, OpenMP: "gnu"}, []string{dir}) {
+	for _, c := range Candidates(Settings{Threads: 2, OpenMP: "gnu"}, Machine{}, []string{dir}) {
 		e, err := c.Env("gnu")
 		if err != nil {
 			t.Fatal(err)

@@ -24,7 +24,8 @@ func (s Settings) Env() []string {
 }
 
 // Environ returns base (as from os.Environ) with the instance's variables set: each
-// replaces any earlier value, and the allocator goes first in LD_PRELOAD so it wins
+// replaces any earlier value, except that GLIBC_TUNABLES and MALLOC_CONF keep base's other
+// entries (ours last, so ours win), and the allocator goes first in LD_PRELOAD so it wins
 // over the libraries already listed.
 func (s Settings) Environ(base []string) []string {
 	set := map[string]string{}
@@ -32,10 +33,12 @@ func (s Settings) Environ(base []string) []string {
 		set[v.Name] = v.Value
 	}
 	preload := ""
+	had := map[string]string{}
 	out := make([]string, 0, len(base)+len(s.Vars)+1)
 	for _, kv := range base {
 		k, v, _ := strings.Cut(kv, "=")
 		if _, ok := set[k]; ok {
+			had[k] = v
 			continue
 		}
 		if k == "LD_PRELOAD" {
@@ -45,7 +48,7 @@ func (s Settings) Environ(base []string) []string {
 		out = append(out, kv)
 	}
 	for _, v := range s.Vars {
-		out = append(out, v.Name+"="+v.Value)
+		out = append(out, v.Name+"="+mergeList(v.Name, had[v.Name], v.Value))
 	}
 	if p := mergePreload(s.AllocatorPath, preload); p != "" {
 		out = append(out, "LD_PRELOAD="+p)
@@ -84,6 +87,11 @@ func (s Settings) ShellExports() string {
 		fmt.Fprintf(&b, "# note: %s\n", n)
 	}
 	for _, v := range s.Vars {
+		if lv, ok := listVars[v.Name]; ok {
+			// Keep what the user's list already holds; ours go last, so they win.
+			fmt.Fprintf(&b, "export %s=\"${%s:+$%s%s}\"%s\n", v.Name, v.Name, v.Name, lv.sep, shellQuote(v.Value))
+			continue
+		}
 		fmt.Fprintf(&b, "export %s=%s\n", v.Name, shellQuote(v.Value))
 	}
 	if s.AllocatorPath != "" {

@@ -125,6 +125,10 @@ type Settings struct {
 	// library preloaded for it.
 	Allocator     string `json:"allocator"`
 	AllocatorPath string `json:"allocator_path,omitempty"`
+	// HugePages has the allocator ask for transparent huge pages; CPUCapability is
+	// ATEN_CPU_CAPABILITY (see Candidate).
+	HugePages     bool   `json:"huge_pages,omitempty"`
+	CPUCapability string `json:"cpu_capability,omitempty"`
 	// Vars are the environment variables the instance needs, in a stable order;
 	// LD_PRELOAD is not among them (see Env and Environ).
 	Vars []Var `json:"env"`
@@ -264,7 +268,7 @@ func vars(s Settings, places []string) []Var {
 	default:
 		v = append(v, Var{"OMP_PROC_BIND", "close"}, Var{"OMP_PLACES", strings.Join(places, ",")})
 	}
-	v = append(v, waitVars(s)...)
+	v = append(v, runtimeVars(s)...)
 	node := strconv.Itoa(s.NUMANode)
 	v = append(v,
 		Var{"TORCHSPEED_INSTANCE", strconv.Itoa(s.Instance)},

@@ -108,6 +108,11 @@ type Runtime struct {
 	Candidate  string `json:"candidate,omitempty"`
 	WaitPolicy string `json:"wait_policy,omitempty"`
 	SpinCount  int    `json:"spin_count,omitempty"`
+	// HugePages: the allocator asks for transparent huge pages (glibc: GLIBC_TUNABLES
+	// glibc.malloc.hugetlb=1; jemalloc: MALLOC_CONF thp:always). CPUCapability is
+	// ATEN_CPU_CAPABILITY ("avx512"). Both absent in manifests of older torchspeeds.
+	HugePages     bool   `json:"huge_pages,omitempty"`
+	CPUCapability string `json:"cpu_capability,omitempty"`
 }
 
 // Marshal encodes the manifest for the archive.
