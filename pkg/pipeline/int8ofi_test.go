@@ -132,6 +132,38 @@ func TestINT8OFI(t *testing.T) {
 	}
 }
 
+// Not faster by optimize.min_speedup (set out of reach here), the candidate is a rejected row
+// with the reason, and the artifact is the plain INT8 model with no load-time pass.
+func TestINT8OFIRejected(t *testing.T) {
+	if mkldnnBroken != "" {
+		t.Skip("optimize_for_inference needs oneDNN: " + mkldnnBroken)
+	}
+	f := fixtures.Load(t).Get(t, "resnet18")
+	cfg := int8Config(t, f, t.TempDir())
+	cfg.Quantize.Skip = []string{"conv1"}
+	cfg.Quantize.Fallback, cfg.Validation.MinTop1Agreement, cfg.Validation.MinCosine = false, 0, 0.9
+	cfg.Calibration.Limit, cfg.Optimize.ChannelsLast, cfg.Optimize.MinSpeedup = 4, config.Off, 1000
+	rep, err := Run(context.Background(), cfg, testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const name = "INT8 static + optimize_for_inference"
+	s := stageNamed(rep, name)
+	if s == nil || s.Status != report.StatusRejected || !strings.HasPrefix(s.Reason, "not faster than INT8 static by 99900%") {
+		t.Fatalf("row %+v: want rejected, not faster than INT8 static by the min_speedup", s)
+	}
+	if q := stageNamed(rep, "INT8 static"); q == nil || q.Status != report.StatusKept {
+		t.Errorf("INT8 static row %+v: want kept (forced)", q)
+	}
+	man, err := torchspeed.ParseManifest(mustExtra(t, *rep.Artifact))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(man.LoadPasses) != 0 || man.Precision != "int8-static" {
+		t.Errorf("manifest: load passes %q, precision %q: want none, int8-static", man.LoadPasses, man.Precision)
+	}
+}
+
 // A model with no FP32 convolution or linear layer left after quantization gets no
 // INT8 + optimize_for_inference candidate.
 func TestINT8OFINotBuiltWithoutFP32Layers(t *testing.T) {
