@@ -48,8 +48,10 @@ extern "C" {
  * 7: ts_status_code/_op/_reason/_errno, ts_max_file_format_version, noexcept everywhere, ts_manual_seed removed.
  * 8: ts_value, ts_module_call(_kw), ts_module_methods, ts_module_method_schema, ts_module_state.
  * 9: ts_quant_convert_v2, ts_quant_dynamic_v2 (methods preserved through finalizing).
- * 10: ts_exec_settings, ts_exec_settings_get/_set. */
-#define TS_API_VERSION 10
+ * 10: ts_exec_settings, ts_exec_settings_get/_set.
+ * 11: ts_worker (forward handed to a serving thread in one call), ts_outputs_take_all,
+ *     ts_omp_threads_here. */
+#define TS_API_VERSION 11
 
 typedef struct ts_status ts_status;
 typedef struct ts_module ts_module;
@@ -200,7 +202,43 @@ TS_EXPORT size_t ts_outputs_size(const ts_outputs* o) TS_NOEXCEPT;
 /* "0" for a single tensor; "0", "1" for a tuple or list; dict keys; nested paths joined by ".". */
 TS_EXPORT const char* ts_outputs_name(const ts_outputs* o, size_t i) TS_NOEXCEPT; /* borrowed */
 TS_EXPORT ts_status* ts_outputs_get(const ts_outputs* o, size_t i, ts_tensor** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
+/* Every output at once, for the per-call path: for i < min(cap, size), tensors[i] gets a new
+ * reference (ts_tensor_free) and names[i] a name borrowed from o (valid until ts_outputs_free).
+ * The caller's arrays are written only on success. */
+TS_EXPORT ts_status* ts_outputs_take_all(const ts_outputs* o, ts_tensor** tensors, const char** names,
+                                         size_t cap) TS_NOEXCEPT TS_MUST_CHECK;
 TS_EXPORT void ts_outputs_free(ts_outputs* o) TS_NOEXCEPT;
+
+/* ---- workers: forward handed to a serving thread ----
+ * libtorch's OpenMP pool belongs to the thread that calls it, so inference runs on a few
+ * long-lived threads. A ts_worker hands a forward from any thread to such a thread with one
+ * wake-up each way and nothing of the caller's language runtime in between: the serving thread
+ * sits in ts_worker_serve, callers call ts_worker_forward. Safe from many threads, except
+ * ts_worker_free, which the owner calls once ts_worker_serve has returned 0 and no call is in
+ * flight. */
+typedef struct ts_worker ts_worker;
+TS_EXPORT ts_status* ts_worker_new(ts_worker** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
+TS_EXPORT void ts_worker_free(ts_worker* w) TS_NOEXCEPT;
+/* Runs on the serving thread: runs posted forwards (in order) until ts_worker_kick (returns 1:
+ * the thread has other work to do; call again after it) or ts_worker_close (returns 0, after
+ * every forward posted before the close has run). */
+TS_EXPORT int32_t ts_worker_serve(ts_worker* w) TS_NOEXCEPT;
+/* Makes ts_worker_serve return 1 (now, or at its next call if it is not waiting). */
+TS_EXPORT void ts_worker_kick(ts_worker* w) TS_NOEXCEPT;
+/* Makes ts_worker_serve return 0 once the forwards already posted have run; later
+ * ts_worker_forward calls fail. */
+TS_EXPORT void ts_worker_close(ts_worker* w) TS_NOEXCEPT;
+/* ts_module_forward (m and inputs borrowed) run on the serving thread; waits for it. */
+TS_EXPORT ts_status* ts_worker_forward(ts_worker* w, const ts_module* m, ts_tensor* const* inputs, size_t n,
+                                       ts_outputs** out) TS_NOEXCEPT TS_MUST_CHECK;
+/* The calling thread's OpenMP team size (omp_set_num_threads, a per-thread setting), without
+ * ATen's process-wide side effects (at::set_num_threads also resizes shared pools). n = 0 only
+ * reads it. *prev (may be NULL) gets the size before the call; 0 when no OpenMP runtime is
+ * loaded (then nothing is set). Each thread that runs an OpenMP region keeps a pool of threads,
+ * and libgomp shortens every pool's wait spin once their threads outnumber the CPUs: one-off
+ * work on other threads (loading a model) runs with a team of 1 so that it leaves no pool. */
+TS_EXPORT ts_status* ts_omp_threads_here(int32_t n, int32_t* prev) TS_NOEXCEPT TS_MUST_CHECK;
+/* ---- end of workers ---- */
 
 /* ---- quantization (csrc/quantize.cpp; graph rewrites in csrc/quant_rewrite.cpp) ----
  * Graph-mode INT8 quantization as torch.ao.quantization.quantize_jit does it, without Python.

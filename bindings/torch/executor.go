@@ -1,5 +1,10 @@
 package torch
 
+/*
+#include "torchspeed.h"
+*/
+import "C"
+
 import (
 	"errors"
 	"runtime"
@@ -13,10 +18,18 @@ import (
 // Do), and any number of dedicated ones (NewThread) for callers that run streams side by side.
 
 // Thread is a goroutine locked to one OS thread, with that thread's own OpenMP pool. Do runs
-// work on it. It is safe from many goroutines; Close waits for calls in flight.
+// work on it; Forward runs a module's forward on it. It is safe from many goroutines; Close
+// waits for calls in flight.
+//
+// The thread waits in C (ts_worker_serve) rather than on a Go channel, so that Forward hands its
+// inputs over in one cgo call with one wake-up each way. A hand-off through the Go scheduler
+// (wake the locked goroutine's thread, then a thread for the caller) cost ~100 us per call on the
+// digits model at 2 threads, twice the model's own time. Do's functions still reach the thread
+// through a channel: a kick makes ts_worker_serve return to Go to run them.
 type Thread struct {
-	mu     sync.RWMutex // read side held by Do for the length of a call; Close takes the write side
+	mu     sync.RWMutex // read side held by Do and Forward for the length of a call; Close takes the write side
 	closed bool
+	w      *C.ts_worker // nil when it could not be made: everything then goes through jobs
 	jobs   chan func()
 	done   chan struct{} // closed when the worker goroutine has returned
 }
@@ -33,29 +46,63 @@ var (
 // NewThread starts a dedicated inference thread. It starts with the intra-op thread count last
 // set by SetNumThreads and follows later SetNumThreads calls. Close it when done.
 func NewThread() *Thread {
-	t := &Thread{jobs: make(chan func()), done: make(chan struct{})}
+	t := &Thread{done: make(chan struct{})}
+	var w *C.ts_worker
+	if statusErr(C.ts_worker_new(&w)) == nil {
+		t.w = w
+	} // else out of memory for a few bytes: the thread runs as a plain channel worker
+	if t.w != nil {
+		// Buffered: Do sends, then kicks the thread out of C to drain the channel.
+		t.jobs = make(chan func(), 16)
+	} else {
+		t.jobs = make(chan func())
+	}
 	threadsMu.Lock()
 	n := lastThreads
 	liveThreads[t] = struct{}{}
 	threadsMu.Unlock()
-	go func() {
-		defer close(t.done)
-		runtime.LockOSThread() // never unlocked: the thread keeps its OpenMP pool
-		if n > 0 {
-			// A new OS thread reads OMP_NUM_THREADS, not the count set on other threads.
-			_ = setThreadsHere(n)
-		}
-		for f := range t.jobs {
-			f()
-		}
-	}()
+	go t.serve(n)
 	return t
 }
 
-// Do runs f on the thread and waits for it. f must not call Do on the same Thread (it would
-// wait for itself). After Close, Do returns ErrThreadClosed without running f.
+func (t *Thread) serve(threads int) {
+	defer close(t.done)
+	runtime.LockOSThread() // never unlocked: the thread keeps its OpenMP pool
+	if threads > 0 {
+		// A new OS thread reads OMP_NUM_THREADS, not the count set on other threads.
+		_ = setThreadsHere(threads)
+	}
+	if t.w == nil {
+		for f := range t.jobs {
+			f()
+		}
+		return
+	}
+	for {
+		more := C.ts_worker_serve(t.w) != 0
+		t.runPending()
+		if !more {
+			return
+		}
+	}
+}
+
+// runPending runs the functions Do has queued.
+func (t *Thread) runPending() {
+	for {
+		select {
+		case f := <-t.jobs:
+			f()
+		default:
+			return
+		}
+	}
+}
+
+// Do runs f on the thread and waits for it. f must not call Do or Forward on the same Thread (it
+// would wait for itself). After Close, Do returns ErrThreadClosed without running f.
 func (t *Thread) Do(f func()) error {
-	if t == nil || f == nil {
+	if t == nil || f == nil || t.done == nil {
 		return errors.New("torch: Thread.Do needs a thread from NewThread and a non-nil function")
 	}
 	t.mu.RLock()
@@ -65,13 +112,39 @@ func (t *Thread) Do(f func()) error {
 	}
 	done := make(chan struct{})
 	t.jobs <- func() { defer close(done); f() }
+	if t.w != nil {
+		C.ts_worker_kick(t.w)
+	}
 	<-done
 	return nil
 }
 
+// Forward runs m's forward on the thread (as ForwardOnThisThread there) and waits for it.
+func (t *Thread) Forward(m *Module, inputs ...*Tensor) ([]Output, error) {
+	if t == nil || t.done == nil {
+		return nil, errors.New("torch: Thread.Forward needs a thread from NewThread")
+	}
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if t.closed {
+		return nil, ErrThreadClosed
+	}
+	if t.w == nil {
+		var (
+			outs []Output
+			err  error
+		)
+		done := make(chan struct{})
+		t.jobs <- func() { defer close(done); outs, err = m.call("forward", inputs, nil) }
+		<-done
+		return outs, err
+	}
+	return m.call("forward", inputs, t.w)
+}
+
 // Close stops the thread after calls in flight return. It is idempotent.
 func (t *Thread) Close() error {
-	if t == nil {
+	if t == nil || t.done == nil {
 		return nil
 	}
 	t.mu.Lock()
@@ -80,13 +153,39 @@ func (t *Thread) Close() error {
 		return nil
 	}
 	t.closed = true
-	close(t.jobs)
+	if t.w != nil {
+		C.ts_worker_close(t.w)
+	} else {
+		close(t.jobs)
+	}
 	t.mu.Unlock()
 	<-t.done
+	// No call holds the read side and the serving loop has returned: nothing uses w now.
+	C.ts_worker_free(t.w)
 	threadsMu.Lock()
 	delete(liveThreads, t)
 	threadsMu.Unlock()
 	return nil
+}
+
+// oneThreadHere runs f on the calling goroutine's OS thread (locked for the length of f) with
+// that thread's OpenMP team limited to one thread, then restores it. libgomp keeps a pool of
+// threads for each thread that runs a parallel region, counts the threads of every pool, and
+// once they outnumber the CPUs it cuts the time its idle threads poll for work from ~300,000
+// spins to 100, in every pool: the inference pool's threads then fall asleep between calls and
+// each forward starts by waking them. Loading an INT8 model runs oneDNN's weight packing in
+// parallel, which left such a pool on whichever Go thread loaded it. Measured, digits INT8 at 2
+// threads on 2 CPUs: 95 us per forward on the locked thread with that pool, 57 us without (the
+// C++ loop: 90 vs 55). So one-off work off the inference threads (loading, graph transforms)
+// runs here, single-threaded.
+func oneThreadHere(f func()) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var prev C.int32_t
+	if statusErr(C.ts_omp_threads_here(1, &prev)) == nil && prev > 1 {
+		defer func() { _ = statusErr(C.ts_omp_threads_here(prev, nil)) }()
+	}
+	f()
 }
 
 var (

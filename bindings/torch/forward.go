@@ -31,18 +31,13 @@ func CloseOutputs(outs []Output) {
 
 // Forward runs the module on the shared inference thread (see Do; NewThread for more).
 func (m *Module) Forward(inputs ...*Tensor) ([]Output, error) {
-	var (
-		outs []Output
-		err  error
-	)
-	Do(func() { outs, err = m.ForwardOnThisThread(inputs...) })
-	return outs, err
+	return worker().Forward(m, inputs...)
 }
 
 // ForwardOnThisThread runs the module on the calling goroutine's OS thread. Call it only from a
 // goroutine locked with runtime.LockOSThread, or each call may start another OpenMP pool.
 func (m *Module) ForwardOnThisThread(inputs ...*Tensor) ([]Output, error) {
-	return m.call("forward", inputs)
+	return m.call("forward", inputs, nil)
 }
 
 // RunMethod runs a method other than forward on the shared inference thread.
@@ -51,17 +46,18 @@ func (m *Module) RunMethod(method string, inputs ...*Tensor) ([]Output, error) {
 		outs []Output
 		err  error
 	)
-	Do(func() { outs, err = m.call(method, inputs) })
+	Do(func() { outs, err = m.call(method, inputs, nil) })
 	return outs, err
 }
 
 // RunMethodOnThisThread is RunMethod on the calling goroutine's OS thread (see
 // ForwardOnThisThread).
 func (m *Module) RunMethodOnThisThread(method string, inputs ...*Tensor) ([]Output, error) {
-	return m.call(method, inputs)
+	return m.call(method, inputs, nil)
 }
 
-func (m *Module) call(method string, inputs []*Tensor) ([]Output, error) {
+// call runs method with inputs on this thread, or (forward only) on the serving thread of w.
+func (m *Module) call(method string, inputs []*Tensor, w *C.ts_worker) ([]Output, error) {
 	if err := m.acquire(); err != nil {
 		return nil, err
 	}
@@ -81,9 +77,12 @@ func (m *Module) call(method string, inputs []*Tensor) ([]Output, error) {
 	}
 	var res *C.ts_outputs
 	var st *C.ts_status
-	if method == "forward" {
+	switch {
+	case method == "forward" && w != nil:
+		st = C.ts_worker_forward(w, m.c, arr, C.size_t(len(inputs)), &res)
+	case method == "forward":
 		st = C.ts_module_forward(m.c, arr, C.size_t(len(inputs)), &res)
-	} else {
+	default:
 		cm := C.CString(method)
 		defer C.free(unsafe.Pointer(cm))
 		st = C.ts_module_run_method(m.c, cm, arr, C.size_t(len(inputs)), &res)
@@ -92,27 +91,42 @@ func (m *Module) call(method string, inputs []*Tensor) ([]Output, error) {
 		return nil, fmt.Errorf("%s %q with inputs %s: %w", method, m.Name(), describeInputs(inputs), summarize(err))
 	}
 	defer C.ts_outputs_free(res)
+	return takeOutputs(res)
+}
+
+// takeOutputs wraps every tensor of res (which stays the caller's to free) in one C call.
+func takeOutputs(res *C.ts_outputs) ([]Output, error) {
 	n := int(C.ts_outputs_size(res))
-	outs := make([]Output, 0, n)
-	for i := 0; i < n; i++ {
-		var t *C.ts_tensor
-		if err := statusErr(C.ts_outputs_get(res, C.size_t(i), &t)); err != nil {
-			CloseOutputs(outs)
-			return nil, err
-		}
-		outs = append(outs, Output{Name: C.GoString(C.ts_outputs_name(res, C.size_t(i))), Tensor: wrapTensor(t)})
+	if n == 0 {
+		return []Output{}, nil
+	}
+	hs := make([]*C.ts_tensor, n)
+	names := make([]*C.char, n)
+	if err := statusErr(C.ts_outputs_take_all(res, &hs[0], &names[0], C.size_t(n))); err != nil {
+		return nil, err
+	}
+	outs := make([]Output, n)
+	for i := range outs {
+		outs[i] = Output{Name: outputName(names[i]), Tensor: wrapTensor(hs[i])}
 	}
 	return outs, nil
 }
 
+// outputName copies a C output name; a lone tensor's "0", the common case, costs no allocation.
+func outputName(p *C.char) string {
+	if b := (*[2]byte)(unsafe.Pointer(p)); b[0] == '0' && b[1] == 0 {
+		return "0"
+	}
+	return C.GoString(p)
+}
+
 // cInputs borrows inputs for one C call: it holds each tensor's guard (so Close waits) and
-// returns the C array of handles, pinned. release must run after the call.
+// returns the C array of handles. release must run after the call. The array holds only C
+// pointers, so cgo may pass it without pinning.
 func cInputs(inputs []*Tensor) (arr **C.ts_tensor, release func(), err error) {
 	cin := make([]*C.ts_tensor, len(inputs))
 	held := 0
-	pin := &runtime.Pinner{}
 	release = func() {
-		pin.Unpin()
 		for _, t := range inputs[:held] {
 			t.g.release()
 		}
@@ -130,7 +144,6 @@ func cInputs(inputs []*Tensor) (arr **C.ts_tensor, release func(), err error) {
 		cin[i] = t.c
 	}
 	if len(cin) > 0 {
-		pin.Pin(&cin[0])
 		arr = &cin[0]
 	}
 	return arr, release, nil

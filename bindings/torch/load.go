@@ -62,7 +62,9 @@ func loadLocked(path string) (*Module, error) {
 	cs := C.CString(path)
 	defer C.free(unsafe.Pointer(cs))
 	var out *C.ts_module
-	if err := statusErr(C.ts_module_load(cs, &out)); err != nil {
+	var cst *C.ts_status
+	oneThreadHere(func() { cst = C.ts_module_load(cs, &out) })
+	if err := statusErr(cst); err != nil {
 		return nil, explainLoadError(path, err)
 	}
 	return wrapModule(out, path), nil
@@ -100,7 +102,9 @@ func LoadBytes(b []byte, name string) (*Module, error) {
 		return nil, err
 	}
 	var out *C.ts_module
-	err := statusErr(C.ts_module_load_bytes(unsafe.Pointer(&b[0]), C.size_t(len(b)), &out))
+	var st *C.ts_status
+	oneThreadHere(func() { st = C.ts_module_load_bytes(unsafe.Pointer(&b[0]), C.size_t(len(b)), &out) })
+	err := statusErr(st)
 	runtime.KeepAlive(b)
 	if err != nil {
 		return nil, explainLoadError(name, err)

@@ -166,10 +166,14 @@ func call(mod *torch.Module, th *torch.Thread, method string, args []*torch.Valu
 // method through Call.
 func tensorCall(mod *torch.Module, th *torch.Thread, method string, inputs []*torch.Tensor) (outs []torch.Output, err error) {
 	if method == "forward" {
-		if derr := do(th, func() { outs, err = mod.ForwardOnThisThread(inputs...) }); derr != nil {
-			return nil, derr
+		// Forward hands the inputs to the thread in one C call, without a goroutine hand-off.
+		switch th {
+		case nil:
+			return mod.Forward(inputs...)
+		case callerThread:
+			return mod.ForwardOnThisThread(inputs...)
 		}
-		return outs, err
+		return th.Forward(mod, inputs...)
 	}
 	args := make([]*torch.Value, len(inputs))
 	for i, t := range inputs {

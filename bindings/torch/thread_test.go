@@ -1,0 +1,147 @@
+package torch_test
+
+import (
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/torchspeed/torchspeed/bindings/torch"
+	"github.com/torchspeed/torchspeed/internal/fixtures"
+)
+
+// Thread.Forward hands the inputs to the thread's C side: the outputs are PyTorch's, the same as
+// ForwardOnThisThread's on that thread, and its errors are ForwardOnThisThread's.
+func TestThreadForward(t *testing.T) {
+	for _, name := range []string{"digits", "multi_nested"} {
+		f := fixtures.Load(t).Get(t, name)
+		m := loadFixture(t, f)
+		in := tensorsOf(t, f.InputArrays(t))
+		th := torch.NewThread()
+		defer th.Close()
+		for range 3 {
+			outs, err := th.Forward(m, in...)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			checkOutputs(t, f, outs, 1e-5)
+			torch.CloseOutputs(outs)
+		}
+		var direct []torch.Output
+		var derr error
+		if err := th.Do(func() { direct, derr = m.ForwardOnThisThread(in...) }); err != nil || derr != nil {
+			t.Fatalf("%s: Do %v, forward %v", name, err, derr)
+		}
+		checkOutputs(t, f, direct, 1e-5)
+		torch.CloseOutputs(direct)
+	}
+
+	f := fixtures.Load(t).Get(t, "digits")
+	m := loadFixture(t, f)
+	bad, err := torch.NewTensor(make([]float32, 5), []int64{1, 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bad.Close()
+	th := torch.NewThread()
+	defer th.Close()
+	_, err = th.Forward(m, bad)
+	var viaWorker *torch.Error
+	if !errors.As(err, &viaWorker) || viaWorker.Code != torch.ModelError || !strings.Contains(err.Error(), "float32[1 5]") {
+		t.Fatalf("wrong-shaped input through Thread.Forward: %v, want a model error naming the input", err)
+	}
+	var onThread error
+	if err := th.Do(func() { _, onThread = m.ForwardOnThisThread(bad) }); err != nil {
+		t.Fatal(err)
+	}
+	if onThread == nil || onThread.Error() != err.Error() {
+		t.Errorf("Thread.Forward's error %q, ForwardOnThisThread's %q", err, onThread)
+	}
+	if _, err := th.Forward(m, nil); err == nil || !strings.Contains(err.Error(), "input 0 is nil") {
+		t.Errorf("nil input: %v", err)
+	}
+
+	var zero torch.Thread
+	if _, err := zero.Forward(m, bad); err == nil {
+		t.Error("Forward on a zero-value Thread: no error")
+	}
+	if err := zero.Do(func() {}); err == nil {
+		t.Error("Do on a zero-value Thread: no error")
+	}
+	if err := zero.Close(); err != nil {
+		t.Error(err)
+	}
+}
+
+// Forwards and Do functions from many goroutines share the thread, and Close waits for the calls
+// in flight: each call either runs to completion or reports ErrThreadClosed (run under -race).
+func TestConcurrentThreadForwardAndClose(t *testing.T) {
+	f := fixtures.Load(t).Get(t, "digits")
+	m := loadFixture(t, f)
+	in := tensorsOf(t, f.InputArrays(t))
+	ref, err := m.Forward(in...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := ref[0].Tensor.Float32s()
+	torch.CloseOutputs(ref)
+	for round := 0; round < 20; round++ {
+		within(t, 60*time.Second, "forwards, Do and Close on one thread", func() {
+			th := torch.NewThread()
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			ran, refused := 0, 0
+			for g := 0; g < 6; g++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; i < 10; i++ {
+						var err error
+						if (g+i)%3 == 0 {
+							err = th.Do(func() { time.Sleep(10 * time.Microsecond) })
+						} else {
+							var outs []torch.Output
+							outs, err = th.Forward(m, in...)
+							if err == nil {
+								got, _ := outs[0].Tensor.Float32s()
+								torch.CloseOutputs(outs)
+								for j := range want {
+									if got[j] != want[j] {
+										t.Error("Thread.Forward's output differs from Forward's")
+										return
+									}
+								}
+							}
+						}
+						mu.Lock()
+						switch {
+						case err == nil:
+							ran++
+						case errors.Is(err, torch.ErrThreadClosed):
+							refused++
+						default:
+							t.Error(err)
+						}
+						mu.Unlock()
+					}
+				}()
+			}
+			if round%2 == 1 {
+				time.Sleep(time.Duration(round) * 50 * time.Microsecond)
+				th.Close()
+			}
+			wg.Wait()
+			th.Close()
+			if ran+refused != 60 {
+				t.Errorf("%d calls ran and %d were refused, want 60 in all", ran, refused)
+			}
+			if round%2 == 0 && refused != 0 {
+				t.Errorf("%d calls refused before Close", refused)
+			}
+			if _, err := th.Forward(m, in...); !errors.Is(err, torch.ErrThreadClosed) {
+				t.Errorf("Forward after Close: %v", err)
+			}
+		})
+	}
+}
