@@ -6,6 +6,8 @@
 #include <torch/csrc/jit/passes/inliner.h>
 #include <torch/script.h>
 
+#include <dlfcn.h>
+
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
