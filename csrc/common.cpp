@@ -320,6 +320,12 @@ JsonWriter& JsonWriter::value(bool v) {
   need_comma_ = true;
   return *this;
 }
+JsonWriter& JsonWriter::null() {
+  comma();
+  out_ += "null";
+  need_comma_ = true;
+  return *this;
+}
 
 }  // namespace tsimpl
 

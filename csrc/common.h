@@ -93,6 +93,7 @@ class JsonWriter {
   JsonWriter& value(int64_t v);
   JsonWriter& value(double v);
   JsonWriter& value(bool v);
+  JsonWriter& null();
   const std::string& str() const { return out_; }
 
  private:

@@ -163,31 +163,34 @@ ts_status* call(const ts_module* m, const char* method, ts_value* const* args, s
 
 // ---- JSON ----
 
-std::string json_string(const std::string& s) { return "\"" + tsimpl::json_escape(s) + "\""; }
-
-std::string json_value(const c10::IValue& v) {
-  if (v.isNone()) return "null";
-  if (v.isBool()) return v.toBool() ? "true" : "false";
-  if (v.isInt()) return std::to_string(v.toInt());
-  if (v.isDouble()) {
+void write_value(tsimpl::JsonWriter& w, const c10::IValue& v) {
+  if (v.isNone()) {
+    w.null();
+  } else if (v.isBool()) {
+    w.value(v.toBool());
+  } else if (v.isInt()) {
+    w.value(static_cast<int64_t>(v.toInt()));
+  } else if (v.isDouble()) {
     double d = v.toDouble();
-    if (!std::isfinite(d)) return json_string(std::isnan(d) ? "nan" : (d > 0 ? "inf" : "-inf"));
-    std::ostringstream os;
-    os.precision(17);
-    os << d;
-    return os.str();
-  }
-  if (v.isString()) return json_string(v.toStringRef());
-  if (v.isList() || v.isTuple()) {
+    // JSON has no NaN or infinities: a default of float('nan') is written as its name.
+    if (std::isfinite(d)) {
+      w.value(d);
+    } else {
+      w.value(std::isnan(d) ? "nan" : (d > 0 ? "inf" : "-inf"));
+    }
+  } else if (v.isString()) {
+    w.value(v.toStringRef());
+  } else if (v.isList() || v.isTuple()) {
     c10::ArrayRef<c10::IValue> elems = v.isList() ? v.toListRef() : v.toTupleRef().elements().asArrayRef();
-    std::string s = "[";
-    for (size_t i = 0; i < elems.size(); i++) s += (i ? "," : "") + json_value(elems[i]);
-    return s + "]";
+    w.begin_array();
+    for (const auto& e : elems) write_value(w, e);
+    w.end_array();
+  } else {
+    // Tensors, devices and objects have no JSON form; say what they are.
+    std::ostringstream os;
+    os << v;
+    w.value(os.str());
   }
-  // Tensors, devices and objects have no JSON form; say what they are.
-  std::ostringstream os;
-  os << v;
-  return json_string(os.str());
 }
 
 std::string type_kind(const c10::TypePtr& t) {
@@ -207,15 +210,19 @@ std::string type_kind(const c10::TypePtr& t) {
   }
 }
 
-std::string type_json(const c10::TypePtr& t) {
-  std::string s = "{\"type\":" + json_string(t->annotation_str()) + ",\"kind\":" + json_string(type_kind(t));
+// Writes a type's fields (type, kind, elements) into the object w has open.
+void write_type_fields(tsimpl::JsonWriter& w, const c10::TypePtr& t) {
+  w.key("type").value(t->annotation_str()).key("kind").value(type_kind(t));
   auto contained = t->containedTypes();
   if (!contained.empty() && t->kind() != c10::TypeKind::TensorType) {
-    s += ",\"elements\":[";
-    for (size_t i = 0; i < contained.size(); i++) s += (i ? "," : "") + type_json(contained[i]);
-    s += "]";
+    w.key("elements").begin_array();
+    for (const auto& c : contained) {
+      w.begin_object();
+      write_type_fields(w, c);
+      w.end_object();
+    }
+    w.end_array();
   }
-  return s + "}";
 }
 
 // ---- state: attributes that prim::SetAttr assigns ----
@@ -529,22 +536,28 @@ ts_status* ts_module_method_schema(const ts_module* m, const char* method, char*
   const auto& schema = meth.function().getSchema();
   std::ostringstream text;
   text << schema;
-  std::string s = "{\"name\":" + json_string(meth.name()) + ",\"schema\":" + json_string(text.str()) + ",\"arguments\":[";
+  tsimpl::JsonWriter w;
+  w.begin_object().key("name").value(meth.name()).key("schema").value(text.str()).key("arguments").begin_array();
   const auto& args = schema.arguments();
   for (size_t i = 1; i < args.size(); i++) {  // 0 is self
     const auto& a = args[i];
-    s += (i > 1 ? "," : "");
-    std::string t = type_json(a.type());
-    s += "{\"name\":" + json_string(a.name()) + "," + t.substr(1, t.size() - 2);
-    if (a.default_value()) s += ",\"has_default\":true,\"default\":" + json_value(*a.default_value());
-    if (a.kwarg_only()) s += ",\"kwarg_only\":true";
-    s += "}";
+    w.begin_object().key("name").value(a.name());
+    write_type_fields(w, a.type());
+    if (a.default_value()) {
+      w.key("has_default").value(true).key("default");
+      write_value(w, *a.default_value());
+    }
+    if (a.kwarg_only()) w.key("kwarg_only").value(true);
+    w.end_object();
   }
-  s += "],\"returns\":[";
-  const auto& rets = schema.returns();
-  for (size_t i = 0; i < rets.size(); i++) s += (i ? "," : "") + type_json(rets[i].type());
-  s += "]}";
-  *out = tsimpl::dup_string(s);
+  w.end_array().key("returns").begin_array();
+  for (const auto& r : schema.returns()) {
+    w.begin_object();
+    write_type_fields(w, r.type());
+    w.end_object();
+  }
+  w.end_array().end_object();
+  *out = tsimpl::dup_string(w.str());
   TS_API_END("method_schema")
 }
 
@@ -553,10 +566,11 @@ ts_status* ts_module_state(const ts_module* m, const char* method, char** out) n
   torch::jit::Method meth = find_method(m->m, method);
   StateFinder f(m->m);
   f.method(m->m.type(), meth.name(), "");
-  std::string s = "[";
-  size_t i = 0;
-  for (const auto& p : f.found) s += (i++ ? "," : "") + json_string(p);
-  *out = tsimpl::dup_string(s + "]");
+  tsimpl::JsonWriter w;
+  w.begin_array();
+  for (const auto& p : f.found) w.value(p);
+  w.end_array();
+  *out = tsimpl::dup_string(w.str());
   TS_API_END("state")
 }
 
