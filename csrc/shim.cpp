@@ -1,20 +1,16 @@
 // The core of the C ABI: tensors, modules and their outputs. Status objects live in common.cpp;
-// libtorch's process-wide settings (threads, quantized engines) in runtime.cpp.
+// libtorch's process-wide settings (threads, quantized engines) and the inference-thread
+// workers in runtime.cpp.
 #include <caffe2/serialize/inline_container.h>
 #include <caffe2/serialize/read_adapter_interface.h>
 #include <torch/csrc/jit/passes/fold_conv_bn.h>
 #include <torch/csrc/jit/passes/inliner.h>
 #include <torch/script.h>
 
-#include <dlfcn.h>
-
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
-#include <deque>
-#include <mutex>
 #include <sstream>
 
 #include "internal.h"
@@ -521,135 +517,6 @@ ts_status* ts_module_time_forward(const ts_module* m, ts_tensor* const* inputs, 
   }
   std::copy(times.begin(), times.end(), ns);
   TS_API_END("time_forward")
-}
-
-// ---- workers ----
-// A forward handed to a worker: it lives on the caller's stack for the length of
-// ts_worker_forward; the serving thread fills st/out and sets done under the worker's mutex.
-struct ts_worker_job {
-  const ts_module* m = nullptr;
-  ts_tensor* const* inputs = nullptr;
-  size_t n = 0;
-  ts_outputs* out = nullptr;
-  ts_status* st = nullptr;
-  bool done = false;
-};
-
-// Notifications go out after the mutex is released, so that the woken thread does not wake
-// only to wait for the mutex (a second context switch on every call).
-struct ts_worker {
-  std::mutex mu;
-  std::condition_variable work;  // the serving thread waits here for a job, a kick or close
-  std::condition_variable done;  // callers wait here for their job
-  std::deque<ts_worker_job*> jobs;
-  bool kicked = false;
-  bool closed = false;
-};
-
-ts_status* ts_worker_new(ts_worker** out) noexcept {
-  TS_API_BEGIN
-  TS_CHECK_NOT_NULL(out, "worker_new");
-  *out = std::make_unique<ts_worker>().release();
-  TS_API_END("worker_new")
-}
-
-void ts_worker_free(ts_worker* w) noexcept { delete w; }
-
-int32_t ts_worker_serve(ts_worker* w) noexcept {
-  if (w == nullptr) return 0;
-  std::unique_lock<std::mutex> lk(w->mu);
-  for (;;) {
-    w->work.wait(lk, [w] { return !w->jobs.empty() || w->kicked || w->closed; });
-    if (w->jobs.empty()) {
-      if (!w->kicked) return 0;  // closed, every job posted before it served
-      w->kicked = false;
-      return 1;
-    }
-    ts_worker_job* j = w->jobs.front();
-    w->jobs.pop_front();
-    lk.unlock();
-    ts_outputs* out = nullptr;
-    ts_status* st = ts_module_forward(j->m, j->inputs, j->n, &out);
-    lk.lock();
-    j->out = out;
-    j->st = st;
-    j->done = true;  // from here on the caller may return: j is not touched again
-    lk.unlock();
-    w->done.notify_all();
-    lk.lock();
-  }
-}
-
-void ts_worker_kick(ts_worker* w) noexcept {
-  if (w == nullptr) return;
-  {
-    std::lock_guard<std::mutex> lk(w->mu);
-    w->kicked = true;
-  }
-  w->work.notify_one();
-}
-
-void ts_worker_close(ts_worker* w) noexcept {
-  if (w == nullptr) return;
-  {
-    std::lock_guard<std::mutex> lk(w->mu);
-    w->closed = true;
-  }
-  w->work.notify_one();
-}
-
-ts_status* ts_worker_forward(ts_worker* w, const ts_module* m, ts_tensor* const* inputs, size_t n,
-                             ts_outputs** out) noexcept {
-  TS_API_BEGIN
-  TS_CHECK_NOT_NULL(w, "worker_forward");
-  TS_CHECK_NOT_NULL(m, "worker_forward");
-  TS_CHECK_NOT_NULL(out, "worker_forward");
-  ts_worker_job j;
-  j.m = m;
-  j.inputs = inputs;
-  j.n = n;
-  {
-    std::lock_guard<std::mutex> lk(w->mu);
-    if (w->closed) return make_status(TS_CODE_INVALID_ARGUMENT, "worker_forward", "the worker is closed");
-    w->jobs.push_back(&j);
-  }
-  w->work.notify_one();
-  {
-    std::unique_lock<std::mutex> lk(w->mu);
-    w->done.wait(lk, [&j] { return j.done; });
-  }
-  if (j.st != nullptr) return j.st;
-  *out = j.out;
-  TS_API_END("worker_forward")
-}
-
-// ---- the calling thread's OpenMP team ----
-// Looked up at run time, as OpenBLAS's calls are: the shim links no OpenMP runtime itself.
-namespace {
-struct OmpApi {
-  int (*get_max_threads)() = nullptr;
-  void (*set_num_threads)(int) = nullptr;
-};
-const OmpApi& omp_api() {
-  static const OmpApi api = [] {
-    OmpApi a;
-    a.get_max_threads = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "omp_get_max_threads"));
-    a.set_num_threads = reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
-    if (a.get_max_threads == nullptr || a.set_num_threads == nullptr) a = OmpApi{};
-    return a;
-  }();
-  return api;
-}
-}  // namespace
-
-ts_status* ts_omp_threads_here(int32_t n, int32_t* prev) noexcept {
-  TS_API_BEGIN
-  TS_CHECK_ARG(n >= 0, "omp_threads_here", "n must be >= 0");
-  const OmpApi& a = omp_api();
-  int32_t was = a.get_max_threads != nullptr ? static_cast<int32_t>(a.get_max_threads()) : 0;
-  if (n > 0 && a.set_num_threads != nullptr) a.set_num_threads(static_cast<int>(n));
-  if (prev != nullptr) *prev = was;
-  TS_API_END("omp_threads_here")
 }
 
 // ---- outputs ----

@@ -209,7 +209,7 @@ TS_EXPORT ts_status* ts_outputs_take_all(const ts_outputs* o, ts_tensor** tensor
                                          size_t cap) TS_NOEXCEPT TS_MUST_CHECK;
 TS_EXPORT void ts_outputs_free(ts_outputs* o) TS_NOEXCEPT;
 
-/* ---- workers: forward handed to a serving thread ----
+/* ---- workers: forward handed to a serving thread (csrc/runtime.cpp) ----
  * libtorch's OpenMP pool belongs to the thread that calls it, so inference runs on a few
  * long-lived threads. A ts_worker hands a forward from any thread to such a thread with one
  * wake-up each way and nothing of the caller's language runtime in between: the serving thread
