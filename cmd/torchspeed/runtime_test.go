@@ -85,21 +85,9 @@ func TestCLIArtifactRuntime(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("exit %d\n%s", code, stderr)
 		}
-		var rep struct {
-			Settings struct {
-				Candidate string `json:"runtime_candidate"`
-				Env       []struct{ Name, Value string }
-			} `json:"settings"`
-		}
-		if err := json.Unmarshal([]byte(out), &rep); err != nil {
-			t.Fatalf("%v\n%s", err, out)
-		}
-		env := map[string]string{}
-		for _, v := range rep.Settings.Env {
-			env[v.Name] = v.Value
-		}
-		if rep.Settings.Candidate != "passive-short-spin" || env["OMP_WAIT_POLICY"] != "PASSIVE" || env["GOMP_SPINCOUNT"] != "3000" {
-			t.Errorf("candidate %q, env %v", rep.Settings.Candidate, env)
+		cand, env := benchRuntimeSettings(t, out)
+		if cand != "passive-short-spin" || env["OMP_WAIT_POLICY"] != "PASSIVE" || env["GOMP_SPINCOUNT"] != "3000" {
+			t.Errorf("candidate %q, env %v", cand, env)
 		}
 	})
 }
@@ -124,6 +112,16 @@ func TestCLIArtifactRuntimeHugePages(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("bench: exit %d\n%s", code, stderr)
 	}
+	cand, env := benchRuntimeSettings(t, out)
+	if cand != "thp+avx512" || env["GLIBC_TUNABLES"] != "glibc.malloc.hugetlb=1" || env["ATEN_CPU_CAPABILITY"] != "avx512" {
+		t.Errorf("candidate %q, env %v", cand, env)
+	}
+}
+
+// benchRuntimeSettings reads the runtime candidate and the environment a `bench --json` run
+// applied from its settings.
+func benchRuntimeSettings(t *testing.T, out string) (candidate string, env map[string]string) {
+	t.Helper()
 	var rep struct {
 		Settings struct {
 			Candidate string `json:"runtime_candidate"`
@@ -133,11 +131,9 @@ func TestCLIArtifactRuntimeHugePages(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	env := map[string]string{}
+	env = map[string]string{}
 	for _, v := range rep.Settings.Env {
 		env[v.Name] = v.Value
 	}
-	if rep.Settings.Candidate != "thp+avx512" || env["GLIBC_TUNABLES"] != "glibc.malloc.hugetlb=1" || env["ATEN_CPU_CAPABILITY"] != "avx512" {
-		t.Errorf("candidate %q, env %v", rep.Settings.Candidate, env)
-	}
+	return rep.Settings.Candidate, env
 }
