@@ -77,15 +77,7 @@ func TestThreadForward(t *testing.T) {
 // Forwards and Do functions from many goroutines share the thread, and Close waits for the calls
 // in flight: each call either runs to completion or reports ErrThreadClosed (run under -race).
 func TestConcurrentThreadForwardAndClose(t *testing.T) {
-	f := fixtures.Load(t).Get(t, "digits")
-	m := loadFixture(t, f)
-	in := tensorsOf(t, f.InputArrays(t))
-	ref, err := m.Forward(in...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, _ := ref[0].Tensor.Float32s()
-	torch.CloseOutputs(ref)
+	m, in, want := digitsReference(t)
 	for round := 0; round < 20; round++ {
 		within(t, 60*time.Second, "forwards, Do and Close on one thread", func() {
 			th := torch.NewThread()

@@ -57,6 +57,25 @@ func tensorsOf(t testing.TB, arrays []*npy.Array) []*torch.Tensor {
 	return out
 }
 
+// digitsReference loads the digits fixture with its inputs and the first output of one
+// forward, for the tests that call it from many goroutines and compare against it.
+func digitsReference(t testing.TB) (*torch.Module, []*torch.Tensor, []float32) {
+	t.Helper()
+	f := fixtures.Load(t).Get(t, "digits")
+	m := loadFixture(t, f)
+	in := tensorsOf(t, f.InputArrays(t))
+	ref, err := m.Forward(in...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := ref[0].Tensor.Float32s()
+	torch.CloseOutputs(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, in, want
+}
+
 func loadFixture(t testing.TB, f fixtures.Fixture) *torch.Module {
 	t.Helper()
 	m, err := torch.Load(f.ModelPath())
@@ -314,15 +333,7 @@ func TestGraphAndSubmodules(t *testing.T) {
 
 // 16 goroutines x 200 forwards on one module: all outputs identical (run under -race).
 func TestConcurrentForward(t *testing.T) {
-	f := fixtures.Load(t).Get(t, "digits")
-	m := loadFixture(t, f)
-	in := tensorsOf(t, f.InputArrays(t))
-	ref, err := m.Forward(in...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, _ := ref[0].Tensor.Float32s()
-	torch.CloseOutputs(ref)
+	m, in, want := digitsReference(t)
 	runs := 200
 	if testing.Short() {
 		runs = 20

@@ -114,7 +114,8 @@ func TestOptimizeStreaming(t *testing.T) {
 	}
 }
 
-func deref(p *float64) any {
+// deref shows a pointer field's value in a message (nil stays nil).
+func deref[T any](p *T) any {
 	if p == nil {
 		return nil
 	}
@@ -343,20 +344,13 @@ func TestOptimizeCalibrationSequence(t *testing.T) {
 		t.Fatal(err)
 	}
 	q, v := rep.Quantize, rep.Validation
-	t.Logf("static on the stream: ops %v, calibration samples %v, validation %d samples on %s, passed %v", q.QuantizedOps, deref2(q.CalibrationSamples), v.Samples, v.Data, v.Passed)
+	t.Logf("static on the stream: ops %v, calibration samples %v, validation %d samples on %s, passed %v", q.QuantizedOps, deref(q.CalibrationSamples), v.Samples, v.Data, v.Passed)
 	if q.QuantizedOpCount == 0 || q.CalibrationSamples == nil || *q.CalibrationSamples != 100 {
-		t.Errorf("quantized ops %v, calibration samples %v: want quantized layers calibrated on the 100 calls", q.QuantizedOps, deref2(q.CalibrationSamples))
+		t.Errorf("quantized ops %v, calibration samples %v: want quantized layers calibrated on the 100 calls", q.QuantizedOps, deref(q.CalibrationSamples))
 	}
 	if v.Samples != 100 || v.Synthetic || !v.Passed {
 		t.Errorf("validation %+v: want a pass over the 100 calls", v)
 	}
-}
-
-func deref2(p *int) any {
-	if p == nil {
-		return nil
-	}
-	return *p
 }
 
 // A tensor given only as data (no shape in the config, as `config init --input x=seq:...`
