@@ -498,6 +498,13 @@ const OmpApi& omp_api() {
 ts_status* ts_omp_threads_here(int32_t n, int32_t* prev) noexcept {
   TS_API_BEGIN
   TS_CHECK_ARG(n >= 0, "omp_threads_here", "n must be >= 0");
+  // ATen sets a thread's OpenMP count on that thread's first parallel region, to the count
+  // at::set_num_threads last set for the process: a count set here before that would be
+  // overwritten there, and the one-off work this runs would start a pool as wide as the
+  // inference thread's (measured: bench --runtime torchspeed, which sets the count early,
+  // left two OpenMP workers on 2 CPUs and ran mobilenet_v2 INT8 3.9 ms instead of 2.7).
+  // at::get_num_threads runs that first-time setting now.
+  (void)at::get_num_threads();
   const OmpApi& a = omp_api();
   int32_t was = a.get_max_threads != nullptr ? static_cast<int32_t>(a.get_max_threads()) : 0;
   if (n > 0 && a.set_num_threads != nullptr) a.set_num_threads(static_cast<int>(n));
