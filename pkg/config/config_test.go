@@ -86,6 +86,22 @@ func TestLoadGoodAndPrecedence(t *testing.T) {
 	if c.Runtime.Threads != 3 {
 		t.Fatalf("set flag did not win: %d", c.Runtime.Threads)
 	}
+
+	// Paths typed on the command line or in a variable are the user's, relative to the
+	// working folder; only the file's own are relative to the file.
+	fs = pflag.NewFlagSet("x", pflag.ContinueOnError)
+	fs.String("model", "", "")
+	if err := fs.Parse([]string{"--model", "here/m.pt"}); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TORCHSPEED_OUTPUT_DIR", "out/run1")
+	c, err = Load(p, fs, map[string]string{"model": "model.path"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Model.Path != "here/m.pt" || c.Output.Dir != "out/run1" {
+		t.Fatalf("typed paths rebased onto the config's folder: model %q, output %q", c.Model.Path, c.Output.Dir)
+	}
 }
 
 func TestLoadBadConfigs(t *testing.T) {

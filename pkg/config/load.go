@@ -86,12 +86,16 @@ func LoadValues(path string, flags *pflag.FlagSet, aliases map[string]string, fu
 	}
 	cfg.File = path
 	cfg.given = map[string]bool{}
+	typed := map[string]bool{} // set by a flag or a variable: relative to the working folder
 	for _, k := range keys {
-		if changed[k] || v.InConfig(k) || os.Getenv(EnvName(k)) != "" {
+		if changed[k] || os.Getenv(EnvName(k)) != "" {
+			typed[k] = true
+		}
+		if typed[k] || v.InConfig(k) {
 			cfg.given[k] = true
 		}
 	}
-	cfg.resolvePaths()
+	cfg.resolvePaths(typed)
 	validate := cfg.Validate
 	if !full {
 		validate = cfg.ValidateValues
@@ -186,26 +190,28 @@ func explainDecode(err error, v *viper.Viper) string {
 	return strings.Join(lines, "; ")
 }
 
-// resolvePaths makes paths in the file relative to the file's folder.
-func (c *Config) resolvePaths() {
+// resolvePaths makes paths in the file relative to the file's folder. A path given by a flag
+// or a TORCHSPEED_* variable (a key in typed) stays as typed, relative to the working folder:
+// `-c configs/x.yaml -m model.pt` means ./model.pt, not configs/model.pt.
+func (c *Config) resolvePaths(typed map[string]bool) {
 	if c.File == "" {
 		return
 	}
 	base := filepath.Dir(c.File)
-	rel := func(p *string) {
-		if *p != "" && !filepath.IsAbs(*p) {
+	rel := func(key string, p *string) {
+		if *p != "" && !filepath.IsAbs(*p) && !typed[key] {
 			*p = filepath.Join(base, *p)
 		}
 	}
-	rel(&c.Model.Path)
-	rel(&c.Calibration.Path)
-	rel(&c.Validation.Data.Path)
-	rel(&c.Output.Dir)
+	rel("model.path", &c.Model.Path)
+	rel("calibration.path", &c.Calibration.Path)
+	rel("validation.data.path", &c.Validation.Data.Path)
+	rel("output.dir", &c.Output.Dir)
 	c.rebaseData(base)
 	// Labels may be an npz member name; only file paths are made relative to the config.
-	for _, l := range []*string{&c.Calibration.Labels, &c.Validation.Data.Labels} {
+	for key, l := range map[string]*string{"calibration.labels": &c.Calibration.Labels, "validation.data.labels": &c.Validation.Data.Labels} {
 		if strings.ContainsRune(*l, '/') || strings.HasSuffix(*l, ".npy") || strings.HasSuffix(*l, ".txt") {
-			rel(l)
+			rel(key, l)
 		}
 	}
 }
