@@ -226,6 +226,16 @@ func quantizeInfo(q *quant.Outcome) *report.Quantize {
 	if q.CalibrationSamples > 0 {
 		out.CalibrationSamples = intp(q.CalibrationSamples)
 	}
+	for _, a := range q.Attempts {
+		fa := report.FallbackAttempt{FP32Layers: a.FP32Layers, Cosine: f64(a.Cosine), Passed: a.Passed}
+		for _, f := range a.Failures {
+			fa.Failures = append(fa.Failures, f.String())
+		}
+		if a.Latency > 0 {
+			fa.P50Ms = f64(msOf(a.Latency))
+		}
+		out.Attempts = append(out.Attempts, fa)
+	}
 	return out
 }
 

@@ -78,6 +78,16 @@ func (r *Report) prepare() {
 		if q.QuantizedOps == nil {
 			q.QuantizedOps = map[string]int{}
 		}
+		if q.Attempts == nil {
+			q.Attempts = []FallbackAttempt{}
+		}
+		for i := range q.Attempts {
+			for _, l := range []*[]string{&q.Attempts[i].FP32Layers, &q.Attempts[i].Failures} {
+				if *l == nil {
+					*l = []string{}
+				}
+			}
+		}
 	}
 	if r.Manifest == nil {
 		r.Manifest = json.RawMessage("null")
@@ -289,6 +299,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 			p("\n- failed: %s", f)
 		}
 		p("\n")
+		r.writeFallback(p)
 	}
 	if b := r.Bench; b != nil {
 		p("\n## Final benchmark\n\n")

@@ -143,3 +143,37 @@ func TestNonFiniteFigures(t *testing.T) {
 		t.Errorf("markdown does not say which figures were non-finite:\n%s", md.String())
 	}
 }
+
+// The fallback's attempts say why a layer stayed FP32, in markdown and in JSON the schema takes.
+func TestFallbackAttempts(t *testing.T) {
+	r := sample()
+	r.Quantize = &Quantize{Mode: "static", Engine: "onednn", FP32Layers: []string{"conv1"}, QuantizedOpCount: 3, Kept: true,
+		Attempts: []FallbackAttempt{
+			{Cosine: f(0.97), Failures: []string{"min_cosine: 0.97 below the limit 0.98 by 0.01"}},
+			{FP32Layers: []string{"conv1"}, Cosine: f(0.986), Passed: true, P50Ms: f(1.25)},
+		}}
+	r.Validation.Layers = []Layer{{Layer: "conv1", Type: "Conv2d", Cosine: f(0.986), Top1Agreement: f(1)}}
+	var md, js bytes.Buffer
+	if err := r.WriteMarkdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"### INT8 fallback",
+		"| none | 0.970000 | fail: min_cosine: 0.97 below the limit 0.98 by 0.01 | - |",
+		"| conv1 | 0.986000 | pass | 1.250 |",
+		"| conv1 | Conv2d | 0.986000 | 1.0000 |",
+	} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md.String())
+		}
+	}
+	if err := r.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	if err := schemacheck.Check("report.schema.json", js.Bytes()); err != nil {
+		t.Error(err)
+	}
+	if !strings.Contains(js.String(), `"attempts": [`) || !strings.Contains(js.String(), `"failures": []`) {
+		t.Errorf("json lacks the attempts (a passing one with failures as []):\n%s", js.String())
+	}
+}

@@ -165,6 +165,19 @@ type Quantize struct {
 	DurationMs         float64        `json:"duration_ms"`
 	Kept               bool           `json:"kept"`
 	Warnings           []string       `json:"warnings"`
+	// Attempts lists every INT8 model the per-layer fallback built and checked, in order:
+	// the first keeps only quantize.skip in FP32 (empty when the fallback did not run).
+	Attempts []FallbackAttempt `json:"attempts"`
+}
+
+// FallbackAttempt is one INT8 model the fallback checked: the layers it kept in FP32, what
+// validation measured, and its p50 when the passing attempts were timed against each other.
+type FallbackAttempt struct {
+	FP32Layers []string `json:"fp32_layers"`
+	Cosine     *float64 `json:"cosine"`
+	Passed     bool     `json:"passed"`
+	Failures   []string `json:"failures"`
+	P50Ms      *float64 `json:"p50_ms"`
 }
 
 // Validation compares the final model (Checked) with the original on the validation data.
