@@ -91,13 +91,36 @@ func (b *benchCmd) measure(rep *bench.RunReport, models []*benchrun.Loaded, spec
 	return nil
 }
 
+// runSweep measures every point of the sweep. A point with another batch or thread count than
+// the last gets a freshly loaded copy of the model: libtorch's oneDNN INT8 convolution keeps the
+// primitive made for its first call's thread count and input shape, and every later call with
+// another count or shape takes a slower path (20 extra reorders per forward on resnet18 INT8,
+// from DNNL_VERBOSE), so a shared module would favour the first point.
 func (b *benchCmd) runSweep(l *benchrun.Loaded, ins []benchrun.InputSpec, cfg bench.SweepConfig, o bench.Options, log io.Writer) (*bench.SweepResult, error) {
 	n := len(cfg.Batches) * len(cfg.Threads) * len(cfg.Streams)
 	i := 0
+	cur, last := l, bench.Point{}
+	defer func() {
+		if cur != l {
+			cur.Model.Close()
+		}
+	}()
 	return bench.Sweep(cfg, func(p bench.Point) (*bench.ThroughputResult, error) {
 		i++
+		if i > 1 && (p.Batch != last.Batch || p.Threads != last.Threads) {
+			fresh, err := benchrun.LoadModel(l.Spec, io.Discard) // its warnings were shown at the first load
+			if err != nil {
+				return nil, err
+			}
+			if cur != l {
+				cur.Model.Close()
+			}
+			cur = fresh
+			fmt.Fprintf(log, "bench: sweep: a fresh copy of %s for batch %d, %d thread(s)\n", l.Spec.Name, p.Batch, p.Threads)
+		}
+		last = p
 		fmt.Fprintf(log, "bench: sweep %d/%d: %s\n", i, n, p)
-		return benchrun.RunStreams(l, ins, p.Batch, p.Threads, p.Streams, o, b.seed)
+		return benchrun.RunStreams(cur, ins, p.Batch, p.Threads, p.Streams, o, b.seed)
 	})
 }
 

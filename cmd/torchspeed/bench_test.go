@@ -127,10 +127,15 @@ func TestBenchThroughputAndSweep(t *testing.T) {
 		t.Errorf("throughput table:\n%s", out)
 	}
 	dir := t.TempDir()
-	out, _, err = runBench(t, "-m", model, "--input-shape", "1x1x8x8", "--sweep-batch", "1,4", "--sweep-threads", "1",
+	out, log, err := runBench(t, "-m", model, "--input-shape", "1x1x8x8", "--sweep-batch", "1,4", "--sweep-threads", "1",
 		"--sweep-streams", "1,2", "--runs", "10", "--warmup", "1", "--json", "--plot", dir)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Each batch size runs on a module whose first call had that shape (oneDNN's INT8
+	// convolution keeps its first call's primitive); streams at the same batch share one.
+	if n := strings.Count(log, "bench: sweep: a fresh copy of digits.pt for batch 4, 1 thread(s)"); n != 1 || strings.Count(log, "a fresh copy") != 1 {
+		t.Errorf("want one fresh copy, for batch 4; log:\n%s", log)
 	}
 	var rep bench.RunReport
 	if err := json.Unmarshal([]byte(out), &rep); err != nil || rep.Sweep == nil {
