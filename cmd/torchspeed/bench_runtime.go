@@ -55,8 +55,12 @@ func (b *benchCmd) setUpRuntime(log io.Writer) (map[string]string, error) {
 	// its manifest records them; an allocator given here wins over the manifest's.
 	var cand *runenv.Candidate
 	if len(b.models) > 0 && b.mode != string(runenv.ModeThroughput) {
-		if cand, err = artifactRuntime(b.models[0]); err != nil {
+		var warnings []string
+		if cand, warnings, err = artifactRuntime(b.models[0]); err != nil {
 			return nil, exitcode.New(exitcode.Usage, fmt.Errorf("bench: %w", err))
+		}
+		for _, w := range warnings {
+			fmt.Fprintln(log, "bench: warning:", w)
 		}
 		if cand != nil && b.allocator != "" && b.allocator != "default" {
 			cand.Allocator, cand.AllocatorPath = "", ""

@@ -130,24 +130,35 @@ func orDash(s string) string {
 // artifactRuntime returns the runtime setting optimize measured fastest for the artifact at
 // path (its manifest's runtime), ready to apply, or nil when the file is not an artifact or
 // its runtime was not measured (or is libtorch's defaults). A manifest naming an allocator
-// this machine lacks is an error that says which package to install.
-func artifactRuntime(path string) (*runenv.Candidate, error) {
+// this machine lacks is an error that says which package to install; warnings name what was
+// left out because this machine cannot run it (runenv.Candidate.Fit).
+func artifactRuntime(path string) (*runenv.Candidate, []string, error) {
 	man, err := torchspeed.VerifyArchive(path)
 	if err != nil || man == nil {
 		// Not an artifact, or a damaged one: loading it says what is wrong.
-		return nil, nil
+		return nil, nil, nil
 	}
 	rt := man.Runtime
 	if rt.Candidate == "" || rt.Candidate == runenv.DefaultCandidate {
-		return nil, nil
+		return nil, nil, nil
 	}
 	c := runenv.Candidate{Name: rt.Candidate, WaitPolicy: rt.WaitPolicy, SpinCount: rt.SpinCount, Allocator: rt.Allocator,
-		HugePages: rt.HugePages, CPUCapability: rt.CPUCapability}
+		HugePages: rt.HugePages, CPUCapability: rt.CPUCapability, BLASCore: rt.BLASCore}
 	c, err = c.Resolve(nil)
 	if err != nil {
-		return nil, fmt.Errorf("artifact %q was measured fastest with %w, or choose another --allocator", path, err)
+		return nil, nil, fmt.Errorf("artifact %q was measured fastest with %w, or choose another --allocator", path, err)
 	}
-	return &c, nil
+	var warnings []string
+	if c.BLASCore != "" {
+		// The artifact may have been measured on another machine: its OpenBLAS kernels may
+		// need instructions this CPU lacks.
+		probe, err := cpu.Detect(cpu.Options{})
+		if err != nil {
+			return nil, nil, fmt.Errorf("artifact %q: read this CPU's instruction sets for its OpenBLAS kernels: %w", path, err)
+		}
+		c, warnings = c.Fit(runenv.MachineOf(probe))
+	}
+	return &c, warnings, nil
 }
 
 // applyArtifact puts the runtime setting measured for --artifact into every instance's
@@ -163,9 +174,12 @@ func (l *launchCmd) applyArtifact(c *cobra.Command, settings []runenv.Settings) 
 	if man == nil {
 		return exitcode.Usagef("launch: --artifact %q: not a torchspeed artifact (no manifest); give the .torchspeed.pt that optimize wrote", l.artifact)
 	}
-	cand, err := artifactRuntime(l.artifact)
+	cand, warnings, err := artifactRuntime(l.artifact)
 	if err != nil {
 		return exitcode.New(exitcode.Usage, fmt.Errorf("launch: %w", err))
+	}
+	for _, w := range warnings {
+		fmt.Fprintln(c.ErrOrStderr(), "launch: warning:", w)
 	}
 	if cand == nil {
 		return nil // measured: libtorch's defaults won (or not measured)

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
+	"github.com/torchspeed/torchspeed/pkg/cpu"
 	"github.com/torchspeed/torchspeed/pkg/runenv"
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
 	"github.com/torchspeed/torchspeed/pkg/version"
@@ -27,7 +28,7 @@ func measuredArtifact(t *testing.T, c runenv.Candidate) string {
 		Inputs: []torchspeed.InputSpec{{Name: "x", Shape: []int64{1, 1, 8, 8}, DType: "float32"}}, LoadPasses: []string{}, Steps: []string{},
 		Precision: "fp32",
 		Runtime: torchspeed.Runtime{Threads: 1, InteropThreads: 1, Candidate: c.Name, WaitPolicy: c.WaitPolicy, SpinCount: c.SpinCount, Allocator: c.Allocator,
-			HugePages: c.HugePages, CPUCapability: c.CPUCapability},
+			HugePages: c.HugePages, CPUCapability: c.CPUCapability, BLASCore: c.BLASCore},
 	}
 	if err := torchspeed.SaveArtifact(mod, path, man); err != nil {
 		t.Fatal(err)
@@ -115,6 +116,46 @@ func TestCLIArtifactRuntimeHugePages(t *testing.T) {
 	cand, env := benchRuntimeSettings(t, out)
 	if cand != "thp+avx512" || env["GLIBC_TUNABLES"] != "glibc.malloc.hugetlb=1" || env["ATEN_CPU_CAPABILITY"] != "avx512" {
 		t.Errorf("candidate %q, env %v", cand, env)
+	}
+}
+
+// An artifact measured fastest with OpenBLAS's AVX-512 kernels: on a CPU with AVX-512, launch
+// exports OPENBLAS_CORETYPE and bench re-executes with it, so OpenBLAS reports those kernels;
+// on one without, both leave it out with a warning instead of dying on an illegal instruction.
+func TestCLIArtifactRuntimeOpenBLAS(t *testing.T) {
+	bin := torchspeedBin(t)
+	art := measuredArtifact(t, runenv.Candidate{Name: "openblas-avx512", BLASCore: "SkylakeX"})
+	probe, err := cpu.Detect(cpu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	avx512 := runenv.MachineOf(probe).AVX512
+	out, stderr, code := runBin(t, bin, "launch", "--print-env", "--threads", "1", "--artifact", art)
+	if code != 0 {
+		t.Fatalf("launch: exit %d\n%s", code, stderr)
+	}
+	if got := strings.Contains(out, "export OPENBLAS_CORETYPE=SkylakeX"); got != avx512 {
+		t.Errorf("AVX-512 %v: launch exports OPENBLAS_CORETYPE %v:\n%s", avx512, got, out)
+	}
+	if warned := strings.Contains(stderr, "OPENBLAS_CORETYPE=SkylakeX left out"); warned == avx512 {
+		t.Errorf("AVX-512 %v: warned %v: %s", avx512, warned, stderr)
+	}
+	out, stderr, code = runBenchCLI(t, "-m", art, "--runtime", "torchspeed", "--threads", "1", "--runs", "3", "--warmup", "1", "--json")
+	if code != 0 {
+		t.Fatalf("bench: exit %d\n%s", code, stderr)
+	}
+	cand, env := benchRuntimeSettings(t, out)
+	if cand != "openblas-avx512" || (env["OPENBLAS_CORETYPE"] == "SkylakeX") != avx512 {
+		t.Errorf("AVX-512 %v: candidate %q, env %v", avx512, cand, env)
+	}
+	var rep struct {
+		Settings map[string]any `json:"settings"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if blas, _ := rep.Settings["blas"].(string); avx512 && strings.Contains(blas, "DYNAMIC_ARCH") && !strings.Contains(blas, "SkylakeX") {
+		t.Errorf("bench ran OpenBLAS %q, not its SkylakeX kernels", blas)
 	}
 }
 

@@ -22,7 +22,7 @@ func RuntimeEnv(rt torchspeed.Runtime, file string) ([]byte, string, error) {
 		return nil, "", nil
 	}
 	c := runenv.Candidate{Name: rt.Candidate, WaitPolicy: rt.WaitPolicy, SpinCount: rt.SpinCount, HugePages: rt.HugePages,
-		CPUCapability: rt.CPUCapability, Allocator: "default"}
+		CPUCapability: rt.CPUCapability, BLASCore: rt.BLASCore, Allocator: "default"}
 	alloc := rt.Allocator
 	if alloc == "jemalloc" || alloc == "tcmalloc" {
 		// Apply needs the library's path for a preloaded allocator; the variables do not.
@@ -46,6 +46,9 @@ func RuntimeEnv(rt torchspeed.Runtime, file string) ([]byte, string, error) {
 	for _, v := range s.Vars {
 		if _, ok := map[string]bool{"GLIBC_TUNABLES": true, "MALLOC_CONF": true}[v.Name]; ok {
 			fmt.Fprintf(&b, "# %s replaces the server's own: add its other entries here if it sets any.\n", v.Name)
+		}
+		if v.Name == "OPENBLAS_CORETYPE" {
+			fmt.Fprintf(&b, "# OPENBLAS_CORETYPE forces OpenBLAS's %s kernels: only for servers whose CPU has AVX-512 F/BW/VL/DQ (others stop on an illegal instruction).\n", v.Value)
 		}
 		fmt.Fprintf(&b, "%s=%s\n", v.Name, v.Value)
 	}

@@ -34,4 +34,12 @@ func TestRuntimeEnv(t *testing.T) {
 	if _, _, err := RuntimeEnv(torchspeed.Runtime{Candidate: "x", CPUCapability: "avx9"}, "e"); err == nil {
 		t.Error("a bad capability in a manifest: no error")
 	}
+	// OpenBLAS's forced kernels come with the CPU they need.
+	b, _, err = RuntimeEnv(torchspeed.Runtime{Candidate: "openblas-avx512", Allocator: "default", BLASCore: "SkylakeX"}, "e")
+	if err != nil || !strings.Contains(string(b), "\nOPENBLAS_CORETYPE=SkylakeX\n") || !strings.Contains(string(b), "AVX-512 F/BW/VL/DQ") {
+		t.Errorf("openblas-avx512: %v\n%s", err, b)
+	}
+	if _, _, err := RuntimeEnv(torchspeed.Runtime{Candidate: "x", BLASCore: "Pentium9"}, "e"); err == nil {
+		t.Error("a bad OpenBLAS core in a manifest: no error")
+	}
 }

@@ -153,7 +153,7 @@ func (r *run) manifest(final *candidate) *torchspeed.Manifest {
 	}
 	if c := r.runtime; c.Name != "" {
 		m.Runtime.Candidate, m.Runtime.WaitPolicy, m.Runtime.SpinCount = c.Name, c.WaitPolicy, c.SpinCount
-		m.Runtime.HugePages, m.Runtime.CPUCapability = c.HugePages, c.CPUCapability
+		m.Runtime.HugePages, m.Runtime.CPUCapability, m.Runtime.BLASCore = c.HugePages, c.CPUCapability, c.BLASCore
 		m.Runtime.OpenMP = r.opts.Settings["openmp"]
 		if c.Allocator != "" && (c.Allocator != "default" || c.HugePages) {
 			// glibc's huge pages were measured with glibc malloc, whatever the config's.

@@ -149,7 +149,8 @@ func runtimeRow(v bench.RuntimeVerdict, env []string) report.RuntimeCandidate {
 }
 
 // machine is what the runtime candidates depend on beyond the thread count: the probe's
-// facts, with the ISA level libtorch dispatches to asked of libtorch when the probe lacks it.
+// facts, with the ISA level libtorch dispatches to and its OpenBLAS asked of libtorch when
+// the probe lacks them.
 func (r *run) machine() runenv.Machine {
 	m := runenv.MachineOf(r.opts.Machine)
 	if m.CPUCapability == "" {
@@ -157,6 +158,11 @@ func (r *run) machine() runenv.Machine {
 			m.CPUCapability = cpu.CPUCapabilityOf(cfg)
 		}
 		m.Libtorch = torch.Version()
+	}
+	if m.OpenBLAS == "" {
+		if b, err := torch.BLAS(); err == nil && b.Library == "openblas" {
+			m.OpenBLAS = b.Config
+		}
 	}
 	return m
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/internal/fixtures"
 	"github.com/torchspeed/torchspeed/pkg/config"
 	"github.com/torchspeed/torchspeed/pkg/cpu"
@@ -82,6 +83,17 @@ func TestRuntimeMeasured(t *testing.T) {
 	}
 	if machine.AVX512 && !names["avx512"] && !strings.EqualFold(machine.CPUCapability, "AVX512") {
 		t.Errorf("an AVX-512 CPU, but no avx512 candidate: %v", names)
+	}
+	if b, err := torch.BLAS(); err == nil && b.Library == "openblas" {
+		machine.OpenBLAS = b.Config
+	}
+	if machine.OpenBLASAVX512Available() != names["openblas-avx512"] {
+		t.Errorf("OpenBLAS %q on a CPU with AVX-512 %v: openblas-avx512 offered %v", machine.OpenBLAS, machine.AVX512, names["openblas-avx512"])
+	}
+	for _, c := range rt.Candidates {
+		if c.Name == "openblas-avx512" && strings.Join(c.Env, " ") != "OPENBLAS_CORETYPE=SkylakeX" {
+			t.Errorf("openblas-avx512's environment %q", c.Env)
+		}
 	}
 	kept := ""
 	for i, c := range rt.Candidates {

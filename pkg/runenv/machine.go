@@ -23,6 +23,10 @@ type Machine struct {
 	CPUCapability string
 	// Libtorch is libtorch's version ("1.13.1"), "" when unknown.
 	Libtorch string
+	// OpenBLAS is the configuration of the OpenBLAS libtorch calls for float matmul
+	// (openblas_get_config(): "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH NO_AFFINITY Haswell
+	// MAX_THREADS=64"), "" when libtorch uses another BLAS or it is unknown.
+	OpenBLAS string
 }
 
 // MachineOf reads the machine facts from a probe (with libtorch's information when the probe
@@ -37,6 +41,9 @@ func MachineOf(p *cpu.Probe) Machine {
 	}
 	if p.Torch != nil {
 		m.CPUCapability, m.Libtorch = p.Torch.CPUCapability, p.Torch.Version
+		if b := p.Torch.BLAS; b != nil && b.Library == "openblas" {
+			m.OpenBLAS = b.Config
+		}
 	}
 	return m
 }
@@ -55,6 +62,29 @@ func (m Machine) HugePagesOK() bool { return m.thpOn() && versionAtLeast(m.Glibc
 // already needs no candidate.
 func (m Machine) AVX512Available() bool {
 	return m.AVX512 && !strings.EqualFold(m.CPUCapability, "AVX512")
+}
+
+// OpenBLASAVX512Available says OpenBLAS's AVX-512 kernels are worth a candidate: the CPU has
+// AVX-512 F/BW/VL/DQ, and libtorch's OpenBLAS is a DYNAMIC_ARCH build that chose a core
+// without them (OpenBLAS 0.3.21, Debian 12's, gives AMD Zen 4 and 5 its Haswell kernels).
+// OPENBLAS_CORETYPE forces a core without asking the CPU, so this check is what keeps a
+// forced core from stopping on an illegal instruction.
+func (m Machine) OpenBLASAVX512Available() bool {
+	core := m.openBLASCore()
+	return m.AVX512 && strings.Contains(m.OpenBLAS, "DYNAMIC_ARCH") && core != "" &&
+		!slices.ContainsFunc(openBLASAVX512Cores, func(c string) bool { return strings.EqualFold(c, core) })
+}
+
+// openBLASCore is the kernel set OpenBLAS chose ("Haswell"): the first word of its
+// configuration after the version that is not an upper-case build option.
+func (m Machine) openBLASCore() string {
+	f := strings.Fields(m.OpenBLAS)
+	for i := 2; i < len(f); i++ {
+		if strings.ToUpper(f[i]) != f[i] {
+			return f[i]
+		}
+	}
+	return ""
 }
 
 // libtorchName is "libtorch" with its version when known.
@@ -87,10 +117,23 @@ const (
 // cpuCapabilities are the values ATEN_CPU_CAPABILITY takes.
 var cpuCapabilities = []string{"default", "avx2", "avx512"}
 
-// candidateVarNames are the variables runtimeVars may set.
-var candidateVarNames = append(slices.Clone(waitVarNames), "GLIBC_TUNABLES", "MALLOC_CONF", "ATEN_CPU_CAPABILITY")
+// openBLASAVX512Core is the OPENBLAS_CORETYPE of the BLAS candidate: Skylake-X's kernels need
+// AVX-512 F/BW/VL/DQ and nothing newer (Cooperlake's add BF16), and carry OpenBLAS's
+// small-matrix paths for sgemm.
+const openBLASAVX512Core = "SkylakeX"
 
-// runtimeVars are the variables of the instance's wait policy, huge pages and ATen ISA.
+// openBLASAVX512Cores are the OpenBLAS x86-64 cores with AVX-512 kernels; openBLASCores are
+// the values a manifest's blas_core may take.
+var (
+	openBLASAVX512Cores = []string{"SkylakeX", "Cooperlake", "SapphireRapids"}
+	openBLASCores       = append([]string{"Haswell", "Zen"}, openBLASAVX512Cores...)
+)
+
+// candidateVarNames are the variables runtimeVars may set.
+var candidateVarNames = append(slices.Clone(waitVarNames), "GLIBC_TUNABLES", "MALLOC_CONF", "ATEN_CPU_CAPABILITY", "OPENBLAS_CORETYPE")
+
+// runtimeVars are the variables of the instance's wait policy, huge pages, ATen ISA and
+// OpenBLAS kernels.
 func runtimeVars(s Settings) []Var {
 	v := waitVars(s)
 	if s.HugePages {
@@ -103,6 +146,9 @@ func runtimeVars(s Settings) []Var {
 	}
 	if s.CPUCapability != "" {
 		v = append(v, Var{"ATEN_CPU_CAPABILITY", s.CPUCapability})
+	}
+	if s.BLASCore != "" {
+		v = append(v, Var{"OPENBLAS_CORETYPE", s.BLASCore})
 	}
 	return v
 }

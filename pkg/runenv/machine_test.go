@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/torchspeed/torchspeed/pkg/cpu"
 )
 
 func candidateNames(cs []Candidate) []string {
@@ -188,5 +190,83 @@ func TestCombine(t *testing.T) {
 	env, err := c.Env("gnu")
 	if err != nil || strings.Join(env, " ") != "OMP_WAIT_POLICY=PASSIVE GOMP_SPINCOUNT=0 GLIBC_TUNABLES=glibc.malloc.hugetlb=1 ATEN_CPU_CAPABILITY=avx512" {
 		t.Errorf("combined env %v %v", env, err)
+	}
+}
+
+// OpenBLAS's AVX-512 kernels are a candidate only where OpenBLAS can be told to use them
+// (DYNAMIC_ARCH), chose others, and the CPU has the instructions; a manifest's choice is
+// dropped on a CPU without them.
+func TestOpenBLASCandidate(t *testing.T) {
+	const haswell = "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH NO_AFFINITY Haswell MAX_THREADS=64"
+	zen4 := Machine{AVX512: true, CPUCapability: "AVX512", OpenBLAS: haswell}
+	for _, c := range []struct {
+		name string
+		m    Machine
+		want bool
+	}{
+		{"AVX-512 CPU, Haswell kernels", zen4, true},
+		{"already Skylake-X kernels", Machine{AVX512: true, OpenBLAS: strings.Replace(haswell, "Haswell", "SkylakeX", 1)}, false},
+		{"a build for one core", Machine{AVX512: true, OpenBLAS: "OpenBLAS 0.3.21 NO_AFFINITY Haswell MAX_THREADS=64"}, false},
+		{"no AVX-512", Machine{OpenBLAS: haswell}, false},
+		{"not OpenBLAS", Machine{AVX512: true}, false},
+		{"no core named", Machine{AVX512: true, OpenBLAS: "OpenBLAS 0.3.21 DYNAMIC_ARCH MAX_THREADS=64"}, false},
+	} {
+		var got *Candidate
+		for _, cand := range Candidates(Settings{Threads: 1, OpenMP: "gnu"}, c.m, []string{t.TempDir()}) {
+			if cand.BLASCore != "" {
+				got = &cand
+			}
+		}
+		if (got != nil) != c.want {
+			t.Errorf("%s: offered %v, want %v", c.name, got != nil, c.want)
+			continue
+		}
+		if got == nil {
+			continue
+		}
+		if got.Name != "openblas-avx512" || got.BLASCore != "SkylakeX" || !strings.Contains(got.Why, "Haswell") || !slices.Equal(got.Kinds(), []string{"blas"}) {
+			t.Errorf("%s: %+v", c.name, *got)
+		}
+		env, err := got.Env("gnu")
+		if err != nil || strings.Join(env, " ") != "OPENBLAS_CORETYPE=SkylakeX" {
+			t.Errorf("%s: env %v %v", c.name, env, err)
+		}
+		s, err := got.Apply(Settings{Threads: 1, OpenMP: "gnu"})
+		if err != nil || s.BLASCore != "SkylakeX" || varMap(s)["OPENBLAS_CORETYPE"] != "SkylakeX" {
+			t.Errorf("%s: applied %+v %v", c.name, s, err)
+		}
+		// Another candidate applied over it takes the variable away.
+		if back, err := (Candidate{Name: DefaultCandidate, Allocator: "default"}).Apply(s); err != nil || varMap(back)["OPENBLAS_CORETYPE"] != "" {
+			t.Errorf("%s: defaults over it: %v %v", c.name, back.Vars, err)
+		}
+	}
+	blas := Candidate{Name: "openblas-avx512", BLASCore: "SkylakeX"}
+	c, ok := Combine(Candidate{Name: "avx512", CPUCapability: "avx512"}, blas)
+	if env, err := c.Env("gnu"); !ok || err != nil || strings.Join(env, " ") != "ATEN_CPU_CAPABILITY=avx512 OPENBLAS_CORETYPE=SkylakeX" {
+		t.Errorf("avx512+openblas-avx512: %+v %v %v %v", c, ok, env, err)
+	}
+	if _, err := (Candidate{Name: "bad", BLASCore: "Pentium9"}).Apply(Settings{}); err == nil || !strings.Contains(err.Error(), "Pentium9") {
+		t.Errorf("bad core: %v", err)
+	}
+	// An artifact measured on an AVX-512 machine, run on one without.
+	fit, notes := c.Fit(Machine{})
+	if fit.BLASCore != "" || fit.CPUCapability != "avx512" || len(notes) != 1 || !strings.Contains(notes[0], "OPENBLAS_CORETYPE=SkylakeX") {
+		t.Errorf("fit without AVX-512: %+v %v", fit, notes)
+	}
+	if fit, notes := c.Fit(zen4); fit.BLASCore != "SkylakeX" || len(notes) != 0 {
+		t.Errorf("fit with AVX-512: %+v %v", fit, notes)
+	}
+	if got := ScrubEnv([]string{"PATH=/bin", "OPENBLAS_CORETYPE=SkylakeX"}); strings.Join(got, " ") != "PATH=/bin" {
+		t.Errorf("scrubbed %v", got)
+	}
+	// MachineOf reads OpenBLAS's configuration from the probe's libtorch facts.
+	p := probeFixture(t, "xeon-2s")
+	p.Torch = &cpu.TorchInfo{Version: "1.13.1", BLAS: &cpu.BLASInfo{Library: "openblas", Config: haswell}}
+	if m := MachineOf(p); m.OpenBLAS != haswell {
+		t.Errorf("MachineOf: OpenBLAS %q", m.OpenBLAS)
+	}
+	p.Torch.BLAS.Library = "mkl"
+	if m := MachineOf(p); m.OpenBLAS != "" {
+		t.Errorf("MachineOf with another BLAS: OpenBLAS %q", m.OpenBLAS)
 	}
 }

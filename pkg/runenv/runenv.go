@@ -126,9 +126,10 @@ type Settings struct {
 	Allocator     string `json:"allocator"`
 	AllocatorPath string `json:"allocator_path,omitempty"`
 	// HugePages has the allocator ask for transparent huge pages; CPUCapability is
-	// ATEN_CPU_CAPABILITY (see Candidate).
+	// ATEN_CPU_CAPABILITY and BLASCore OPENBLAS_CORETYPE (see Candidate).
 	HugePages     bool   `json:"huge_pages,omitempty"`
 	CPUCapability string `json:"cpu_capability,omitempty"`
+	BLASCore      string `json:"blas_core,omitempty"`
 	// Vars are the environment variables the instance needs, in a stable order;
 	// LD_PRELOAD is not among them (see Env and Environ).
 	Vars []Var `json:"env"`

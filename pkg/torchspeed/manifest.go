@@ -110,9 +110,11 @@ type Runtime struct {
 	SpinCount  int    `json:"spin_count,omitempty"`
 	// HugePages: the allocator asks for transparent huge pages (glibc: GLIBC_TUNABLES
 	// glibc.malloc.hugetlb=1; jemalloc: MALLOC_CONF thp:always). CPUCapability is
-	// ATEN_CPU_CAPABILITY ("avx512"). Both absent in manifests of older torchspeeds.
+	// ATEN_CPU_CAPABILITY ("avx512"), BLASCore OPENBLAS_CORETYPE ("SkylakeX"). All absent in
+	// manifests of older torchspeeds.
 	HugePages     bool   `json:"huge_pages,omitempty"`
 	CPUCapability string `json:"cpu_capability,omitempty"`
+	BLASCore      string `json:"blas_core,omitempty"`
 }
 
 // Marshal encodes the manifest for the archive.
