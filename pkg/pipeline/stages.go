@@ -254,22 +254,31 @@ func (r *run) measureStages() error {
 	return nil
 }
 
-// chooseThreads measures the best model at each candidate thread count, interleaved in
-// blocks, and keeps the fastest (runtime.threads: 0).
+// autoThreads says whether the thread count is chosen by measurement (runtime.threads: 0).
+func (r *run) autoThreads() bool { return r.cfg.Runtime.Threads <= 0 && len(r.opts.AutoThreads) >= 2 }
+
+// chooseThreads measures the best FP32 model at each candidate thread count, interleaved in
+// blocks, and keeps the fastest (runtime.threads: 0). quantize chooses again for the INT8
+// model (chooseINT8Threads): the two can differ (mobilenet_v2 on 2 CPUs: FP32 fastest at 1
+// thread, INT8 at 2).
 func (r *run) chooseThreads() error {
-	if r.cfg.Runtime.Threads > 0 || len(r.opts.AutoThreads) < 2 {
+	if !r.autoThreads() {
 		r.threads = max(r.opts.Threads, r.cfg.Runtime.Threads, torch.NumThreads())
 		return nil
 	}
-	c := r.best()
-	tg := &target{ctx: r.ctx, c: c, inputs: r.inputs}
-	rounds := max(4, r.cfg.Bench.StageRuns/5)
-	ch, err := bench.ChooseThreads(r.opts.AutoThreads, torch.SetNumThreads, tg.Run, rounds, 5, nil)
+	ch, err := r.pickThreads(r.best())
 	if err != nil {
 		return err
 	}
-	r.threads = ch.Threads
-	r.rep.Decisions = append(r.rep.Decisions, fmt.Sprintf("threads: %d (measured %s)", ch.Threads, ch.Why))
+	r.threads, r.fp32Threads = ch.Threads, ch
+	r.rep.Decisions = append(r.rep.Decisions, fmt.Sprintf("threads: %d (measured on %s: %s)", ch.Threads, r.best().name, ch.Why))
 	r.logf("threads: %d (%s)", ch.Threads, ch.Why)
 	return nil
+}
+
+// pickThreads runs bench.ChooseThreads on c's forward; it leaves the chosen count set.
+func (r *run) pickThreads(c *candidate) (bench.ThreadChoice, error) {
+	tg := &target{ctx: r.ctx, c: c, inputs: r.inputs}
+	rounds := max(4, r.cfg.Bench.StageRuns/5)
+	return bench.ChooseThreads(r.opts.AutoThreads, torch.SetNumThreads, tg.Run, rounds, 5, nil)
 }
