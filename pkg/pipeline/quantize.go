@@ -154,7 +154,7 @@ func (r *run) quantize() error {
 	// when built, runs in the same measurement.
 	fp32 := r.best()
 	ofi, match := r.int8OFI(c)
-	if err := r.chooseINT8Threads(c); err != nil {
+	if err := r.chooseINT8Threads(c, ofi); err != nil {
 		return err
 	}
 	cands := uniq(fp32, c)
@@ -358,17 +358,57 @@ func (r *run) openValidation(src calib.Source) (validate.Batches, string, bool, 
 // best FP32 one, and leaves it set: INT8 is compared with FP32 at that count, and ships with
 // it. FP32's best count can differ (mobilenet_v2 on 2 CPUs: FP32 fastest at 1 thread, INT8 at
 // 2), and judging INT8 at FP32's count rejected it there.
-func (r *run) chooseINT8Threads(c *candidate) error {
+//
+// libtorch 1.13's oneDNN INT8 kernels keep the thread count of their module's first forward:
+// at another count the forward fails ("could not create a primitive descriptor for a reorder
+// primitive", mobilenet_v2 onednn). So each count is measured on a fresh clone of q that runs
+// at that count only, and when the choice is not the count q has run at, q (and ofi, rebuilt
+// from it) become the chosen count's fresh modules.
+func (r *run) chooseINT8Threads(q, ofi *candidate) error {
 	if !r.autoThreads() {
 		return nil
 	}
-	ch, err := r.pickThreads(c)
+	ran := r.threads // q was validated at this count
+	fresh := map[int]*candidate{}
+	defer func() {
+		for _, f := range fresh {
+			f.mod.Close()
+		}
+	}()
+	for _, n := range r.opts.AutoThreads {
+		m, err := q.mod.Clone()
+		if err != nil {
+			return fmt.Errorf("choosing threads for %s: %w", q.name, err)
+		}
+		f := *q
+		f.mod, f.save = m, nil
+		fresh[n] = &f
+	}
+	ch, err := r.pickThreads(func(n int) *candidate { return fresh[n] })
 	if err != nil {
-		return fmt.Errorf("choosing threads for %s: %w", c.name, err)
+		return fmt.Errorf("choosing threads for %s: %w", q.name, err)
 	}
 	r.threads = ch.Threads
-	r.rep.Decisions = append(r.rep.Decisions, fmt.Sprintf("threads for %s: %d (measured on it: %s); it is compared with FP32 at %d thread(s)", c.name, ch.Threads, ch.Why, ch.Threads))
-	r.logf("threads for %s: %d (%s)", c.name, ch.Threads, ch.Why)
+	r.rep.Decisions = append(r.rep.Decisions, fmt.Sprintf("threads for %s: %d (measured on it: %s); it is compared with FP32 at %d thread(s)", q.name, ch.Threads, ch.Why, ch.Threads))
+	r.logf("threads for %s: %d (%s)", q.name, ch.Threads, ch.Why)
+	if ch.Threads == ran {
+		return nil
+	}
+	// The modules that ran at the other count stay open until the run ends (the report's
+	// quantizer outcome may still refer to them).
+	old := q.mod
+	r.closes = append(r.closes, func() { old.Close() })
+	q.mod = fresh[ch.Threads].mod
+	delete(fresh, ch.Threads)
+	if ofi != nil {
+		m, err := q.mod.OptimizeForInference()
+		if err != nil {
+			return fmt.Errorf("%s at %d thread(s): %w", ofi.name, ch.Threads, err)
+		}
+		oldOFI := ofi.mod
+		r.closes = append(r.closes, func() { oldOFI.Close() })
+		ofi.mod, ofi.save = m, q.mod
+	}
 	return nil
 }
 

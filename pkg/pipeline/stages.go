@@ -266,19 +266,25 @@ func (r *run) chooseThreads() error {
 		r.threads = max(r.opts.Threads, r.cfg.Runtime.Threads, torch.NumThreads())
 		return nil
 	}
-	ch, err := r.pickThreads(r.best())
+	best := r.best()
+	ch, err := r.pickThreads(func(int) *candidate { return best })
 	if err != nil {
 		return err
 	}
 	r.threads, r.fp32Threads = ch.Threads, ch
-	r.rep.Decisions = append(r.rep.Decisions, fmt.Sprintf("threads: %d (measured on %s: %s)", ch.Threads, r.best().name, ch.Why))
+	r.rep.Decisions = append(r.rep.Decisions, fmt.Sprintf("threads: %d (measured on %s: %s)", ch.Threads, best.name, ch.Why))
 	r.logf("threads: %d (%s)", ch.Threads, ch.Why)
 	return nil
 }
 
-// pickThreads runs bench.ChooseThreads on c's forward; it leaves the chosen count set.
-func (r *run) pickThreads(c *candidate) (bench.ThreadChoice, error) {
-	tg := &target{ctx: r.ctx, c: c, inputs: r.inputs}
+// pickThreads runs bench.ChooseThreads on the forward of at(n) at each count n; it leaves the
+// chosen count set.
+func (r *run) pickThreads(at func(n int) *candidate) (bench.ThreadChoice, error) {
+	var tg *target
+	set := func(n int) error {
+		tg = &target{ctx: r.ctx, c: at(n), inputs: r.inputs}
+		return torch.SetNumThreads(n)
+	}
 	rounds := max(4, r.cfg.Bench.StageRuns/5)
-	return bench.ChooseThreads(r.opts.AutoThreads, torch.SetNumThreads, tg.Run, rounds, 5, nil)
+	return bench.ChooseThreads(r.opts.AutoThreads, set, func() error { return tg.Run() }, rounds, 5, nil)
 }
