@@ -123,6 +123,26 @@ inline int32_t code_of(const c10::Error& e) noexcept {
 // (ts_exec_settings.inference_mode; runtime.cpp).
 extern thread_local bool tl_inference_mode;
 
+// Whether the calling thread is an inference thread: one that ts_worker_serve serves (and that
+// runs Thread.Do's functions between serves). Set there, never cleared (runtime.cpp).
+extern thread_local bool tl_inference_thread;
+
+// For the length of a scope, limits the calling thread's OpenMP team to one thread, unless the
+// thread is an inference thread (runtime.cpp). Every entry point that can run parallel ATen
+// work (copies, conversions, loads, graph passes, quantization) from an arbitrary thread holds
+// one, so that such work leaves no OpenMP pool behind on the caller's thread; forwards do not
+// (a thread that runs a forward is an inference thread by its caller's choice).
+class OneThreadTeam {
+ public:
+  OneThreadTeam();
+  ~OneThreadTeam();
+  OneThreadTeam(const OneThreadTeam&) = delete;
+  OneThreadTeam& operator=(const OneThreadTeam&) = delete;
+
+ private:
+  int prev_ = 0;  // the count to restore; 0 when nothing was changed
+};
+
 // Folds hardtanh(0, b)/relu6 that follow a quantized op into its output qparams (static INT8;
 // quant_rewrite.cpp). observed is the module calibration ran on (its observers give the
 // activations' quant range); returns how many clamps were folded.

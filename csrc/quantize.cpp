@@ -463,6 +463,7 @@ ts_status* ts_quant_observer(const char* config_json, ts_module** out) noexcept 
 
 ts_status* ts_quant_prepare(const ts_module* m, const char* config_json, ts_module** observed) noexcept {
   TS_API_BEGIN
+  tsimpl::OneThreadTeam team;  // off the inference threads: leave no OpenMP pool
   TS_CHECK_NOT_NULL(m, "quant_prepare");
   TS_CHECK_NOT_NULL(observed, "quant_prepare");
   auto cu = std::make_shared<torch::jit::CompilationUnit>();
@@ -491,6 +492,7 @@ ts_status* ts_quant_convert(const ts_module* observed, const char* engine, ts_mo
 ts_status* ts_quant_convert_v2(const ts_module* observed, const char* engine, const char* const* preserved, size_t n,
                                ts_module** out) noexcept {
   TS_API_BEGIN
+  tsimpl::OneThreadTeam team;  // off the inference threads: leave no OpenMP pool
   TS_CHECK_NOT_NULL(observed, "quant_convert");
   TS_CHECK_NOT_NULL(out, "quant_convert");
   auto keep = preserved_names(preserved, n);
@@ -509,6 +511,7 @@ ts_status* ts_quant_dynamic(const ts_module* m, const char* config_json, const c
 ts_status* ts_quant_dynamic_v2(const ts_module* m, const char* config_json, const char* engine,
                                const char* const* preserved, size_t n, ts_module** out) noexcept {
   TS_API_BEGIN
+  tsimpl::OneThreadTeam team;  // off the inference threads: leave no OpenMP pool
   TS_CHECK_NOT_NULL(m, "quant_dynamic");
   TS_CHECK_NOT_NULL(out, "quant_dynamic");
   auto keep = preserved_names(preserved, n);

@@ -410,6 +410,7 @@ void ts_worker_free(ts_worker* w) noexcept { delete w; }
 
 int32_t ts_worker_serve(ts_worker* w) noexcept {
   if (w == nullptr) return 0;
+  tsimpl::tl_inference_thread = true;
   std::unique_lock<std::mutex> lk(w->mu);
   for (;;) {
     w->work.wait(lk, [w] { return !w->jobs.empty() || w->kicked || w->closed; });
@@ -476,8 +477,19 @@ ts_status* ts_worker_forward(ts_worker* w, const ts_module* m, ts_tensor* const*
   TS_API_END("worker_forward")
 }
 
+}  // extern "C"
+
 // ---- the calling thread's OpenMP team ----
-// Looked up at run time, as OpenBLAS's calls are: the shim links no OpenMP runtime itself.
+// libgomp keeps a pool of worker threads for each thread that runs a parallel region, counts the
+// threads of every pool, and once they outnumber the CPUs it cuts the time its idle threads poll
+// for work from ~300,000 spins to 100, in every pool: the inference pool's threads then fall
+// asleep between forwards and each forward starts by waking them. So work that runs off the
+// inference threads (copies, loads, graph passes, quantization) runs with a team of one and
+// leaves no pool. Measured (digits INT8, 2 threads, 2 CPUs): 95 us per forward with a second
+// pool alive, 57 us without; optimize of mobilenet_v2 timed FP32 at 2 threads 10.6-11.5 ms with
+// three extra pools (made by channels-last input copies on Go threads), ~6.4 ms without.
+//
+// OpenMP's calls are looked up at run time, as OpenBLAS's are: the shim links no OpenMP runtime.
 namespace {
 struct OmpApi {
   int (*get_max_threads)() = nullptr;
@@ -493,21 +505,43 @@ const OmpApi& omp_api() {
   }();
   return api;
 }
+
+// Sets the calling thread's OpenMP count to n (when n > 0) and returns the count it had (0
+// without an OpenMP runtime). ATen sets a thread's OpenMP count on that thread's first parallel
+// region, to the count at::set_num_threads last set for the process: a count set here before
+// that would be overwritten there (measured: bench --runtime torchspeed, which sets the count
+// early, left two OpenMP workers on 2 CPUs and ran mobilenet_v2 INT8 3.9 ms instead of 2.7).
+// at::get_num_threads runs that first-time setting now.
+int omp_threads_here(int n) {
+  (void)at::get_num_threads();
+  const OmpApi& a = omp_api();
+  if (a.get_max_threads == nullptr) return 0;
+  int was = a.get_max_threads();
+  if (n > 0 && n != was) a.set_num_threads(n);
+  return was;
+}
 }  // namespace
+
+namespace tsimpl {
+thread_local bool tl_inference_thread = false;
+
+OneThreadTeam::OneThreadTeam() {
+  if (tl_inference_thread) return;
+  int was = omp_threads_here(1);
+  if (was > 1) prev_ = was;
+}
+
+OneThreadTeam::~OneThreadTeam() {
+  if (prev_ > 0) omp_api().set_num_threads(prev_);
+}
+}  // namespace tsimpl
+
+extern "C" {
 
 ts_status* ts_omp_threads_here(int32_t n, int32_t* prev) noexcept {
   TS_API_BEGIN
   TS_CHECK_ARG(n >= 0, "omp_threads_here", "n must be >= 0");
-  // ATen sets a thread's OpenMP count on that thread's first parallel region, to the count
-  // at::set_num_threads last set for the process: a count set here before that would be
-  // overwritten there, and the one-off work this runs would start a pool as wide as the
-  // inference thread's (measured: bench --runtime torchspeed, which sets the count early,
-  // left two OpenMP workers on 2 CPUs and ran mobilenet_v2 INT8 3.9 ms instead of 2.7).
-  // at::get_num_threads runs that first-time setting now.
-  (void)at::get_num_threads();
-  const OmpApi& a = omp_api();
-  int32_t was = a.get_max_threads != nullptr ? static_cast<int32_t>(a.get_max_threads()) : 0;
-  if (n > 0 && a.set_num_threads != nullptr) a.set_num_threads(static_cast<int>(n));
+  int32_t was = static_cast<int32_t>(omp_threads_here(static_cast<int>(n)));
   if (prev != nullptr) *prev = was;
   TS_API_END("omp_threads_here")
 }

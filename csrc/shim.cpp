@@ -173,6 +173,7 @@ int64_t ts_tensor_numel(const ts_tensor* t) noexcept { return t == nullptr ? 0 :
 
 ts_status* ts_tensor_copy_to(const ts_tensor* t, void* dst, size_t nbytes) noexcept {
   TS_API_BEGIN
+  tsimpl::OneThreadTeam team;  // off the inference threads: leave no OpenMP pool
   TS_CHECK_NOT_NULL(t, "tensor_copy_to");
   TS_CHECK_ARG(dst != nullptr || nbytes == 0, "tensor_copy_to", "dst is NULL");
   at::Tensor src = t->t;
@@ -188,6 +189,7 @@ ts_status* ts_tensor_copy_to(const ts_tensor* t, void* dst, size_t nbytes) noexc
 ts_status* ts_tensor_qparams(const ts_tensor* t, double** scales, int64_t** zero_points, size_t* n,
                              int64_t* axis) noexcept {
   TS_API_BEGIN
+  tsimpl::OneThreadTeam team;  // off the inference threads: leave no OpenMP pool
   TS_CHECK_NOT_NULL(t, "tensor_qparams");
   TS_CHECK_ARG(scales != nullptr && zero_points != nullptr && n != nullptr && axis != nullptr, "tensor_qparams",
                "an out-parameter is NULL");
@@ -224,6 +226,7 @@ ts_status* ts_tensor_qparams(const ts_tensor* t, double** scales, int64_t** zero
 
 ts_status* ts_tensor_to_float(const ts_tensor* t, ts_tensor** out) noexcept {
   TS_API_BEGIN
+  tsimpl::OneThreadTeam team;  // off the inference threads: leave no OpenMP pool
   TS_CHECK_NOT_NULL(t, "tensor_to_float");
   TS_CHECK_NOT_NULL(out, "tensor_to_float");
   at::Tensor f = t->t.is_quantized() ? t->t.dequantize() : t->t.to(at::kFloat);
@@ -234,6 +237,7 @@ ts_status* ts_tensor_to_float(const ts_tensor* t, ts_tensor** out) noexcept {
 
 ts_status* ts_tensor_channels_last(const ts_tensor* t, ts_tensor** out) noexcept {
   TS_API_BEGIN
+  tsimpl::OneThreadTeam team;  // off the inference threads: leave no OpenMP pool
   TS_CHECK_NOT_NULL(t, "tensor_channels_last");
   TS_CHECK_NOT_NULL(out, "tensor_channels_last");
   at::Tensor f;
@@ -254,6 +258,7 @@ ts_status* ts_tensor_channels_last(const ts_tensor* t, ts_tensor** out) noexcept
 
 ts_status* ts_module_load(const char* path, ts_module** out) noexcept {
   TS_API_BEGIN
+  tsimpl::OneThreadTeam team;  // off the inference threads: leave no OpenMP pool
   TS_CHECK_NOT_NULL(path, "load");
   TS_CHECK_NOT_NULL(out, "load");
   torch::jit::ExtraFilesMap extra;
@@ -267,6 +272,7 @@ ts_status* ts_module_load(const char* path, ts_module** out) noexcept {
 
 ts_status* ts_module_load_bytes(const void* data, size_t len, ts_module** out) noexcept {
   TS_API_BEGIN
+  tsimpl::OneThreadTeam team;  // off the inference threads: leave no OpenMP pool
   TS_CHECK_ARG(data != nullptr || len == 0, "load_bytes", "data is NULL");
   TS_CHECK_NOT_NULL(out, "load_bytes");
   auto adapter = std::make_shared<BufferAdapter>(std::string(static_cast<const char*>(data), len));
@@ -284,6 +290,7 @@ void ts_module_free(ts_module* m) noexcept { delete m; }
 ts_status* ts_module_save(const ts_module* m, const char* path, const char* const* names,
                           const char* const* contents, const size_t* lens, size_t n) noexcept {
   TS_API_BEGIN
+  tsimpl::OneThreadTeam team;  // off the inference threads: leave no OpenMP pool
   TS_CHECK_NOT_NULL(m, "save");
   TS_CHECK_NOT_NULL(path, "save");
   TS_CHECK_ARG(n == 0 || (names != nullptr && contents != nullptr && lens != nullptr), "save",
@@ -347,6 +354,7 @@ ts_status* ts_module_extra_file(const ts_module* m, const char* name, char** out
 
 ts_status* ts_module_clone(const ts_module* m, ts_module** out) noexcept {
   TS_API_BEGIN
+  tsimpl::OneThreadTeam team;  // off the inference threads: leave no OpenMP pool
   TS_CHECK_NOT_NULL(m, "clone");
   TS_CHECK_NOT_NULL(out, "clone");
   auto h = std::make_unique<ts_module>();
@@ -365,6 +373,7 @@ ts_status* ts_module_eval(ts_module* m) noexcept {
 
 ts_status* ts_module_freeze(const ts_module* m, const char* const* preserved, size_t n, ts_module** out) noexcept {
   TS_API_BEGIN
+  tsimpl::OneThreadTeam team;  // off the inference threads: leave no OpenMP pool
   TS_CHECK_NOT_NULL(m, "freeze");
   TS_CHECK_NOT_NULL(out, "freeze");
   TS_CHECK_ARG(n == 0 || preserved != nullptr, "freeze", "preserved is NULL with n = " + std::to_string(n));
@@ -383,6 +392,7 @@ ts_status* ts_module_freeze(const ts_module* m, const char* const* preserved, si
 
 ts_status* ts_module_fold_conv_bn(const ts_module* m, ts_module** out) noexcept {
   TS_API_BEGIN
+  tsimpl::OneThreadTeam team;  // off the inference threads: leave no OpenMP pool
   TS_CHECK_NOT_NULL(m, "fold_conv_bn");
   TS_CHECK_NOT_NULL(out, "fold_conv_bn");
   auto h = std::make_unique<ts_module>();
@@ -394,6 +404,7 @@ ts_status* ts_module_fold_conv_bn(const ts_module* m, ts_module** out) noexcept 
 
 ts_status* ts_module_optimize_for_inference(const ts_module* m, ts_module** out) noexcept {
   TS_API_BEGIN
+  tsimpl::OneThreadTeam team;  // off the inference threads: leave no OpenMP pool
   TS_CHECK_NOT_NULL(m, "optimize_for_inference");
   TS_CHECK_NOT_NULL(out, "optimize_for_inference");
   auto h = std::make_unique<ts_module>();
@@ -406,6 +417,7 @@ ts_status* ts_module_optimize_for_inference(const ts_module* m, ts_module** out)
 
 ts_status* ts_module_channels_last(ts_module* m, int64_t* converted) noexcept {
   TS_API_BEGIN
+  tsimpl::OneThreadTeam team;  // off the inference threads: leave no OpenMP pool
   TS_CHECK_NOT_NULL(m, "channels_last");
   TS_CHECK_NOT_NULL(converted, "channels_last");
   int64_t n = channels_last_in_place(m->m);

@@ -235,8 +235,10 @@ TS_EXPORT ts_status* ts_worker_forward(ts_worker* w, const ts_module* m, ts_tens
  * ATen's process-wide side effects (at::set_num_threads also resizes shared pools). n = 0 only
  * reads it. *prev (may be NULL) gets the size before the call; 0 when no OpenMP runtime is
  * loaded (then nothing is set). Each thread that runs an OpenMP region keeps a pool of threads,
- * and libgomp shortens every pool's wait spin once their threads outnumber the CPUs: one-off
- * work on other threads (loading a model) runs with a team of 1 so that it leaves no pool. */
+ * and libgomp shortens every pool's wait spin once their threads outnumber the CPUs. So the
+ * entry points that can run parallel work (tensor copies and conversions, loads, saves, graph
+ * passes, quantization) run it with a team of 1 on any thread but an inference thread (one that
+ * has called ts_worker_serve); forwards use the calling thread's team as it is. */
 TS_EXPORT ts_status* ts_omp_threads_here(int32_t n, int32_t* prev) TS_NOEXCEPT TS_MUST_CHECK;
 /* ---- end of workers ---- */
 

@@ -168,26 +168,6 @@ func (t *Thread) Close() error {
 	return nil
 }
 
-// oneThreadHere runs f on the calling goroutine's OS thread (locked for the length of f) with
-// that thread's OpenMP team limited to one thread, then restores it. libgomp keeps a pool of
-// threads for each thread that runs a parallel region, counts the threads of every pool, and
-// once they outnumber the CPUs it cuts the time its idle threads poll for work from ~300,000
-// spins to 100, in every pool: the inference pool's threads then fall asleep between calls and
-// each forward starts by waking them. Loading an INT8 model runs oneDNN's weight packing in
-// parallel, which left such a pool on whichever Go thread loaded it. Measured, digits INT8 at 2
-// threads on 2 CPUs: 95 us per forward on the locked thread with that pool, 57 us without (the
-// C++ loop: 90 vs 55). So one-off work off the inference threads (loading, graph transforms)
-// runs here, single-threaded.
-func oneThreadHere(f func()) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	var prev C.int32_t
-	if statusErr(C.ts_omp_threads_here(1, &prev)) == nil && prev > 1 {
-		defer func() { _ = statusErr(C.ts_omp_threads_here(prev, nil)) }()
-	}
-	f()
-}
-
 var (
 	defaultOnce   sync.Once
 	defaultThread *Thread

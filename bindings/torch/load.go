@@ -62,9 +62,7 @@ func loadLocked(path string) (*Module, error) {
 	cs := C.CString(path)
 	defer C.free(unsafe.Pointer(cs))
 	var out *C.ts_module
-	var cst *C.ts_status
-	oneThreadHere(func() { cst = C.ts_module_load(cs, &out) })
-	if err := statusErr(cst); err != nil {
+	if err := statusErr(C.ts_module_load(cs, &out)); err != nil {
 		return nil, explainLoadError(path, err)
 	}
 	return wrapModule(out, path), nil
@@ -102,9 +100,7 @@ func LoadBytes(b []byte, name string) (*Module, error) {
 		return nil, err
 	}
 	var out *C.ts_module
-	var st *C.ts_status
-	oneThreadHere(func() { st = C.ts_module_load_bytes(unsafe.Pointer(&b[0]), C.size_t(len(b)), &out) })
-	err := statusErr(st)
+	err := statusErr(C.ts_module_load_bytes(unsafe.Pointer(&b[0]), C.size_t(len(b)), &out))
 	runtime.KeepAlive(b)
 	if err != nil {
 		return nil, explainLoadError(name, err)

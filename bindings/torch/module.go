@@ -93,20 +93,10 @@ func (m *Module) Close() error {
 	return nil
 }
 
-// derive wraps a new module made from m by one of the shim's transforms, run with a one-thread
-// OpenMP team (see oneThreadHere): the caller's thread is not an inference thread.
+// derive wraps a new module made from m by one of the shim's transforms. Off the inference
+// threads the shim runs them with a one-thread OpenMP team (they leave no OpenMP pool on the
+// caller's thread); on an inference thread (inside Do) they use its pool.
 func (m *Module) derive(op func(*C.ts_module, **C.ts_module) *C.ts_status) (*Module, error) {
-	var (
-		out *Module
-		err error
-	)
-	oneThreadHere(func() { out, err = m.deriveHere(op) })
-	return out, err
-}
-
-// deriveHere is derive on the calling thread as it is: for transforms run on an inference
-// thread, whose OpenMP pool they use.
-func (m *Module) deriveHere(op func(*C.ts_module, **C.ts_module) *C.ts_status) (*Module, error) {
 	if err := m.acquire(); err != nil {
 		return nil, err
 	}

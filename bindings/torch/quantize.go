@@ -94,7 +94,7 @@ func (m *Module) QuantConvert(engine string, preserved ...string) (*Module, erro
 	Do(func() {
 		engineMu.Lock()
 		defer engineMu.Unlock()
-		out, err = m.deriveHere(func(c *C.ts_module, o **C.ts_module) *C.ts_status {
+		out, err = m.derive(func(c *C.ts_module, o **C.ts_module) *C.ts_status {
 			return C.ts_quant_convert_v2(c, ce, arr, C.size_t(len(preserved)), o)
 		})
 	})
@@ -121,7 +121,7 @@ func (m *Module) QuantDynamic(cfg QuantConfig, engine string, preserved ...strin
 	Do(func() {
 		engineMu.Lock()
 		defer engineMu.Unlock()
-		out, err = m.deriveHere(func(c *C.ts_module, o **C.ts_module) *C.ts_status {
+		out, err = m.derive(func(c *C.ts_module, o **C.ts_module) *C.ts_status {
 			return C.ts_quant_dynamic_v2(c, cs, ce, arr, C.size_t(len(preserved)), o)
 		})
 	})

@@ -2,6 +2,8 @@ package torch_test
 
 import (
 	"errors"
+	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -135,5 +137,97 @@ func TestConcurrentThreadForwardAndClose(t *testing.T) {
 				t.Errorf("Forward after Close: %v", err)
 			}
 		})
+	}
+}
+
+// osThreads counts the process's OS threads (Linux: /proc/self/task).
+func osThreads(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Skipf("no /proc/self/task: %v", err)
+	}
+	return len(ents)
+}
+
+// Copies and conversions made off the inference threads run with a one-thread OpenMP team:
+// with 2 threads set, a channels-last copy and a float conversion of a big tensor on a fresh
+// locked OS thread start no OpenMP worker. libgomp keeps a pool for every thread that runs a
+// parallel region, and once the pools' threads outnumber the CPUs the inference pool's workers
+// sleep between forwards. Without the one-thread team the first of these calls starts a pool
+// (one more thread at 2 threads) on a thread that had none. The count, not the ids: ATen's
+// first call on a thread re-creates its pthreadpool (at::set_num_threads), which replaces a
+// worker. Go may start an OS thread of its own in the window, so the check is made on three
+// fresh threads and fails when two or more grew.
+func TestCopiesOffInferenceThreadsStartNoPool(t *testing.T) {
+	if err := torch.SetNumThreads(2); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = torch.SetNumThreads(1) }()
+	const c, h, w = 64, 128, 128 // 1M elements: far past ATen's parallel grain size
+	x, err := torch.NewTensor(make([]float32, c*h*w), []int64{1, c, h, w})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	xd, err := torch.NewTensor(make([]float64, c*h*w), []int64{1, c, h, w})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer xd.Close()
+	attempt := func() (added int, err error) {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			// Never unlocked: the OS thread ends with the goroutine, so the next attempt runs
+			// on another one.
+			runtime.LockOSThread()
+			before := osThreads(t)
+			cl, e := x.ChannelsLast()
+			if e != nil {
+				err = e
+				return
+			}
+			cl.Close()
+			f, e := xd.Float()
+			if e != nil {
+				err = e
+				return
+			}
+			f.Close()
+			added = osThreads(t) - before
+		}()
+		<-done
+		return added, err
+	}
+	// The threads of an attempt's OS thread (and of any pool it had) exit after it: wait for
+	// the count to settle before the next one.
+	settle := func() {
+		last := osThreads(t)
+		for range 40 {
+			time.Sleep(25 * time.Millisecond)
+			n := osThreads(t)
+			if n == last {
+				return
+			}
+			last = n
+		}
+	}
+	grew := 0
+	var seen []int
+	for range 3 {
+		settle()
+		added, err := attempt()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if added > 0 {
+			grew++
+		}
+		seen = append(seen, added)
+	}
+	t.Logf("threads added per attempt: %v", seen)
+	if grew >= 2 {
+		t.Fatalf("copies off the inference threads started OS threads (OpenMP pools) on %d of 3 fresh threads: %v new threads", grew, seen)
 	}
 }

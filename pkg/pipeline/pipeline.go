@@ -90,6 +90,9 @@ type run struct {
 	stageMeas    *measurement
 	finalMeas    *measurement
 	threads      int
+	// fp32Threads is the thread choice measured on the best FP32 model (zero Stats: threads
+	// were not chosen by measurement).
+	fp32Threads bench.ThreadChoice
 	// runtime is the runtime setting measured fastest (zero: not measured).
 	runtime runenv.Candidate
 }

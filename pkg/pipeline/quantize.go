@@ -3,7 +3,9 @@ package pipeline
 import (
 	"errors"
 	"fmt"
+	"time"
 
+	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/internal/exitcode"
 	"github.com/torchspeed/torchspeed/pkg/calib"
 	"github.com/torchspeed/torchspeed/pkg/quant"
@@ -152,6 +154,9 @@ func (r *run) quantize() error {
 	// when built, runs in the same measurement.
 	fp32 := r.best()
 	ofi, match := r.int8OFI(c)
+	if err := r.chooseINT8Threads(c, ofi); err != nil {
+		return err
+	}
 	cands := uniq(fp32, c)
 	if ofi != nil {
 		cands = append(cands, ofi)
@@ -169,6 +174,9 @@ func (r *run) quantize() error {
 	}
 	best8 := r.pickINT8(m, c, ofi, match)
 	d := quant.DecideINT8(m.result(best8.name).Stats.P50, fp32P50, r.cfg.Optimize.MinSpeedup, q.Force)
+	if d.UseINT8 && !q.Force {
+		d = r.checkAgainstFP32Threads(d, m.result(best8.name).Stats.P50)
+	}
 	what := "INT8"
 	if best8 != c {
 		what = "INT8 (as " + best8.name + ")"
@@ -181,6 +189,9 @@ func (r *run) quantize() error {
 			best8.status, best8.reason = stRejected, best8.reason+"; "+d.Reason
 		}
 		r.warn(d.Reason)
+		if err := r.fp32ThreadsBack(); err != nil {
+			return err
+		}
 		// The artifact is FP32 now: its validation is the FP32 one.
 		return r.validateFP32()
 	}
@@ -351,4 +362,94 @@ func (r *run) openValidation(src calib.Source) (validate.Batches, string, bool, 
 		return nil, "", false, err
 	}
 	return r.batches(ds, src.Sequence), ds.Describe(), ds.Synthetic(), nil
+}
+
+// chooseINT8Threads chooses the thread count for the INT8 model as chooseThreads did for the
+// best FP32 one, and leaves it set: INT8 is compared with FP32 at that count, and ships with
+// it. FP32's best count can differ (mobilenet_v2 on 2 CPUs: FP32 fastest at 1 thread, INT8 at
+// 2), and judging INT8 at FP32's count rejected it there.
+//
+// libtorch 1.13's oneDNN INT8 kernels keep the thread count of their module's first forward:
+// at another count the forward fails ("could not create a primitive descriptor for a reorder
+// primitive", mobilenet_v2 onednn). So each count is measured on a fresh clone of q that runs
+// at that count only, and when the choice is not the count q has run at, q (and ofi, rebuilt
+// from it) become the chosen count's fresh modules.
+func (r *run) chooseINT8Threads(q, ofi *candidate) error {
+	if !r.autoThreads() {
+		return nil
+	}
+	ran := r.threads // q was validated at this count
+	fresh := map[int]*candidate{}
+	defer func() {
+		for _, f := range fresh {
+			f.mod.Close()
+		}
+	}()
+	for _, n := range r.opts.AutoThreads {
+		m, err := q.mod.Clone()
+		if err != nil {
+			return fmt.Errorf("choosing threads for %s: %w", q.name, err)
+		}
+		f := *q
+		f.mod, f.save = m, nil
+		fresh[n] = &f
+	}
+	ch, err := r.pickThreads(func(n int) *candidate { return fresh[n] })
+	if err != nil {
+		return fmt.Errorf("choosing threads for %s: %w", q.name, err)
+	}
+	r.threads = ch.Threads
+	r.rep.Decisions = append(r.rep.Decisions, fmt.Sprintf("threads for %s: %d (measured on it: %s); it is compared with FP32 at %d thread(s)", q.name, ch.Threads, ch.Why, ch.Threads))
+	r.logf("threads for %s: %d (%s)", q.name, ch.Threads, ch.Why)
+	if ch.Threads == ran {
+		return nil
+	}
+	// The modules that ran at the other count stay open until the run ends (the report's
+	// quantizer outcome may still refer to them).
+	old := q.mod
+	r.closes = append(r.closes, func() { old.Close() })
+	q.mod = fresh[ch.Threads].mod
+	delete(fresh, ch.Threads)
+	if ofi != nil {
+		m, err := q.mod.OptimizeForInference()
+		if err != nil {
+			return fmt.Errorf("%s at %d thread(s): %w", ofi.name, ch.Threads, err)
+		}
+		oldOFI := ofi.mod
+		r.closes = append(r.closes, func() { oldOFI.Close() })
+		ofi.mod, ofi.save = m, q.mod
+	}
+	return nil
+}
+
+// checkAgainstFP32Threads holds INT8, kept at its own thread count, to FP32 at FP32's own
+// count too: the thread choice measured FP32 there (p50 from that measurement, taken
+// earlier in the run), and INT8 must beat that as well.
+func (r *run) checkAgainstFP32Threads(d quant.Decision, int8P50 time.Duration) quant.Decision {
+	fp := r.fp32Threads
+	if !r.autoThreads() || fp.Threads == 0 || fp.Threads == r.threads {
+		return d
+	}
+	own := quant.DecideINT8(int8P50, fp.Stats[fp.Threads].P50, r.cfg.Optimize.MinSpeedup, false)
+	if own.UseINT8 {
+		d.Reason += fmt.Sprintf(" at %d thread(s); against FP32 at its own %d thread(s) (thread choice): %s", r.threads, fp.Threads, own.Reason)
+		return d
+	}
+	own.Reason = fmt.Sprintf("against FP32 at its own %d thread(s) (thread choice), INT8 at %d: %s", fp.Threads, r.threads, own.Reason)
+	return own
+}
+
+// fp32ThreadsBack sets FP32's thread choice again when INT8, measured at another count, is
+// not kept.
+func (r *run) fp32ThreadsBack() error {
+	fp := r.fp32Threads.Threads
+	if !r.autoThreads() || fp == 0 || fp == r.threads {
+		return nil
+	}
+	if err := torch.SetNumThreads(fp); err != nil {
+		return err
+	}
+	r.threads = fp
+	r.rep.Decisions = append(r.rep.Decisions, fmt.Sprintf("threads: %d again, FP32's choice (the artifact stays FP32)", fp))
+	return nil
 }

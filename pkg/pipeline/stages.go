@@ -254,22 +254,37 @@ func (r *run) measureStages() error {
 	return nil
 }
 
-// chooseThreads measures the best model at each candidate thread count, interleaved in
-// blocks, and keeps the fastest (runtime.threads: 0).
+// autoThreads says whether the thread count is chosen by measurement (runtime.threads: 0).
+func (r *run) autoThreads() bool { return r.cfg.Runtime.Threads <= 0 && len(r.opts.AutoThreads) >= 2 }
+
+// chooseThreads measures the best FP32 model at each candidate thread count, interleaved in
+// blocks, and keeps the fastest (runtime.threads: 0). quantize chooses again for the INT8
+// model (chooseINT8Threads): the two can differ (mobilenet_v2 on 2 CPUs: FP32 fastest at 1
+// thread, INT8 at 2).
 func (r *run) chooseThreads() error {
-	if r.cfg.Runtime.Threads > 0 || len(r.opts.AutoThreads) < 2 {
+	if !r.autoThreads() {
 		r.threads = max(r.opts.Threads, r.cfg.Runtime.Threads, torch.NumThreads())
 		return nil
 	}
-	c := r.best()
-	tg := &target{ctx: r.ctx, c: c, inputs: r.inputs}
-	rounds := max(4, r.cfg.Bench.StageRuns/5)
-	ch, err := bench.ChooseThreads(r.opts.AutoThreads, torch.SetNumThreads, tg.Run, rounds, 5, nil)
+	best := r.best()
+	ch, err := r.pickThreads(func(int) *candidate { return best })
 	if err != nil {
 		return err
 	}
-	r.threads = ch.Threads
-	r.rep.Decisions = append(r.rep.Decisions, fmt.Sprintf("threads: %d (measured %s)", ch.Threads, ch.Why))
+	r.threads, r.fp32Threads = ch.Threads, ch
+	r.rep.Decisions = append(r.rep.Decisions, fmt.Sprintf("threads: %d (measured on %s: %s)", ch.Threads, best.name, ch.Why))
 	r.logf("threads: %d (%s)", ch.Threads, ch.Why)
 	return nil
+}
+
+// pickThreads runs bench.ChooseThreads on the forward of at(n) at each count n; it leaves the
+// chosen count set.
+func (r *run) pickThreads(at func(n int) *candidate) (bench.ThreadChoice, error) {
+	var tg *target
+	set := func(n int) error {
+		tg = &target{ctx: r.ctx, c: at(n), inputs: r.inputs}
+		return torch.SetNumThreads(n)
+	}
+	rounds := max(4, r.cfg.Bench.StageRuns/5)
+	return bench.ChooseThreads(r.opts.AutoThreads, set, func() error { return tg.Run() }, rounds, 5, nil)
 }
