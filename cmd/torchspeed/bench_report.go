@@ -95,7 +95,8 @@ func (b *benchCmd) measure(rep *bench.RunReport, models []*benchrun.Loaded, spec
 // the last gets a freshly loaded copy of the model: libtorch's oneDNN INT8 convolution keeps the
 // primitive made for its first call's thread count and input shape, and every later call with
 // another count or shape takes a slower path (20 extra reorders per forward on resnet18 INT8,
-// from DNNL_VERBOSE), so a shared module would favour the first point.
+// from DNNL_VERBOSE) or fails (mobilenet_v2 INT8), so a shared module would favour the first
+// point or break the sweep.
 func (b *benchCmd) runSweep(l *benchrun.Loaded, ins []benchrun.InputSpec, cfg bench.SweepConfig, o bench.Options, log io.Writer) (*bench.SweepResult, error) {
 	n := len(cfg.Batches) * len(cfg.Threads) * len(cfg.Streams)
 	i := 0
