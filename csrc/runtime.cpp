@@ -11,11 +11,9 @@
 #include <torch/csrc/jit/runtime/graph_executor.h>
 
 #include <dlfcn.h>
-#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
@@ -25,6 +23,7 @@
 #include <string>
 
 #include "internal.h"
+#include "spin.h"
 
 // ---- versions, threads, quantized engines ----
 
@@ -398,7 +397,7 @@ struct ts_worker_job {
 // Both sides of a hand-off spin briefly before they sleep. Waking a sleeping thread costs a futex
 // call on one side and a scheduler wake-up on the other; on a VM the wake-up of an idle vCPU
 // is an interrupt through the hypervisor, measured at 20-90 us per call (2 vCPUs, Zen 5) on
-// models that run in 50-300 us. The serving thread spins for the next job after each one (a
+// models that run in 50-300 us. The serving thread spins for the next job after each short one (a
 // closed loop of calls, or a server under load, posts it within microseconds); a caller spins
 // for its result only when the serving thread's last forward was shorter than its bound and its
 // OpenMP team is smaller than the CPUs the process may use, so that it never takes a CPU from
@@ -406,85 +405,6 @@ struct ts_worker_job {
 namespace {
 std::atomic<int64_t> g_serve_spin_ns{100000};
 std::atomic<int64_t> g_wait_spin_ns{500000};
-
-// CPUs this process may run on, read once.
-int affinity_cpus() {
-  static const int n = [] {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    return sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
-  }();
-  return n;
-}
-
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
-
-inline int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-// Spins until ready() or budget_ns have passed; reads the clock every 64 pauses, and yields the
-// CPU there: on an idle CPU sched_yield returns at once, on a busy one it lets the thread that
-// would finish the wait run. A gap of more than 20 us between two clock reads (a few us apart
-// when the spinner has its CPU) means the spinner was switched out: the CPUs are oversubscribed
-// and spinning takes time from the threads it waits for, so it stops there. Measured, load 8-11
-// on 2 vCPUs: a caller spinning on pauses alone ran digits in 680 us per call instead of 148.
-enum class Spin { ready, timeout, preempted };
-
-template <class Ready>
-Spin spin_until(Ready ready, int64_t budget_ns) {
-  if (budget_ns <= 0) return ready() ? Spin::ready : Spin::timeout;
-  int64_t prev = now_ns();
-  const int64_t deadline = prev + budget_ns;
-  for (;;) {
-    for (int i = 0; i < 64; i++) {
-      if (ready()) return Spin::ready;
-      cpu_relax();
-    }
-    const int64_t t = now_ns();
-    if (ready()) return Spin::ready;
-    if (t - prev > 20000) return Spin::preempted;
-    if (t >= deadline) return Spin::timeout;
-    sched_yield();
-    prev = t;
-  }
-}
-}  // namespace
-
-// A spin that ran out (the job or the result did not come within it) held a CPU for nothing, and
-// one that was switched out took a CPU from another thread:
-// after one, the next spin is skipped, after two in a row the next two, then four, up to 256;
-// a spin that pays resets it. On a CPU-starved host spins run out and mostly stop; while calls
-// come back to back they keep paying. Relaxed atomics: a lost update only shifts when the next
-// spin comes.
-namespace {
-struct Backoff {
-  std::atomic<int32_t> skip{0};   // spins still to skip
-  std::atomic<int32_t> level{0};  // spins to skip after the next miss
-  bool allow() {
-    int32_t s = skip.load(std::memory_order_relaxed);
-    if (s <= 0) return true;
-    skip.store(s - 1, std::memory_order_relaxed);
-    return false;
-  }
-  void record(Spin r) {
-    if (r == Spin::ready) {
-      level.store(0, std::memory_order_relaxed);
-      return;
-    }
-    int32_t l = level.load(std::memory_order_relaxed);
-    l = l == 0 ? 1 : std::min<int32_t>(2 * l, 256);
-    level.store(l, std::memory_order_relaxed);
-    skip.store(l, std::memory_order_relaxed);
-  }
-};
 }  // namespace
 
 // Notifications go out after the mutex is released, so that the woken thread does not wake
@@ -502,8 +422,8 @@ struct ts_worker {
   std::atomic<int64_t> last_ns{-1};     // the serving thread's last forward; -1 before the first
   std::atomic<int32_t> spinners{0};     // callers spinning for their result
   std::atomic<int32_t> team{0};         // the serving thread's OpenMP team size, read as it starts serving
-  Backoff serve_backoff;                // the serving thread's spins for a next job
-  Backoff wait_backoff;                 // callers' spins for a result
+  tsimpl::Backoff serve_backoff;                // the serving thread's spins for a next job
+  tsimpl::Backoff wait_backoff;                 // callers' spins for a result
 };
 
 // post runs f (which changes what the serving thread waits for) under the mutex, then wakes the
@@ -555,12 +475,16 @@ int32_t ts_worker_serve(ts_worker* w) noexcept {
   auto ready = [w] { return !w->jobs.empty() || w->kicked || w->closed; };
   for (;;) {
     if (!ready()) {
+      // Not after a forward that took ten times the spin or more: a wake-up saves a few percent
+      // of it at best, and the spin holds a CPU the caller's next call may need (measured, INT8
+      // resnet18 at 2 threads on 2 vCPUs, load 6: 1.19x slower with it, interval 1.03-1.40).
       const int64_t spin = g_serve_spin_ns.load(std::memory_order_relaxed);
-      if (spin > 0 && w->serve_backoff.allow()) {
+      const int64_t last = w->last_ns.load(std::memory_order_relaxed);
+      if (spin > 0 && last < 10 * spin && w->serve_backoff.allow()) {
         const uint64_t seen = w->posted.load(std::memory_order_relaxed);
         lk.unlock();
         w->serve_backoff.record(
-            spin_until([w, seen] { return w->posted.load(std::memory_order_relaxed) != seen; }, spin));
+            tsimpl::spin_until([w, seen] { return w->posted.load(std::memory_order_relaxed) != seen; }, spin));
         lk.lock();
       }
       // Set and cleared under mu around the wait: a poster reads it under mu, so it either sees
@@ -578,9 +502,9 @@ int32_t ts_worker_serve(ts_worker* w) noexcept {
     w->jobs.pop_front();
     lk.unlock();
     ts_outputs* out = nullptr;
-    const int64_t t0 = now_ns();
+    const int64_t t0 = tsimpl::now_ns();
     ts_status* st = ts_module_forward(j->m, j->inputs, j->n, &out);
-    w->last_ns.store(now_ns() - t0, std::memory_order_relaxed);
+    w->last_ns.store(tsimpl::now_ns() - t0, std::memory_order_relaxed);
     lk.lock();
     const bool notify = j->waiting;
     j->out = out;
@@ -628,10 +552,10 @@ ts_status* ts_worker_forward(ts_worker* w, const ts_module* m, ts_tensor* const*
   // A caller spins only while the forward's OpenMP team leaves it a CPU, for about as long as
   // the last forward took plus a margin, and at most one caller per worker: callers queued
   // behind it would wait longer than the bound anyway.
-  if (spin > 0 && last >= 0 && last < spin && w->team.load(std::memory_order_relaxed) < affinity_cpus()) {
+  if (spin > 0 && last >= 0 && last < spin && w->team.load(std::memory_order_relaxed) < tsimpl::affinity_cpus()) {
     if (w->spinners.fetch_add(1, std::memory_order_relaxed) == 0 && w->wait_backoff.allow()) {
       const int64_t budget = std::min(spin, last + last / 2 + 20000);
-      w->wait_backoff.record(spin_until([&j] { return j.done.load(std::memory_order_acquire); }, budget));
+      w->wait_backoff.record(tsimpl::spin_until([&j] { return j.done.load(std::memory_order_acquire); }, budget));
     }
     w->spinners.fetch_sub(1, std::memory_order_relaxed);
   }

@@ -233,7 +233,8 @@ TS_EXPORT void ts_worker_close(ts_worker* w) TS_NOEXCEPT;
 TS_EXPORT ts_status* ts_worker_forward(ts_worker* w, const ts_module* m, ts_tensor* const* inputs, size_t n,
                                        ts_outputs** out) TS_NOEXCEPT TS_MUST_CHECK;
 /* How long (ns) each side of a worker hand-off spins before it sleeps, for every worker in the
- * process: the serving thread for its next job after each forward (serve_ns), a caller for its
+ * process: the serving thread for its next job after each forward shorter than 10 x serve_ns
+ * (serve_ns), a caller for its
  * result (wait_ns; only when the serving thread's last forward took less than wait_ns and its
  * OpenMP team is smaller than the CPUs the process may use, and one caller per worker at a
  * time). 0 sleeps at once. A wake-up from sleep costs tens of microseconds on VMs; spinning
