@@ -50,8 +50,9 @@ extern "C" {
  * 9: ts_quant_convert_v2, ts_quant_dynamic_v2 (methods preserved through finalizing).
  * 10: ts_exec_settings, ts_exec_settings_get/_set.
  * 11: ts_worker (forward handed to a serving thread in one call), ts_outputs_take_all,
- *     ts_omp_threads_here. */
-#define TS_API_VERSION 11
+ *     ts_omp_threads_here.
+ * 12: ts_set_handoff_spin, ts_get_handoff_spin. */
+#define TS_API_VERSION 12
 
 typedef struct ts_status ts_status;
 typedef struct ts_module ts_module;
@@ -231,6 +232,16 @@ TS_EXPORT void ts_worker_close(ts_worker* w) TS_NOEXCEPT;
 /* ts_module_forward (m and inputs borrowed) run on the serving thread; waits for it. */
 TS_EXPORT ts_status* ts_worker_forward(ts_worker* w, const ts_module* m, ts_tensor* const* inputs, size_t n,
                                        ts_outputs** out) TS_NOEXCEPT TS_MUST_CHECK;
+/* How long (ns) each side of a worker hand-off spins before it sleeps, for every worker in the
+ * process: the serving thread for its next job after each forward shorter than 10 x serve_ns
+ * (serve_ns), a caller for its
+ * result (wait_ns; only when the serving thread's last forward took less than wait_ns and its
+ * OpenMP team is smaller than the CPUs the process may use, and one caller per worker at a
+ * time). 0 sleeps at once. A wake-up from sleep costs tens of microseconds on VMs; spinning
+ * holds a CPU. Defaults: 100000 and 500000. */
+TS_EXPORT ts_status* ts_set_handoff_spin(int64_t serve_ns, int64_t wait_ns) TS_NOEXCEPT TS_MUST_CHECK;
+/* Reads them (either pointer may be NULL). */
+TS_EXPORT void ts_get_handoff_spin(int64_t* serve_ns, int64_t* wait_ns) TS_NOEXCEPT;
 /* The calling thread's OpenMP team size (omp_set_num_threads, a per-thread setting), without
  * ATen's process-wide side effects (at::set_num_threads also resizes shared pools). n = 0 only
  * reads it. *prev (may be NULL) gets the size before the call; 0 when no OpenMP runtime is

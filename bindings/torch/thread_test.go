@@ -2,6 +2,7 @@ package torch_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"runtime"
 	"strings"
@@ -77,11 +78,39 @@ func TestThreadForward(t *testing.T) {
 }
 
 // Forwards and Do functions from many goroutines share the thread, and Close waits for the calls
-// in flight: each call either runs to completion or reports ErrThreadClosed (run under -race).
+// in flight: each call either runs to completion with the right output or reports
+// ErrThreadClosed (run under -race). Under every hand-off spin setting: both sides sleeping at
+// once, spins so short that each side gives up and sleeps just as the other posts (the lost
+// wake-up window), the defaults, and spins longer than any forward (callers and the thread
+// never sleep while work comes).
 func TestConcurrentThreadForwardAndClose(t *testing.T) {
 	m, in, want := digitsReference(t)
-	for round := 0; round < 20; round++ {
-		within(t, 60*time.Second, "forwards, Do and Close on one thread", func() {
+	serve, wait := torch.HandoffSpin()
+	defer func() {
+		if err := torch.SetHandoffSpin(serve, wait); err != nil {
+			t.Error(err)
+		}
+	}()
+	if err := torch.SetHandoffSpin(-1, 0); err == nil {
+		t.Error("SetHandoffSpin(-1, 0): no error")
+	}
+	if s, w := torch.HandoffSpin(); s != serve || w != wait {
+		t.Errorf("a refused SetHandoffSpin changed the spins to %v, %v", s, w)
+	}
+	for _, spin := range [][2]time.Duration{{0, 0}, {time.Microsecond, time.Microsecond}, {serve, wait}, {20 * time.Millisecond, 20 * time.Millisecond}} {
+		if err := torch.SetHandoffSpin(spin[0], spin[1]); err != nil {
+			t.Fatal(err)
+		}
+		if s, w := torch.HandoffSpin(); s != spin[0] || w != spin[1] {
+			t.Fatalf("HandoffSpin() = %v, %v after SetHandoffSpin(%v, %v)", s, w, spin[0], spin[1])
+		}
+		forwardsDoAndClose(t, m, in, want, fmt.Sprintf("spins %v/%v", spin[0], spin[1]))
+	}
+}
+
+func forwardsDoAndClose(t *testing.T, m *torch.Module, in []*torch.Tensor, want []float32, what string) {
+	for round := 0; round < 8; round++ {
+		within(t, 60*time.Second, what+": forwards, Do and Close on one thread", func() {
 			th := torch.NewThread()
 			var wg sync.WaitGroup
 			var mu sync.Mutex
@@ -102,7 +131,7 @@ func TestConcurrentThreadForwardAndClose(t *testing.T) {
 								torch.CloseOutputs(outs)
 								for j := range want {
 									if got[j] != want[j] {
-										t.Error("Thread.Forward's output differs from Forward's")
+										t.Errorf("%s: Thread.Forward's output differs from Forward's", what)
 										return
 									}
 								}
