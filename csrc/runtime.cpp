@@ -599,18 +599,18 @@ const OmpApi& omp_api() {
   return api;
 }
 
-// Sets the calling thread's OpenMP count to n (when n > 0) and returns the count it had (0
-// without an OpenMP runtime). ATen sets a thread's OpenMP count on that thread's first parallel
+// Sets the calling thread's OpenMP count to 1 and returns the count it had (0 without an
+// OpenMP runtime). ATen sets a thread's OpenMP count on that thread's first parallel
 // region, to the count at::set_num_threads last set for the process: a count set here before
 // that would be overwritten there (measured: bench --runtime torchspeed, which sets the count
 // early, left two OpenMP workers on 2 CPUs and ran mobilenet_v2 INT8 3.9 ms instead of 2.7).
 // at::get_num_threads runs that first-time setting now.
-int omp_threads_here(int n) {
+int one_thread_here() {
   (void)at::get_num_threads();
   const OmpApi& a = omp_api();
   if (a.get_max_threads == nullptr) return 0;
   int was = a.get_max_threads();
-  if (n > 0 && n != was) a.set_num_threads(n);
+  if (was > 1) a.set_num_threads(1);
   return was;
 }
 }  // namespace
@@ -620,7 +620,7 @@ thread_local bool tl_inference_thread = false;
 
 OneThreadTeam::OneThreadTeam() {
   if (tl_inference_thread) return;
-  int was = omp_threads_here(1);
+  int was = one_thread_here();
   if (was > 1) prev_ = was;
 }
 
@@ -628,15 +628,3 @@ OneThreadTeam::~OneThreadTeam() {
   if (prev_ > 0) omp_api().set_num_threads(prev_);
 }
 }  // namespace tsimpl
-
-extern "C" {
-
-ts_status* ts_omp_threads_here(int32_t n, int32_t* prev) noexcept {
-  TS_API_BEGIN
-  TS_CHECK_ARG(n >= 0, "omp_threads_here", "n must be >= 0");
-  int32_t was = static_cast<int32_t>(omp_threads_here(static_cast<int>(n)));
-  if (prev != nullptr) *prev = was;
-  TS_API_END("omp_threads_here")
-}
-
-}  // extern "C"

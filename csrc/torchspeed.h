@@ -49,8 +49,7 @@ extern "C" {
  * 8: ts_value, ts_module_call(_kw), ts_module_methods, ts_module_method_schema, ts_module_state.
  * 9: ts_quant_convert_v2, ts_quant_dynamic_v2 (methods preserved through finalizing).
  * 10: ts_exec_settings, ts_exec_settings_get/_set.
- * 11: ts_worker (forward handed to a serving thread in one call), ts_outputs_take_all,
- *     ts_omp_threads_here.
+ * 11: ts_worker (forward handed to a serving thread in one call), ts_outputs_take_all.
  * 12: ts_set_handoff_spin, ts_get_handoff_spin. */
 #define TS_API_VERSION 12
 
@@ -242,15 +241,11 @@ TS_EXPORT ts_status* ts_worker_forward(ts_worker* w, const ts_module* m, ts_tens
 TS_EXPORT ts_status* ts_set_handoff_spin(int64_t serve_ns, int64_t wait_ns) TS_NOEXCEPT TS_MUST_CHECK;
 /* Reads them (either pointer may be NULL). */
 TS_EXPORT void ts_get_handoff_spin(int64_t* serve_ns, int64_t* wait_ns) TS_NOEXCEPT;
-/* The calling thread's OpenMP team size (omp_set_num_threads, a per-thread setting), without
- * ATen's process-wide side effects (at::set_num_threads also resizes shared pools). n = 0 only
- * reads it. *prev (may be NULL) gets the size before the call; 0 when no OpenMP runtime is
- * loaded (then nothing is set). Each thread that runs an OpenMP region keeps a pool of threads,
- * and libgomp shortens every pool's wait spin once their threads outnumber the CPUs. So the
- * entry points that can run parallel work (tensor copies and conversions, loads, saves, graph
- * passes, quantization) run it with a team of 1 on any thread but an inference thread (one that
- * has called ts_worker_serve); forwards use the calling thread's team as it is. */
-TS_EXPORT ts_status* ts_omp_threads_here(int32_t n, int32_t* prev) TS_NOEXCEPT TS_MUST_CHECK;
+/* Work off the inference threads (tensor copies and conversions, loads, saves, graph passes,
+ * quantization) runs with a one-thread OpenMP team on any thread but one that has called
+ * ts_worker_serve: each thread that runs an OpenMP region keeps a pool of threads, and libgomp
+ * shortens every pool's wait spin once their threads outnumber the CPUs. Forwards use the
+ * calling thread's team as it is. */
 /* ---- end of workers ---- */
 
 /* ---- quantization (csrc/quantize.cpp; graph rewrites in csrc/quant_rewrite.cpp) ----

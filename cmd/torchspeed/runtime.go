@@ -138,13 +138,18 @@ func artifactRuntime(path string) (*runenv.Candidate, []string, error) {
 		// Not an artifact, or a damaged one: loading it says what is wrong.
 		return nil, nil, nil
 	}
+	return manifestRuntime(path, man)
+}
+
+// manifestRuntime is artifactRuntime for a manifest already read and verified from path.
+func manifestRuntime(path string, man *torchspeed.Manifest) (*runenv.Candidate, []string, error) {
 	rt := man.Runtime
 	if rt.Candidate == "" || rt.Candidate == runenv.DefaultCandidate {
 		return nil, nil, nil
 	}
 	c := runenv.Candidate{Name: rt.Candidate, WaitPolicy: rt.WaitPolicy, SpinCount: rt.SpinCount, Allocator: rt.Allocator,
 		HugePages: rt.HugePages, CPUCapability: rt.CPUCapability, BLASCore: rt.BLASCore}
-	c, err = c.Resolve(nil)
+	c, err := c.Resolve(nil)
 	if err != nil {
 		return nil, nil, fmt.Errorf("artifact %q was measured fastest with %w, or choose another --allocator", path, err)
 	}
@@ -174,7 +179,7 @@ func (l *launchCmd) applyArtifact(c *cobra.Command, settings []runenv.Settings) 
 	if man == nil {
 		return exitcode.Usagef("launch: --artifact %q: not a torchspeed artifact (no manifest); give the .torchspeed.pt that optimize wrote", l.artifact)
 	}
-	cand, warnings, err := artifactRuntime(l.artifact)
+	cand, warnings, err := manifestRuntime(l.artifact, man)
 	if err != nil {
 		return exitcode.New(exitcode.Usage, fmt.Errorf("launch: %w", err))
 	}
