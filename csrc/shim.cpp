@@ -433,6 +433,15 @@ ts_status* ts_module_forward(const ts_module* m, ts_tensor* const* inputs, size_
   TS_API_END("forward")
 }
 
+ts_status* ts_module_forward_single(const ts_module* m, ts_tensor* const* inputs, size_t n, ts_outputs** out) noexcept {
+  TS_API_BEGIN
+  TS_CHECK_NOT_NULL(m, "forward");
+  TS_CHECK_NOT_NULL(out, "forward");
+  tsimpl::OneThreadTeam one;
+  return run_and_flatten(m->m, "forward", inputs, n, out);
+  TS_API_END("forward")
+}
+
 ts_status* ts_module_run_method(const ts_module* m, const char* method, ts_tensor* const* inputs, size_t n,
                                 ts_outputs** out) noexcept {
   TS_API_BEGIN

@@ -50,8 +50,9 @@ extern "C" {
  * 9: ts_quant_convert_v2, ts_quant_dynamic_v2 (methods preserved through finalizing).
  * 10: ts_exec_settings, ts_exec_settings_get/_set.
  * 11: ts_worker (forward handed to a serving thread in one call), ts_outputs_take_all.
- * 12: ts_set_handoff_spin, ts_get_handoff_spin. */
-#define TS_API_VERSION 12
+ * 12: ts_set_handoff_spin, ts_get_handoff_spin.
+ * 13: ts_module_forward_single. */
+#define TS_API_VERSION 13
 
 typedef struct ts_status ts_status;
 typedef struct ts_module ts_module;
@@ -176,6 +177,12 @@ TS_EXPORT ts_status* ts_module_channels_last(ts_module* m, int64_t* converted) T
 /* Runs forward with n borrowed inputs. */
 TS_EXPORT ts_status* ts_module_forward(const ts_module* m, ts_tensor* const* inputs, size_t n,
                                        ts_outputs** out) TS_NOEXCEPT TS_MUST_CHECK;
+/* ts_module_forward on the calling thread with a one-thread OpenMP team (the thread's previous
+ * count restored after), unless the thread serves a ts_worker (its own count applies there): a
+ * model run at one intra-op thread needs no dedicated thread, and this call leaves no OpenMP
+ * pool on whichever thread makes it. */
+TS_EXPORT ts_status* ts_module_forward_single(const ts_module* m, ts_tensor* const* inputs, size_t n,
+                                              ts_outputs** out) TS_NOEXCEPT TS_MUST_CHECK;
 /* Runs any method of the module with n borrowed inputs. */
 TS_EXPORT ts_status* ts_module_run_method(const ts_module* m, const char* method, ts_tensor* const* inputs,
                                           size_t n, ts_outputs** out) TS_NOEXCEPT TS_MUST_CHECK;

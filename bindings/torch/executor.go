@@ -158,11 +158,11 @@ func (t *Thread) Forward(m *Module, inputs ...*Tensor) ([]Output, error) {
 			err  error
 		)
 		done := make(chan struct{})
-		t.jobs <- func() { defer close(done); outs, err = m.call("forward", inputs, nil) }
+		t.jobs <- func() { defer close(done); outs, err = m.call("forward", inputs, nil, false) }
 		<-done
 		return outs, err
 	}
-	return m.call("forward", inputs, t.w)
+	return m.call("forward", inputs, t.w, false)
 }
 
 // Close stops the thread after calls in flight return. It is idempotent.

@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/torchspeed/torchspeed/pkg/cpu"
@@ -55,6 +56,9 @@ func SetNumThreads(n int) error {
 		return err
 	}
 	worker() // the shared thread exists before the count is broadcast
+	// Forward stops running on its callers' threads before the count changes, and starts
+	// again only once every thread runs at one.
+	sharedSingle.Store(false)
 	threadsMu.Lock()
 	lastThreads = n
 	targets := make([]*Thread, 0, len(liveThreads))
@@ -70,7 +74,9 @@ func SetNumThreads(n int) error {
 		}
 	}
 	errs[len(targets)] = setThreadsHere(n)
-	return errors.Join(errs...)
+	err := errors.Join(errs...)
+	sharedSingle.Store(n == 1 && err == nil)
+	return err
 }
 
 // SetNumThreadsOnThisThread sets the intra-op thread count for the calling OS thread only (and
@@ -81,8 +87,20 @@ func SetNumThreadsOnThisThread(n int) error {
 	if err := checkThreadCount("set threads", n); err != nil {
 		return err
 	}
+	// This may be the shared thread: Forward goes back to it until SetNumThreads sets one count
+	// for all threads again.
+	sharedSingle.Store(false)
 	return setThreadsHere(n)
 }
+
+// sharedSingle: every inference thread runs at one intra-op thread (the last SetNumThreads set
+// 1, and no thread's count was changed on its own since), so Forward runs on its callers'
+// threads (see Forward); singleMu keeps those calls one at a time, as the shared thread runs
+// its forwards.
+var (
+	sharedSingle atomic.Bool
+	singleMu     sync.Mutex
+)
 
 func setThreadsHere(n int) error { return statusErr(C.ts_set_num_threads(C.int32_t(n))) }
 
