@@ -23,7 +23,8 @@ Contenders:
   ort-fp32 -- ONNX Runtime 1.30 FP32 (onnxruntime-node), the fixture exported by torch.onnx.export
   ts-bench, ts-bench-default -- the artifact of `torchspeed optimize -c scripts/peers/configs/M.yaml`
       through `torchspeed bench --serve`, with torchspeed's runtime settings and with libtorch's own
-  ts-go -- the same artifact through the Go API (torchspeed.Load + Predict)
+  ts-go -- the same artifact through the Go API (torchspeed.Load + Predict), started by
+      `torchspeed launch --artifact` as a Go service would be (the runtime optimize measured)
   ts-go-locked, ts-go-cxx (diagnostics, --diagnostics) -- the artifact called on the locked
       thread without the hop, and timed by the C++ loop: the per-call cost from Go
 
@@ -368,7 +369,11 @@ def contenders(args, entry):
     out.append(("ts-bench", tsb + ["--threads", ts_t, "--runtime", "torchspeed"], "torchspeed"))
     out.append(("ts-bench-default", tsb + ["--threads", t, "--runtime", "default"], "torchspeed"))
     gow = [args.goworker, "-model", art, "-input", x, "-threads", ts_t, "-ref", ref]
-    out.append(("ts-go", gow + ["-mode", "predict"], "torchspeed"))
+    # A Go service gets the artifact's measured runtime (allocator, OpenBLAS kernels, wait
+    # policy) from `torchspeed launch --artifact`, as deployed; --no-thread-bind as for any Go
+    # program (OpenMP's binding would pin every Go thread to the first CPU).
+    launch = [args.torchspeed, "launch", "--no-thread-bind", "--artifact", art, "--"]
+    out.append(("ts-go", launch + gow + ["-mode", "predict"], "torchspeed"))
     if args.diagnostics:
         out.append(("ts-go-locked", gow + ["-mode", "locked"], "diagnostic"))
         out.append(("ts-go-cxx", gow + ["-mode", "cxx"], "diagnostic"))
