@@ -86,6 +86,9 @@ func (r *run) quantize() error {
 	opts := quant.Options{
 		Mode: mode, Engine: q.Engine, Observer: q.Observer, Percentile: q.Percentile,
 		PerChannel: q.PerChannel, ReduceRange: string(q.ReduceRange), Skip: q.Skip, Preserve: r.call.preserve,
+		// Calibrate at every CPU whatever runtime.threads is, so the INT8 model (and the
+		// decisions taken on it) does not change with the thread count the run measures at.
+		CalibrationThreads: torch.AvailableCPUs(),
 	}
 	if r.opts.Progress != nil {
 		opts.Progress = func(done, total int) { r.opts.Progress("calibration", done, total) }
