@@ -2,6 +2,7 @@ package validate
 
 import (
 	"context"
+	"math"
 	"strings"
 	"testing"
 
@@ -196,4 +197,56 @@ func TestTop1TiesOnDigits(t *testing.T) {
 		t.Fatal("the swapped images gave no disagreement: the test shows nothing")
 	}
 	t.Logf("500 samples: %d ties left out, %d counted, agreement %.4f (%d real disagreements)", res.Top1Tied, res.Top1Counted, res.Top1Agreement, wantCounted-wantAgree)
+}
+
+// TestTieToleranceCoversThreadNoise: the FP32 mobilenet_v2 fixture's logits move with the
+// thread count (summation order) by well under TieTolerance of its largest |logit|, so a
+// sample outside the tolerance cannot change its top-1 that way. Measured: 5.4e-6 relative.
+func TestTieToleranceCoversThreadNoise(t *testing.T) {
+	if torch.AvailableCPUs() < 2 {
+		t.Skip("needs 2 CPUs")
+	}
+	f := fixtures.Load(t).Get(t, "mobilenet_v2")
+	m, err := torch.Load(f.ModelPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	x := f.InputArrays(t)[0]
+	in, err := torch.NewTensorAny(x.Data, x.Shape)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	defer torch.SetNumThreads(1) //nolint:errcheck // TestMain's count for the other tests
+	logits := func(threads int) []float32 {
+		t.Helper()
+		if err := torch.SetNumThreads(threads); err != nil {
+			t.Fatal(err)
+		}
+		outs, err := m.Forward(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer torch.CloseOutputs(outs)
+		d, err := outs[0].Tensor.Float32s()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	one, two := logits(1), logits(2)
+	var diff, scale float64
+	for i := range one {
+		diff = max(diff, math.Abs(float64(one[i])-float64(two[i])))
+		scale = max(scale, math.Abs(float64(one[i])))
+	}
+	if diff == 0 {
+		t.Log("the logits did not move between 1 and 2 threads on this machine")
+	}
+	if rel := diff / scale; rel > TieTolerance/4 {
+		t.Errorf("FP32 logits moved by %.3g (%.3g of the largest |logit|) between 1 and 2 threads: TieTolerance %g leaves under 4x headroom", diff, rel, TieTolerance)
+	} else {
+		t.Logf("FP32 logits moved by %.3g between 1 and 2 threads: %.3g of the largest |logit| %.3g, %.0fx inside TieTolerance", diff, rel, scale, TieTolerance/max(rel, 1e-300))
+	}
 }
