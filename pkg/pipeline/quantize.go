@@ -86,6 +86,9 @@ func (r *run) quantize() error {
 	opts := quant.Options{
 		Mode: mode, Engine: q.Engine, Observer: q.Observer, Percentile: q.Percentile,
 		PerChannel: q.PerChannel, ReduceRange: string(q.ReduceRange), Skip: q.Skip, Preserve: r.call.preserve,
+		// Calibrate at every CPU whatever runtime.threads is, so the INT8 model (and the
+		// decisions taken on it) does not change with the thread count the run measures at.
+		CalibrationThreads: torch.AvailableCPUs(),
 	}
 	if r.opts.Progress != nil {
 		opts.Progress = func(done, total int) { r.opts.Progress("calibration", done, total) }
@@ -261,6 +264,10 @@ func validationOf(q *quant.Outcome, data string, synthetic, cosOK bool) *report.
 	if res := q.Validation; res != nil {
 		v.Samples = res.Samples
 		v.Metrics = metricsOf(res)
+		if res.Top1Tied > 0 {
+			v.Notes = append(v.Notes, fmt.Sprintf("%d sample(s) have an FP32 top-1 that is a tie at float precision (top two scores within %g of the largest |score|): top-1 agreement counts neither way on them, and is over the other %d",
+				res.Top1Tied, validate.TieTolerance, res.Top1Counted))
+		}
 		if !cosOK {
 			v.Metrics.Cosine, v.Metrics.MinSampleCosine = nil, nil
 			v.Notes = append(v.Notes, "the output has 1 element per sample: a cosine over it is only the sign's agreement, not meaningful; judged by max_abs_error")
@@ -268,6 +275,11 @@ func validationOf(q *quant.Outcome, data string, synthetic, cosOK bool) *report.
 	}
 	for _, f := range q.Failures {
 		v.Failures = append(v.Failures, f.String())
+	}
+	for _, f := range q.Unchecked {
+		if f.Reason != "" && !synthetic {
+			v.Notes = append(v.Notes, f.String())
+		}
 	}
 	if synthetic {
 		for _, f := range q.Unchecked {
@@ -283,8 +295,12 @@ func metricsOf(res *validate.Result) report.Metrics {
 		Cosine: f64(res.Cosine), MinSampleCosine: f64(res.MinSampleCosine),
 		MaxAbsError: f64(res.MaxAbsError), MeanAbsError: f64(res.MeanAbsError),
 	}
+	if res.ClassOutput != "" {
+		m.KLDivergence = f64(res.KLDivergence)
+		m.Top1Counted, m.Top1Tied = intp(res.Top1Counted), intp(res.Top1Tied)
+	}
 	if res.Top1Agreement >= 0 {
-		m.Top1Agreement, m.KLDivergence = f64(res.Top1Agreement), f64(res.KLDivergence)
+		m.Top1Agreement = f64(res.Top1Agreement)
 	}
 	if res.AccuracyDrop >= 0 {
 		m.Top1Original, m.Top1Checked = f64(res.RefTop1), f64(res.Top1)

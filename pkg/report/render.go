@@ -215,6 +215,14 @@ func metricRows(m Metrics) [][2]string {
 	add("max_abs_error", m.MaxAbsError, "%.3g")
 	add("mean_abs_error", m.MeanAbsError, "%.3g")
 	add("top1_agreement", m.Top1Agreement, "%.4f")
+	for _, c := range []struct {
+		name string
+		v    *int
+	}{{"top1_counted", m.Top1Counted}, {"top1_tied", m.Top1Tied}} {
+		if c.v != nil {
+			rows = append(rows, [2]string{c.name, fmt.Sprintf("%d", *c.v)})
+		}
+	}
 	add("kl_divergence", m.KLDivergence, "%.3g")
 	add("top1_original", m.Top1Original, "%.4f")
 	add("top1_checked", m.Top1Checked, "%.4f")

@@ -177,3 +177,43 @@ func TestFallbackAttempts(t *testing.T) {
 		t.Errorf("json lacks the attempts (a passing one with failures as []):\n%s", js.String())
 	}
 }
+
+// Top-1 agreement says over how many samples it was taken and how many ties were left out, in
+// markdown, the table and JSON the schema takes.
+func TestTop1CountsRendered(t *testing.T) {
+	r := sample()
+	r.Validation.Metrics = Metrics{Cosine: f(0.978), Top1Agreement: f(0.625), Top1Counted: i(16), Top1Tied: i(0)}
+	var md, tbl, js bytes.Buffer
+	if err := r.WriteMarkdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.WriteTable(&tbl); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| top1_agreement | 0.6250 |", "| top1_counted | 16 |", "| top1_tied | 0 |"} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("markdown lacks %q", want)
+		}
+	}
+	if !strings.Contains(tbl.String(), "top1_agreement=0.6250 top1_counted=16 top1_tied=0") {
+		t.Errorf("table:\n%s", tbl.String())
+	}
+	if err := schemacheck.Check("report.schema.json", js.Bytes()); err != nil {
+		t.Error(err)
+	}
+	if !strings.Contains(js.String(), `"top1_counted": 16`) || !strings.Contains(js.String(), `"top1_tied": 0`) {
+		t.Errorf("json lacks the counts:\n%s", js.String())
+	}
+	// Without a class-score output the counts are absent, not 0.
+	r.Validation.Metrics, r.Summary = Metrics{Cosine: f(0.978)}, nil
+	js.Reset()
+	if err := r.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(js.String(), "top1_counted") {
+		t.Error("top1_counted written without a class-score output")
+	}
+}

@@ -205,8 +205,12 @@ type Metrics struct {
 	MinSampleCosine *float64 `json:"min_sample_cosine"`
 	MaxAbsError     *float64 `json:"max_abs_error"`
 	MeanAbsError    *float64 `json:"mean_abs_error"`
-	Top1Agreement   *float64 `json:"top1_agreement"`
-	KLDivergence    *float64 `json:"kl_divergence"`
+	// Top1Agreement is over the Top1Counted samples; Top1Tied samples, whose FP32 top-1 is a
+	// tie at float precision (validate.TieTolerance), are counted neither way.
+	Top1Agreement *float64 `json:"top1_agreement"`
+	Top1Counted   *int     `json:"top1_counted,omitempty"`
+	Top1Tied      *int     `json:"top1_tied,omitempty"`
+	KLDivergence  *float64 `json:"kl_divergence"`
 	// Top1Original and Top1Checked are accuracies on the labels (fractions).
 	Top1Original *float64 `json:"top1_original"`
 	Top1Checked  *float64 `json:"top1_checked"`
