@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/internal/fixtures"
@@ -141,47 +142,39 @@ func TestFastQDQKernelsMatchATen(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				var skip bool
+				// Do runs the ops on an inference thread (parallel there); the checks, which may
+				// stop the test, run back here.
+				var want, got, dwant, dgot *torch.Tensor
+				var doErr error
 				torch.Do(func() {
-					if err := torch.SetNumThreadsOnThisThread(threads); err != nil {
-						t.Error(err)
+					if doErr = torch.SetNumThreadsOnThisThread(threads); doErr != nil {
 						return
 					}
-					want, err := x.QuantizePerTensor(c.scale, c.zp, c.dtype, torch.QDQATen)
-					if err != nil {
-						t.Errorf("%s: ATen: %v", what, err)
+					if want, doErr = x.QuantizePerTensor(c.scale, c.zp, c.dtype, torch.QDQATen); doErr != nil {
 						return
 					}
-					defer want.Close()
-					got, err := x.QuantizePerTensor(c.scale, c.zp, c.dtype, kernel)
-					if errors.Is(err, torch.Unsupported) && kernel > torch.QDQScalar {
-						skip = true
+					if got, doErr = x.QuantizePerTensor(c.scale, c.zp, c.dtype, kernel); doErr != nil {
 						return
 					}
-					if err != nil {
-						t.Errorf("%s: %v", what, err)
+					if dwant, doErr = want.Dequantize(torch.QDQATen); doErr != nil {
 						return
 					}
-					defer got.Close()
-					sameQuantized(t, what, got, want)
-					dwant, err := want.Dequantize(torch.QDQATen)
-					if err != nil {
-						t.Errorf("%s: ATen dequantize: %v", what, err)
-						return
-					}
-					defer dwant.Close()
-					dgot, err := want.Dequantize(kernel)
-					if err != nil {
-						t.Errorf("%s: dequantize: %v", what, err)
-						return
-					}
-					defer dgot.Close()
-					sameBits(t, what+", dequantize", dgot, dwant)
+					dgot, doErr = want.Dequantize(kernel)
 				})
-				x.Close()
-				if t.Failed() {
-					return
+				skip := errors.Is(doErr, torch.Unsupported) && kernel > torch.QDQScalar
+				if doErr != nil && !skip {
+					t.Fatalf("%s: %v", what, doErr)
 				}
+				if !skip {
+					sameQuantized(t, what, got, want)
+					sameBits(t, what+", dequantize", dgot, dwant)
+				}
+				for _, y := range []*torch.Tensor{want, got, dwant, dgot} {
+					if y != nil {
+						y.Close()
+					}
+				}
+				x.Close()
 				if skip {
 					t.Logf("kernel %d: this CPU lacks its instructions: not tested", kernel)
 					break
@@ -401,4 +394,69 @@ func keysWith(m map[string]int, sub string) map[string]int {
 		}
 	}
 	return out
+}
+
+// BenchmarkQDQ times ATen's quantize_per_tensor and dequantize against torchspeed's, alternating
+// in rounds on an inference thread at 1 and 2 threads, and reports each median and the ratios
+// (ATen's time over torchspeed's).
+func BenchmarkQDQ(b *testing.B) {
+	for _, threads := range []int{1, 2} {
+		for _, shape := range [][]int64{{1, 3, 224, 224}, {1, 64, 112, 112}, {1, 144, 112, 112}} {
+			b.Run(fmt.Sprintf("%dT/%v", threads, shape), func(b *testing.B) {
+				if threads > torch.AvailableCPUs() {
+					b.Skip("not enough CPUs")
+				}
+				c := qdqCase{0.02, 128, torch.QUint8}
+				n := 1
+				for _, s := range shape {
+					n *= int(s)
+				}
+				x, err := torch.NewTensor(qdqValues(c, n, 1), shape)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer x.Close()
+				q, err := x.QuantizePerTensor(c.scale, c.zp, c.dtype, torch.QDQATen)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer q.Close()
+				ns := map[string][]float64{}
+				var doErr error // Do runs on an inference thread: b.Fatal only back here
+				timeOne := func(key string, f func() (*torch.Tensor, error)) {
+					t0 := time.Now()
+					out, err := f()
+					el := time.Since(t0)
+					if err != nil {
+						doErr = err
+						return
+					}
+					out.Close()
+					ns[key] = append(ns[key], float64(el.Nanoseconds()))
+				}
+				b.ResetTimer()
+				torch.Do(func() {
+					if doErr = torch.SetNumThreadsOnThisThread(threads); doErr != nil {
+						return
+					}
+					for i := 0; i < b.N && doErr == nil; i++ {
+						for _, k := range []torch.QDQKernel{torch.QDQATen, torch.QDQFast} {
+							timeOne(fmt.Sprintf("q%d", k), func() (*torch.Tensor, error) { return x.QuantizePerTensor(c.scale, c.zp, c.dtype, k) })
+							timeOne(fmt.Sprintf("dq%d", k), func() (*torch.Tensor, error) { return q.Dequantize(k) })
+						}
+					}
+				})
+				if doErr != nil {
+					b.Fatal(doErr)
+				}
+				qa, qf, da, df := median(ns["q0"]), median(ns["q1"]), median(ns["dq0"]), median(ns["dq1"])
+				b.ReportMetric(qa/1e3, "aten-q-us")
+				b.ReportMetric(qf/1e3, "fast-q-us")
+				b.ReportMetric(qa/qf, "q-ratio")
+				b.ReportMetric(da/1e3, "aten-dq-us")
+				b.ReportMetric(df/1e3, "fast-dq-us")
+				b.ReportMetric(da/df, "dq-ratio")
+			})
+		}
+	}
 }
