@@ -248,6 +248,20 @@ TORCH_LIBRARY(torchspeed, m) {
 
 namespace {
 
+// Whether libtorch's own quantize/dequantize are the scalar loops this file reproduces: true
+// without FBGEMM. With it, ATen calls FBGEMM's vectorized kernels, which are fast already and
+// clamp and convert in another order (through int32, after a float clamp), so extreme values
+// (NaN, infinities) need not come out as here: the pass leaves such graphs alone.
+bool aten_is_scalar() {
+  static const bool scalar = [] {
+    for (auto e : at::globalContext().supportedQEngines()) {
+      if (e == at::QEngine::FBGEMM) return false;
+    }
+    return true;
+  }();
+  return scalar;
+}
+
 // Swaps the matching ATen nodes of one graph (sub-blocks included) for the torchspeed ops.
 void swap_nodes(torch::jit::Block* block, int64_t& nq, int64_t& ndq) {
   static const auto q_sym = c10::Symbol::fromQualString("torchspeed::quantize_per_tensor");
@@ -289,6 +303,7 @@ ts_status* ts_module_fast_qdq(const ts_module* m, ts_module** out, int64_t* quan
   int64_t nq = 0, ndq = 0;
   std::set<torch::jit::Graph*> seen;  // submodules of one type share their methods' graphs
   for (const auto& sub : h->m.modules()) {
+    if (!aten_is_scalar()) break;
     for (const auto& method : sub.get_methods()) {
       auto graph = method.graph();
       if (seen.insert(graph.get()).second) swap_nodes(graph->block(), nq, ndq);

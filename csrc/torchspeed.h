@@ -186,8 +186,9 @@ TS_EXPORT ts_status* ts_module_channels_last(ts_module* m, int64_t* converted) T
  * torchspeed::quantize_per_tensor and torchspeed::dequantize where they called
  * aten::quantize_per_tensor and aten::dequantize.self (csrc/fastqdq.cpp): the same tensors bit for
  * bit, vectorized and parallel for float32 -> quint8/qint8 and back. *quantizes and *dequantizes
- * get how many calls were swapped. The result runs only where libtorchspeed is loaded: do not save
- * it for stock PyTorch. */
+ * get how many calls were swapped: none where libtorch has FBGEMM (its ops are vectorized there,
+ * and round a few extreme values differently). The result runs only where libtorchspeed is
+ * loaded: do not save it for stock PyTorch. */
 TS_EXPORT ts_status* ts_module_fast_qdq(const ts_module* m, ts_module** out, int64_t* quantizes,
                                         int64_t* dequantizes) TS_NOEXCEPT TS_MUST_CHECK;
 /* Runs forward with n borrowed inputs. */

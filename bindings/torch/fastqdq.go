@@ -5,12 +5,15 @@ package torch
 */
 import "C"
 
+import "slices"
+
 // FastQDQ returns a clone whose graphs (every method of the module and its submodules) call
 // torchspeed::quantize_per_tensor and torchspeed::dequantize where they called
 // aten::quantize_per_tensor and aten::dequantize: the same tensors bit for bit, vectorized and
 // parallel for float32 to quint8/qint8 and back, where libtorch's own (without FBGEMM) is a
 // scalar loop on one thread. It also returns how many calls of each were swapped. The result
-// runs only where this shim is loaded: never save it for stock PyTorch.
+// runs only where this shim is loaded: never save it for stock PyTorch. Where libtorch has
+// FBGEMM (FastQDQApplies is false) nothing is swapped.
 func (m *Module) FastQDQ() (mod *Module, quantizes, dequantizes int, err error) {
 	var nq, ndq C.int64_t
 	mod, err = m.derive(func(c *C.ts_module, o **C.ts_module) *C.ts_status {
@@ -20,6 +23,14 @@ func (m *Module) FastQDQ() (mod *Module, quantizes, dequantizes int, err error) 
 		return nil, 0, 0, err
 	}
 	return mod, int(nq), int(ndq), nil
+}
+
+// FastQDQApplies says whether FastQDQ swaps anything with this libtorch: only without FBGEMM,
+// whose absence makes libtorch's own quantize/dequantize scalar loops (Debian's builds); with
+// it they are vectorized already and round a few extreme values differently.
+func FastQDQApplies() bool {
+	engines, err := SupportedQEngines()
+	return err == nil && !slices.Contains(engines, "fbgemm")
 }
 
 // QDQKernel chooses whose quantize_per_tensor/dequantize QuantizePerTensor and Dequantize run.

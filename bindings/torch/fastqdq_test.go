@@ -123,6 +123,9 @@ func sameBits(t *testing.T, what string, got, want *torch.Tensor) {
 // quantize_per_tensor and dequantize, on one thread (small tensors) and two (big ones, split
 // into chunks), for every case and an empty tensor.
 func TestFastQDQKernelsMatchATen(t *testing.T) {
+	if !torch.FastQDQApplies() {
+		t.Skip("libtorch has FBGEMM: its quantize/dequantize are not the scalar loops torchspeed's ops reproduce")
+	}
 	threads := min(2, torch.AvailableCPUs())
 	// 1x64x56x56 is three of the ops' parallel chunks.
 	shapes := [][]int64{{1037}, {1, 64, 56, 56}, {0, 3}, {1}}
@@ -243,6 +246,9 @@ def qdq_probe(self, x: Tensor, p: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tenso
 // TestFastQDQPassMatchesATenAcrossLayouts runs a TorchScript method before and after FastQDQ on
 // every layout and case: the outputs (values and strides) must be the same bits.
 func TestFastQDQPassMatchesATenAcrossLayouts(t *testing.T) {
+	if !torch.FastQDQApplies() {
+		t.Skip("libtorch has FBGEMM: its quantize/dequantize are not the scalar loops torchspeed's ops reproduce")
+	}
 	f := fixtures.Load(t).Get(t, "digits")
 	m := loadFixture(t, f)
 	if err := m.Define(qdqProbe); err != nil {
@@ -303,6 +309,9 @@ func TestFastQDQPassMatchesATenAcrossLayouts(t *testing.T) {
 // TestFastQDQPassOnINT8Models: on PyTorch's own INT8 models, FastQDQ swaps the calls (leaving
 // the original alone) and the outputs stay the same bits.
 func TestFastQDQPassOnINT8Models(t *testing.T) {
+	if !torch.FastQDQApplies() {
+		t.Skip("libtorch has FBGEMM: its quantize/dequantize are not the scalar loops torchspeed's ops reproduce")
+	}
 	man := fixtures.Load(t)
 	for _, name := range []string{"digits", "resnet18"} {
 		f := man.Get(t, name)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/pkg/config"
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
 	"github.com/torchspeed/torchspeed/pkg/validate"
@@ -23,6 +24,10 @@ func (r *run) int8Fast(q *candidate) *candidate {
 	}
 	name := q.name + " + fast_qdq"
 	steps := append(slices.Clone(q.steps), torchspeed.PassFastQDQ)
+	if !torch.FastQDQApplies() {
+		r.skip(name, kindINT8Fast, steps, "libtorch has FBGEMM: its own quantize_per_tensor/dequantize are vectorized already")
+		return nil
+	}
 	swapped := 0
 	c := r.addCandidate(name, kindINT8Fast, steps, func() (*candidate, error) {
 		m, nq, ndq, err := q.mod.FastQDQ()
