@@ -359,6 +359,33 @@ func TestFastQDQPassOnINT8Models(t *testing.T) {
 		torch.CloseOutputs(got)
 		torch.CloseOutputs(want)
 		fast.Close()
+		// After optimize_for_inference (Load applies fast_qdq last, on its result) likewise.
+		opt, err := m.OptimizeForInference()
+		if err != nil {
+			t.Fatal(err)
+		}
+		fastOpt, nq2, _, err := opt.FastQDQ()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if nq2 < 1 {
+			t.Errorf("%s + optimize_for_inference: %d quantize calls swapped, want at least one", name, nq2)
+		}
+		want, err = opt.Forward(in...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err = fastOpt.Forward(in...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range want {
+			sameBits(t, name+" + optimize_for_inference output "+want[i].Name, got[i].Tensor, want[i].Tensor)
+		}
+		torch.CloseOutputs(got)
+		torch.CloseOutputs(want)
+		fastOpt.Close()
+		opt.Close()
 		m.Close()
 	}
 }
