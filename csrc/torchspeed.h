@@ -51,8 +51,9 @@ extern "C" {
  * 10: ts_exec_settings, ts_exec_settings_get/_set.
  * 11: ts_worker (forward handed to a serving thread in one call), ts_outputs_take_all.
  * 12: ts_set_handoff_spin, ts_get_handoff_spin.
- * 13: ts_module_forward_single. */
-#define TS_API_VERSION 13
+ * 13: ts_module_forward_single.
+ * 14: ts_module_fast_qdq, ts_tensor_quantize_per_tensor, ts_tensor_dequantize. */
+#define TS_API_VERSION 14
 
 typedef struct ts_status ts_status;
 typedef struct ts_module ts_module;
@@ -143,6 +144,14 @@ TS_EXPORT ts_status* ts_tensor_qparams(const ts_tensor* t, double** scales, int6
                                        int64_t* axis) TS_NOEXCEPT TS_MUST_CHECK;
 /* Dequantizes a quantized tensor, or returns a float32 copy of any other. */
 TS_EXPORT ts_status* ts_tensor_to_float(const ts_tensor* t, ts_tensor** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
+/* quantize_per_tensor of a tensor to dtype TS_QUINT8, TS_QINT8 or TS_QINT32 (csrc/fastqdq.cpp).
+ * kernel: 0 ATen's op, 1 torchspeed's (the widest kernel this CPU runs), 2 its scalar kernel, 3
+ * AVX2, 4 AVX-512 (TS_CODE_UNSUPPORTED where the CPU lacks them). Parallel only on inference
+ * threads. */
+TS_EXPORT ts_status* ts_tensor_quantize_per_tensor(const ts_tensor* t, double scale, int64_t zero_point, int32_t dtype,
+                                                   int32_t kernel, ts_tensor** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
+/* dequantize of a tensor; kernel as for ts_tensor_quantize_per_tensor. */
+TS_EXPORT ts_status* ts_tensor_dequantize(const ts_tensor* t, int32_t kernel, ts_tensor** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
 /* A copy in channels-last memory format (4-D) or channels-last-3d (5-D); same values. */
 TS_EXPORT ts_status* ts_tensor_channels_last(const ts_tensor* t, ts_tensor** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
 
@@ -174,6 +183,15 @@ TS_EXPORT ts_status* ts_module_optimize_for_inference(const ts_module* m, ts_mod
 /* Converts every 4-D (5-D) parameter and buffer to channels-last in place. *converted gets the
  * number of tensors changed. Run before freezing: a frozen module's weights are constants. */
 TS_EXPORT ts_status* ts_module_channels_last(ts_module* m, int64_t* converted) TS_NOEXCEPT TS_MUST_CHECK;
+/* A clone whose graphs (every method of the module and its submodules) call
+ * torchspeed::quantize_per_tensor and torchspeed::dequantize where they called
+ * aten::quantize_per_tensor and aten::dequantize.self (csrc/fastqdq.cpp): the same tensors bit for
+ * bit, vectorized and parallel for float32 -> quint8/qint8 and back. *quantizes and *dequantizes
+ * get how many calls were swapped: none where libtorch has FBGEMM (its ops are vectorized there,
+ * and round a few extreme values differently). The result runs only where libtorchspeed is
+ * loaded: do not save it for stock PyTorch. */
+TS_EXPORT ts_status* ts_module_fast_qdq(const ts_module* m, ts_module** out, int64_t* quantizes,
+                                        int64_t* dequantizes) TS_NOEXCEPT TS_MUST_CHECK;
 /* Runs forward with n borrowed inputs. */
 TS_EXPORT ts_status* ts_module_forward(const ts_module* m, ts_tensor* const* inputs, size_t n,
                                        ts_outputs** out) TS_NOEXCEPT TS_MUST_CHECK;

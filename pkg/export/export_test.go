@@ -55,10 +55,12 @@ var (
 
 // artifact optimizes fixture name once per test binary (few timing runs: only the files
 // matter here) and returns the artifact's path.
-// A name ending in _int8 is the fixture quantized with static INT8 on its calibration set.
+// A name ending in _int8 is the fixture quantized with static INT8 on its calibration set;
+// _int8_fastqdq adds the fast_qdq load pass (optimize.fast_qdq on).
 func artifact(t *testing.T, name string) (string, fixtures.Fixture) {
 	t.Helper()
-	base, int8 := strings.CutSuffix(name, "_int8")
+	base, fast := strings.CutSuffix(name, "_fastqdq")
+	base, int8 := strings.CutSuffix(base, "_int8")
 	f := fixtures.Load(t).Get(t, base)
 	artifactsMu.Lock()
 	defer artifactsMu.Unlock()
@@ -81,6 +83,9 @@ func artifact(t *testing.T, name string) (string, fixtures.Fixture) {
 		}
 		c.Quantize.Mode, c.Quantize.Observer, c.Quantize.Force = "static", "minmax", true
 		c.Calibration.Path, c.Calibration.Limit = f.Path(f.Calib.Inputs[0].File), 64
+		if fast {
+			c.Optimize.FastQDQ = config.On
+		}
 	}
 	c.Bench.Runs, c.Bench.Warmup, c.Bench.StageRuns = 4, 1, 3
 	c.Output.Dir = filepath.Join(artifactDir, name)
@@ -361,10 +366,53 @@ func TestMeasureCost(t *testing.T) {
 			t.Errorf("manifest re-applies %s, sentence does not say so: %q", pass, c.Sentence)
 		}
 	}
+	if slices.Contains(man.LoadPasses, torchspeed.PassFastQDQ) && !strings.Contains(c.Sentence, "libtorch's own quantize_per_tensor and dequantize") {
+		t.Errorf("manifest lists fast_qdq, sentence does not say a server runs ATen's ops: %q", c.Sentence)
+	}
 	if len(man.LoadPasses) == 0 && !man.ChannelsLast && !strings.Contains(c.Sentence, "nothing torchspeed applies at load time is lost") {
 		t.Errorf("manifest has no load-time work, sentence: %q", c.Sentence)
 	}
 	t.Logf("%s (load passes %v, channels-last %v)", c.Sentence, man.LoadPasses, man.ChannelsLast)
+}
+
+// An INT8 artifact with the fast_qdq load pass serves as the file stock libtorch loads, with
+// ATen's ops (never torchspeed::), and the cost sentence says what a server loses.
+func TestServedModelWithFastQDQ(t *testing.T) {
+	if !torch.FastQDQApplies() {
+		t.Skip("libtorch has FBGEMM: fast_qdq swaps nothing")
+	}
+	path, _ := artifact(t, "digits_int8_fastqdq")
+	a, err := Inspect(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(a.Manifest.LoadPasses, torchspeed.PassFastQDQ) {
+		t.Fatalf("artifact load passes %v: want fast_qdq (optimize.fast_qdq on)", a.Manifest.LoadPasses)
+	}
+	dst := filepath.Join(t.TempDir(), "model.pt")
+	if _, _, err := writeServedModel(a, dst); err != nil {
+		t.Fatal(err)
+	}
+	plain, err := torch.LoadWithEngine(dst, a.Manifest.QEngine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	counts, err := plain.NodeCounts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range counts {
+		if strings.HasPrefix(k, "torchspeed::") {
+			t.Errorf("the served file calls %s: a stock server cannot load it", k)
+		}
+	}
+	if counts["aten::quantize_per_tensor"] == 0 {
+		t.Errorf("the served file calls no aten::quantize_per_tensor: %v", counts)
+	}
+	if lost := strings.Join(lostAtPlainLoad(a.Manifest, false), "; "); !strings.Contains(lost, "quantize_per_tensor") {
+		t.Errorf("what a server loses: %q, want the fast quantize/dequantize named", lost)
+	}
 }
 
 // checkServedModel: the served file is the artifact unless optimize_for_inference could be

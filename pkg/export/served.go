@@ -36,14 +36,19 @@ func writeServedModel(a *Artifact, dst string) (saved bool, note string, err err
 // A non-empty why means it could not be kept (nothing is left at dst); err is for failures
 // of the export itself.
 func saveOptimized(a *Artifact, dst string) (why string, err error) {
-	m, err := torchspeed.Load(a.Path, torchspeed.LoadOptions{KeepThreads: true})
+	// StockOps: the file is for a stock server, which has no torchspeed:: operators.
+	m, err := torchspeed.Load(a.Path, torchspeed.LoadOptions{KeepThreads: true, StockOps: true})
 	if err != nil {
 		return "", err
 	}
 	defer m.Close()
 	man := *m.Manifest
-	// The saved graph is the result of the passes: torchspeed.Load must not apply them again.
+	// The saved graph is the result of the passes: torchspeed.Load must not apply them again,
+	// except those StockOps left out.
 	man.LoadPasses = []string{}
+	if slices.Contains(m.Manifest.LoadPasses, torchspeed.PassFastQDQ) {
+		man.LoadPasses = []string{torchspeed.PassFastQDQ}
+	}
 	raw, err := man.Marshal()
 	if err != nil {
 		return "", err

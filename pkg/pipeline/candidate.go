@@ -53,7 +53,8 @@ const (
 	kindOFI
 	kindChannelsLast
 	kindINT8
-	kindINT8OFI // INT8 + optimize_for_inference (int8ofi.go)
+	kindINT8OFI  // INT8 + optimize_for_inference (int8ofi.go)
+	kindINT8Fast // an INT8 candidate + fast_qdq (int8fast.go)
 )
 
 // candidate is one version of the model the pipeline may keep.

@@ -3,6 +3,8 @@ package pipeline
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
@@ -160,9 +162,13 @@ func (r *run) quantize() error {
 	if err := r.chooseINT8Threads(c, ofi); err != nil {
 		return err
 	}
+	// fast_qdq variants of both run in the same rounds: no extra measurement.
+	fastQ, fastOFI := r.int8Fast(c), r.int8Fast(ofi)
 	cands := uniq(fp32, c)
-	if ofi != nil {
-		cands = append(cands, ofi)
+	for _, x := range []*candidate{ofi, fastQ, fastOFI} {
+		if x != nil {
+			cands = append(cands, x)
+		}
 	}
 	m, err := r.measure("INT8 vs FP32", cands, r.stageOptions(r.cfg.Bench.StageRuns))
 	if err != nil {
@@ -175,7 +181,17 @@ func (r *run) quantize() error {
 	if res := m.result(fp32.name); fp32 != r.orig && res != nil {
 		fp32P50 = res.Stats.P50
 	}
-	best8 := r.pickINT8(m, c, ofi, match)
+	picked := r.pickINT8(m, c, ofi, match)
+	best8 := picked
+	for _, p := range []struct{ base, fast *candidate }{{c, fastQ}, {ofi, fastOFI}} {
+		switch {
+		case p.fast == nil:
+		case p.base == picked:
+			best8 = r.pickFast(m, picked, p.fast)
+		default:
+			p.fast.status, p.fast.reason = stRejected, fmt.Sprintf("built on %s, which %s stands for", p.base.name, picked.name)
+		}
+	}
 	d := quant.DecideINT8(m.result(best8.name).Stats.P50, fp32P50, r.cfg.Optimize.MinSpeedup, q.Force)
 	if d.UseINT8 && !q.Force {
 		d = r.checkAgainstFP32Threads(d, m.result(best8.name).Stats.P50)
@@ -189,7 +205,11 @@ func (r *run) quantize() error {
 		c.status, c.reason = stRejected, d.Reason
 		if best8 != c {
 			c.reason = quant.DecideINT8(m.result(c.name).Stats.P50, fp32P50, r.cfg.Optimize.MinSpeedup, false).Reason
-			best8.status, best8.reason = stRejected, best8.reason+"; "+d.Reason
+			for _, x := range uniqCands(picked, best8) {
+				if x != c {
+					x.status, x.reason = stRejected, x.reason+"; "+d.Reason
+				}
+			}
 		}
 		r.warn(d.Reason)
 		if err := r.fp32ThreadsBack(); err != nil {
@@ -200,9 +220,23 @@ func (r *run) quantize() error {
 	}
 	if best8 != c {
 		best8.status, best8.reason = stKept, best8.reason+"; "+d.Reason
-		c.status, c.reason = stSuperseded, fmt.Sprintf("kept as what the artifact saves: %s is this model with optimize_for_inference re-applied at load", best8.name)
-		r.rep.Validation.Notes = append(r.rep.Validation.Notes, fmt.Sprintf(
-			"the artifact is %s plus optimize_for_inference, a pass re-applied at load; these figures are %s's, and the pass's %s", c.name, c.name, match))
+		passes := strings.Join(best8.passes, " and ")
+		c.status, c.reason = stSuperseded, fmt.Sprintf("kept as what the artifact saves: %s is this model with %s re-applied at load", best8.name, passes)
+		if picked != c && picked != best8 {
+			picked.status, picked.reason = stSuperseded, fmt.Sprintf("%s; %s adds fast_qdq to it", picked.reason, best8.name)
+		}
+		what := "a pass"
+		if len(best8.passes) > 1 {
+			what = "passes"
+		}
+		note := fmt.Sprintf("the artifact is %s plus %s, %s re-applied at load; these figures are %s's", c.name, passes, what, c.name)
+		if picked == ofi {
+			note += ", and optimize_for_inference's " + match
+		}
+		if best8 != picked {
+			note += "; fast_qdq's outputs are exactly " + picked.name + "'s"
+		}
+		r.rep.Validation.Notes = append(r.rep.Validation.Notes, note)
 	} else {
 		c.status, c.reason = stKept, d.Reason
 	}
@@ -211,6 +245,17 @@ func (r *run) quantize() error {
 		fp32.status = stSuperseded
 	}
 	return nil
+}
+
+// uniqCands is cs without repeats, in order.
+func uniqCands(cs ...*candidate) []*candidate {
+	var out []*candidate
+	for _, c := range cs {
+		if !slices.Contains(out, c) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // uniq is the INT8 measurement's candidates: the best FP32 one (unless it is the original,

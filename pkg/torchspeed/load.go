@@ -4,6 +4,7 @@ import (
 	"archive/zip"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
@@ -29,6 +30,9 @@ type LoadOptions struct {
 	// state is what Stateful reports) and the method that resets that state (a config's
 	// model.method and model.reset_method); an artifact's manifest names its own.
 	Method, ResetMethod string
+	// StockOps leaves out the load-time passes whose result runs only where torchspeed's shim
+	// is loaded (PassFastQDQ): for a module that is saved again for stock libtorch.
+	StockOps bool
 }
 
 // Load opens an artifact written by `torchspeed optimize`, re-applies its load-time passes and
@@ -111,6 +115,7 @@ func Load(path string, opts ...LoadOptions) (*Model, error) {
 	}
 	for _, pass := range man.LoadPasses {
 		switch pass {
+		case PassFastQDQ: // last, below
 		case PassFreeze:
 			fr, err := mod.Freeze(man.preserved()...)
 			if err != nil {
@@ -131,6 +136,15 @@ func Load(path string, opts ...LoadOptions) (*Model, error) {
 			mod.Close()
 			return nil, fmt.Errorf("load artifact %q: unknown load-time pass %q (written by torchspeed %s): upgrade torchspeed", path, torch.Clip(pass), torch.Clip(man.Torchspeed))
 		}
+	}
+	if slices.Contains(man.LoadPasses, PassFastQDQ) && !o.StockOps {
+		fast, _, _, err := mod.FastQDQ()
+		if err != nil {
+			mod.Close()
+			return nil, fmt.Errorf("load artifact %q: re-applying %s: %w", path, PassFastQDQ, err)
+		}
+		mod.Close()
+		mod = fast
 	}
 	model.m = mod
 	if err := model.initState(); err != nil {

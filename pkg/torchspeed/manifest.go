@@ -23,6 +23,12 @@ const (
 	// PassFreeze re-freezes a loaded frozen FP32 graph: serialization turns constant int lists
 	// back into prim::ListConstruct nodes that run on every call; freezing folds them again.
 	PassFreeze = "freeze"
+	// PassFastQDQ swaps the graph's aten::quantize_per_tensor and aten::dequantize calls for
+	// torchspeed's vectorized, parallel ops, which give the same tensors bit for bit (a libtorch
+	// without FBGEMM runs ATen's as a scalar loop on one thread). Load applies it after every
+	// other pass, wherever the list has it. Its result runs only where torchspeed's shim is
+	// loaded: exports for stock servers leave it out.
+	PassFastQDQ = "fast_qdq"
 )
 
 // Manifest describes an artifact: what it was made from, how to load and run it, and how well

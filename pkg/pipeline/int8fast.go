@@ -1,0 +1,98 @@
+package pipeline
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/torchspeed/torchspeed/bindings/torch"
+	"github.com/torchspeed/torchspeed/pkg/config"
+	"github.com/torchspeed/torchspeed/pkg/torchspeed"
+	"github.com/torchspeed/torchspeed/pkg/validate"
+)
+
+// int8Fast builds "<q> + fast_qdq" from the INT8 candidate q (or its optimize_for_inference
+// variant): the same module with its quantize_per_tensor and dequantize calls swapped for
+// torchspeed's ops, which give the same tensors bit for bit, vectorized and parallel where a
+// libtorch without FBGEMM runs a scalar loop on one thread. The artifact saves q's module (stock
+// PyTorch loads it) and lists the pass, which Load applies last.
+//
+// It returns nil when there is nothing to build (the toggle off, q nil, no call to swap) or when
+// the candidate failed or its outputs are not exactly q's.
+func (r *run) int8Fast(q *candidate) *candidate {
+	if q == nil || r.cfg.Optimize.FastQDQ == config.Off {
+		return nil
+	}
+	name := q.name + " + fast_qdq"
+	steps := append(slices.Clone(q.steps), torchspeed.PassFastQDQ)
+	if !torch.FastQDQApplies() {
+		r.skip(name, kindINT8Fast, steps, "libtorch has FBGEMM: its own quantize_per_tensor/dequantize are vectorized already")
+		return nil
+	}
+	swapped := 0
+	c := r.addCandidate(name, kindINT8Fast, steps, func() (*candidate, error) {
+		m, nq, ndq, err := q.mod.FastQDQ()
+		if err != nil {
+			return nil, err
+		}
+		swapped = nq + ndq
+		save := q.save
+		if save == nil {
+			save = q.mod
+		}
+		return &candidate{mod: m, save: save, passes: append(slices.Clone(q.passes), torchspeed.PassFastQDQ),
+			channelsLast: q.channelsLast, precision: q.precision, engine: q.engine, fp32Layers: q.fp32Layers}, nil
+	})
+	if c == nil || c.status != stCandidate {
+		return nil
+	}
+	if swapped == 0 {
+		c.status, c.reason = stSkipped, "the graph calls no aten::quantize_per_tensor or aten::dequantize"
+		return nil
+	}
+	// The ops are exact: any difference from q's outputs, on every check input, is a bug.
+	want, err := outputsOf(q, r.checks)
+	if err != nil {
+		c.status, c.reason = stFailed, fmt.Sprintf("running %s for the comparison failed: %v", q.name, err)
+		return nil
+	}
+	got, err := outputsOf(c, r.checks)
+	if err != nil {
+		c.status, c.reason = stFailed, fmt.Sprintf("running it failed: %v", err)
+		return nil
+	}
+	if maxAbs, _, err := validate.CompareOutputs(want, got); err != nil || maxAbs != 0 {
+		c.status, c.reason = stRejected, fmt.Sprintf("outputs are not exactly %s's (max abs diff %.3g, %v): torchspeed's quantize/dequantize must give the same bits", q.name, maxAbs, err)
+		r.warn(fmt.Sprintf("%s: %s", name, c.reason))
+		return nil
+	}
+	c.reason = fmt.Sprintf("%d quantize_per_tensor/dequantize call(s) swapped for torchspeed's; outputs exactly %s's on %d check input set(s)", swapped, q.name, len(r.checks))
+	return c
+}
+
+// pickFast decides, on the measurement m, between base and fast (built from it; nil: none):
+// fast is kept when its p50 is lower, or when optimize.fast_qdq is on. It returns the one
+// that stands for base.
+func (r *run) pickFast(m *measurement, base, fast *candidate) *candidate {
+	if fast == nil {
+		return base
+	}
+	a, b := m.result(base.name), m.result(fast.name)
+	if a == nil || b == nil || a.Stats.P50 <= 0 || b.Stats.P50 <= 0 {
+		fast.status, fast.reason = stRejected, "not measured against "+base.name
+		return base
+	}
+	bp, fp := msOf(a.Stats.P50), msOf(b.Stats.P50)
+	switch {
+	case r.cfg.Optimize.FastQDQ == config.On:
+		fast.reason = fmt.Sprintf("optimize.fast_qdq is on in the config (%.2fx vs %s, p50 %.3f vs %.3f ms); %s", bp/fp, base.name, fp, bp, fast.reason)
+	case fp < bp:
+		fast.reason = fmt.Sprintf("%.2fx faster than %s (p50 %.3f vs %.3f ms); %s", bp/fp, base.name, fp, bp, fast.reason)
+	default:
+		fast.status, fast.reason = stRejected, fmt.Sprintf("not faster than %s (p50 %.3f vs %.3f ms)", base.name, fp, bp)
+	}
+	r.rep.Decisions = append(r.rep.Decisions, fmt.Sprintf("%s: %s", fast.name, fast.reason))
+	if fast.status == stRejected {
+		return base
+	}
+	return fast
+}
