@@ -302,11 +302,12 @@ ts_status* ts_module_fast_qdq(const ts_module* m, ts_module** out, int64_t* quan
   h->extra = m->extra;
   int64_t nq = 0, ndq = 0;
   std::set<torch::jit::Graph*> seen;  // submodules of one type share their methods' graphs
-  for (const auto& sub : h->m.modules()) {
-    if (!aten_is_scalar()) break;
-    for (const auto& method : sub.get_methods()) {
-      auto graph = method.graph();
-      if (seen.insert(graph.get()).second) swap_nodes(graph->block(), nq, ndq);
+  if (aten_is_scalar()) {             // with FBGEMM the clone is returned unchanged
+    for (const auto& sub : h->m.modules()) {
+      for (const auto& method : sub.get_methods()) {
+        auto graph = method.graph();
+        if (seen.insert(graph.get()).second) swap_nodes(graph->block(), nq, ndq);
+      }
     }
   }
   *quantizes = nq;
