@@ -383,4 +383,32 @@ ts_status* ts_tensor_linear(const ts_tensor* x, const ts_tensor* w, const ts_ten
   TS_API_END("linear")
 }
 
+ts_status* ts_tensor_linear_pack(const ts_tensor* w, ts_tensor** out) noexcept {
+  TS_API_BEGIN
+  TS_CHECK_NOT_NULL(w, "linear_pack");
+  TS_CHECK_NOT_NULL(out, "linear_pack");
+  TS_CHECK_ARG(w->t.dim() == 2 && plain_float(w->t), "linear_pack",
+               "the weight is not a 2-D float32 CPU tensor (" + std::to_string(w->t.dim()) + " dimensions)");
+  c10::InferenceMode guard;
+  *out = new ts_tensor{pack_weight(w->t)};
+  TS_API_END("linear_pack")
+}
+
+ts_status* ts_tensor_linear_packed(const ts_tensor* x, const ts_tensor* packed, const ts_tensor* b, int64_t n,
+                                   int32_t relu, int32_t kernel, ts_tensor** out) noexcept {
+  TS_API_BEGIN
+  tsimpl::OneThreadTeam team;  // parallel only on inference threads
+  TS_CHECK_NOT_NULL(x, "linear_packed");
+  TS_CHECK_NOT_NULL(packed, "linear_packed");
+  TS_CHECK_NOT_NULL(out, "linear_packed");
+  TS_CHECK_ARG(kernel >= 1 && kernel <= 3, "linear_packed", "unknown kernel " + std::to_string(kernel));
+  TS_CHECK_ARG(relu == 0 || relu == 1, "linear_packed", "relu is " + std::to_string(relu) + ", want 0 or 1");
+  c10::InferenceMode guard;
+  c10::optional<at::Tensor> bias;
+  if (b != nullptr) bias = b->t;
+  Isa isa = resolve(static_cast<Isa>(kernel));
+  *out = new ts_tensor{linear_packed_with(isa, x->t, packed->t, bias, n, relu != 0, kernel != 1)};
+  TS_API_END("linear_packed")
+}
+
 }  // extern "C"

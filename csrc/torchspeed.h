@@ -53,7 +53,7 @@ extern "C" {
  * 12: ts_set_handoff_spin, ts_get_handoff_spin.
  * 13: ts_module_forward_single.
  * 14: ts_module_fast_qdq, ts_tensor_quantize_per_tensor, ts_tensor_dequantize.
- * 15: ts_module_fast_linear, ts_tensor_linear. */
+ * 15: ts_module_fast_linear, ts_tensor_linear, ts_tensor_linear_pack, ts_tensor_linear_packed. */
 #define TS_API_VERSION 15
 
 typedef struct ts_status ts_status;
@@ -159,6 +159,13 @@ TS_EXPORT ts_status* ts_tensor_dequantize(const ts_tensor* t, int32_t kernel, ts
  * count; TS_CODE_UNSUPPORTED where the CPU lacks them). Parallel only on inference threads. */
 TS_EXPORT ts_status* ts_tensor_linear(const ts_tensor* x, const ts_tensor* w, const ts_tensor* b, int32_t relu,
                                       int32_t kernel, ts_tensor** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
+/* The panels torchspeed::linear_packed reads, from a 2-D float32 weight [N, K]. */
+TS_EXPORT ts_status* ts_tensor_linear_pack(const ts_tensor* w, ts_tensor** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
+/* torchspeed::linear_packed(x, packed, b, n, relu) as the graph op runs it (kernel 1), or with
+ * kernel 2 or 3 forced as for ts_tensor_linear. A packed tensor that does not hold n features
+ * is TS_CODE_MODEL_ERROR. */
+TS_EXPORT ts_status* ts_tensor_linear_packed(const ts_tensor* x, const ts_tensor* packed, const ts_tensor* b, int64_t n,
+                                             int32_t relu, int32_t kernel, ts_tensor** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
 /* A copy in channels-last memory format (4-D) or channels-last-3d (5-D); same values. */
 TS_EXPORT ts_status* ts_tensor_channels_last(const ts_tensor* t, ts_tensor** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
 

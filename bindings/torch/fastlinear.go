@@ -43,40 +43,81 @@ const (
 	LinearAVX512 LinearKernel = 3
 )
 
-// Linear returns linear(x, w, b) (b may be nil), then relu when relu is set, computed by kernel.
-// Parallel only on an inference thread (Do, Thread.Do).
+// Linear returns linear(x, w, b) (b may be nil), then relu when relu is set, computed by kernel
+// (torchspeed's kernels pack w first, on every call). Parallel only on an inference thread (Do,
+// Thread.Do).
 func Linear(x, w, b *Tensor, relu bool, kernel LinearKernel) (*Tensor, error) {
+	release, err := acquireAll(x, w, b)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	var out *C.ts_tensor
+	if err := statusErr(C.ts_tensor_linear(x.c, w.c, cTensor(b), cBool(relu), C.int32_t(kernel), &out)); err != nil {
+		return nil, err
+	}
+	return wrapTensor(out), nil
+}
+
+// PackLinear returns the panels torchspeed's linear reads, made from a 2-D float32 weight [N, K]
+// (what FastLinear does once per linear).
+func PackLinear(w *Tensor) (*Tensor, error) {
+	if err := w.acquire(); err != nil {
+		return nil, err
+	}
+	defer w.g.release()
+	var out *C.ts_tensor
+	if err := statusErr(C.ts_tensor_linear_pack(w.c, &out)); err != nil {
+		return nil, err
+	}
+	return wrapTensor(out), nil
+}
+
+// LinearPacked returns torchspeed::linear_packed(x, packed, b, n, relu): what FastLinear's graphs
+// run, on a weight of n output features packed by PackLinear. kernel is LinearFast (the graph
+// op, fallbacks and all), LinearAVX2 or LinearAVX512.
+func LinearPacked(x, packed, b *Tensor, n int, relu bool, kernel LinearKernel) (*Tensor, error) {
+	release, err := acquireAll(x, packed, b)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	var out *C.ts_tensor
+	if err := statusErr(C.ts_tensor_linear_packed(x.c, packed.c, cTensor(b), C.int64_t(n), cBool(relu), C.int32_t(kernel), &out)); err != nil {
+		return nil, err
+	}
+	return wrapTensor(out), nil
+}
+
+// acquireAll takes the guards of x and w, and of b unless it is nil, each handle once (a second
+// read lock behind a waiting Close would deadlock).
+func acquireAll(x, w, b *Tensor) (release func(), err error) {
 	ts := []*Tensor{x, w}
 	if b != nil {
 		ts = append(ts, b)
 	}
-	// Each handle once: a second read lock behind a waiting Close would deadlock.
 	var held []*Tensor
-	defer func() {
+	release = func() {
 		for _, t := range held {
 			t.g.release()
 		}
-	}()
+	}
 	for _, t := range ts {
 		if slices.Contains(held, t) {
 			continue
 		}
 		if err := t.acquire(); err != nil {
+			release()
 			return nil, err
 		}
 		held = append(held, t)
 	}
-	var bc *C.ts_tensor
-	if b != nil {
-		bc = b.c
+	return release, nil
+}
+
+func cTensor(t *Tensor) *C.ts_tensor {
+	if t == nil {
+		return nil
 	}
-	r := C.int32_t(0)
-	if relu {
-		r = 1
-	}
-	var out *C.ts_tensor
-	if err := statusErr(C.ts_tensor_linear(x.c, w.c, bc, r, C.int32_t(kernel), &out)); err != nil {
-		return nil, err
-	}
-	return wrapTensor(out), nil
+	return t.c
 }

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/internal/fixtures"
@@ -223,6 +224,37 @@ func TestFastLinearShapesAndFallbacks(t *testing.T) {
 			t.Errorf("%s: torchspeed's linear accepts what ATen refuses", c.what)
 		}
 	}
+	// A packed weight used with the wrong feature count, or a tensor that is no packed weight.
+	packed, err := torch.PackLinear(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer packed.Close()
+	x := newTensor(t, randFloats(r, 2*24), 2, 24)
+	for _, c := range []struct {
+		what   string
+		packed *torch.Tensor
+		n      int
+	}{{"40 features read as 70", packed, 70}, {"40 features read as 20", packed, 20}, {"a 2-D weight as packed", w, 40}} {
+		if y, err := torch.LinearPacked(x, c.packed, nil, c.n, false, torch.LinearFast); err == nil {
+			y.Close()
+			t.Errorf("%s: no error", c.what)
+		}
+	}
+	if y, err := torch.LinearPacked(x, packed, b, 40, true, torch.LinearFast); err != nil {
+		t.Errorf("packed weight with its own feature count: %v", err)
+	} else {
+		want, err := linearOn(threads, x, w, b, true, torch.LinearATen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		closeTo(t, "LinearPacked", y, want, 1e-5)
+		y.Close()
+		want.Close()
+	}
+	if _, err := torch.PackLinear(x64); !errors.Is(err, torch.InvalidArgument) {
+		t.Errorf("packing a float64 weight: %v, want an InvalidArgument error", err)
+	}
 	if _, err := torch.Linear(big, w, b, false, 7); !errors.Is(err, torch.InvalidArgument) {
 		t.Errorf("kernel 7: %v, want an InvalidArgument error", err)
 	}
@@ -332,5 +364,63 @@ func TestFastLinearPassLeavesOthersAlone(t *testing.T) {
 	var nilMod *torch.Module
 	if _, _, _, err := nilMod.FastLinear(); err == nil {
 		t.Error("FastLinear on a nil module: no error")
+	}
+}
+
+// BenchmarkLinear times at::linear (addmm with the bias) and torchspeed's kernel on the
+// transformer fixtures' linear shapes, interleaved in one process at one thread, and reports
+// medians and GFLOP/s (-benchtime sets the rounds). The weight is packed once, as the pass does.
+func BenchmarkLinear(b *testing.B) {
+	for _, s := range [][3]int64{{16, 128, 384}, {16, 128, 128}, {16, 128, 256}, {16, 256, 128}, {256, 128, 384}, {2048, 128, 384}} {
+		m, k, n := s[0], s[1], s[2]
+		b.Run(fmt.Sprintf("%dx%dx%d", m, k, n), func(b *testing.B) {
+			r := rand.New(rand.NewPCG(5, 6))
+			x := newTensor(b, randFloats(r, int(m*k)), m, k)
+			w := newTensor(b, randFloats(r, int(n*k)), n, k)
+			bias := newTensor(b, randFloats(r, int(n)), n)
+			packed, err := torch.PackLinear(w)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer packed.Close()
+			ns := map[torch.LinearKernel][]float64{}
+			b.ResetTimer() // Do runs on an inference thread: b.Fatal only back here
+			torch.Do(func() {
+				if err = torch.SetNumThreadsOnThisThread(1); err != nil {
+					return
+				}
+				for i := 0; i < b.N && err == nil; i++ {
+					for _, kernel := range []torch.LinearKernel{torch.LinearATen, torch.LinearFast} {
+						var y *torch.Tensor
+						t0 := time.Now()
+						// Ten calls per sample: the cgo call and packing are not the kernel.
+						for j := 0; j < 10 && err == nil; j++ {
+							if y != nil {
+								y.Close()
+							}
+							if kernel == torch.LinearATen {
+								y, err = torch.Linear(x, w, bias, false, kernel)
+							} else {
+								y, err = torch.LinearPacked(x, packed, bias, int(n), false, kernel)
+							}
+						}
+						ns[kernel] = append(ns[kernel], float64(time.Since(t0).Nanoseconds())/10)
+						if y != nil {
+							y.Close()
+						}
+					}
+				}
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			flop := float64(2 * m * k * n)
+			a, f := median(ns[torch.LinearATen]), median(ns[torch.LinearFast])
+			b.ReportMetric(a/1e3, "aten-us")
+			b.ReportMetric(f/1e3, "fast-us")
+			b.ReportMetric(flop/a, "aten-GFLOP/s")
+			b.ReportMetric(flop/f, "fast-GFLOP/s")
+			b.ReportMetric(a/f, "ratio")
+		})
 	}
 }
