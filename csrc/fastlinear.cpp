@@ -22,6 +22,7 @@
 
 #include <set>
 
+#include "fastlinear.h"
 #include "internal.h"
 
 using tsimpl::fail;
@@ -236,6 +237,13 @@ TORCH_LIBRARY_FRAGMENT(torchspeed, m) {
   m.def("linear_packed(Tensor x, Tensor packed, Tensor? bias, int n, bool relu) -> Tensor", &fast_linear_packed);
 }
 
+at::Tensor tsimpl::pack_linear_weight(const at::Tensor& w) { return pack_weight(w); }
+
+at::Tensor tsimpl::linear_packed(const at::Tensor& x, const at::Tensor& packed, const c10::optional<at::Tensor>& bias,
+                                 int64_t n, bool relu) {
+  return fast_linear_packed(x, packed, bias, n, relu);
+}
+
 namespace {
 
 using torch::jit::Node;
@@ -249,6 +257,12 @@ c10::optional<at::Tensor> const_float(Value* v) {
   if (!plain_float(t) || t.requires_grad()) return c10::nullopt;
   return t;
 }
+
+}  // namespace
+
+c10::optional<at::Tensor> tsimpl::constant_float(Value* v) { return const_float(v); }
+
+namespace {
 
 bool const_is_one(Value* v) {
   auto iv = torch::jit::toIValue(v);
@@ -316,15 +330,24 @@ bool swap_one(Node* node, Counts& counts) {
 }
 
 void swap_block(torch::jit::Block* block, Counts& counts) {
-  std::vector<Node*> todo;
+  static const auto encoder = c10::Symbol::fromQualString("aten::_transformer_encoder_layer_fwd");
+  std::vector<Node*> todo, layers;
   for (auto* node : block->nodes()) {
     for (auto* sub : node->blocks()) swap_block(sub, counts);
+    if (node->kind() == encoder) layers.push_back(node);
     if (node->matches("aten::linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor") ||
         node->matches("aten::matmul(Tensor self, Tensor other) -> Tensor")) {
       todo.push_back(node);
     }
   }
   for (auto* node : todo) swap_one(node, counts);
+  for (auto* node : layers) {
+    int relus = tsimpl::swap_encoder_layer(node);
+    if (relus >= 0) {  // its four linears run torchspeed's kernel
+      counts.linears += 4;
+      counts.relus += relus;
+    }
+  }
 }
 
 }  // namespace

@@ -211,8 +211,11 @@ TS_EXPORT ts_status* ts_module_fast_qdq(const ts_module* m, ts_module** out, int
  * packed here) where they called aten::linear with a constant weight (and constant or no bias),
  * or aten::matmul with a constant 2-D right operand, optionally followed by an aten::add of a
  * constant bias (alpha 1) that is its only use (what optimize_for_inference leaves of a linear);
- * a relu that is the only use of the result is fused. *linears gets how many were swapped,
- * *relus how many of them took a relu. Same values up to float rounding (the sum runs in another
+ * a relu that is the only use of the result is fused. aten::_transformer_encoder_layer_fwd with
+ * constant weights (a scripted nn.TransformerEncoderLayer's eval fast path) becomes
+ * torchspeed::transformer_encoder_layer (csrc/fastencoder.cpp), its four linears through the same
+ * kernel. *linears gets how many linears were swapped (four per encoder layer), *relus how many
+ * of them took a relu. Same values up to float rounding (the sum runs in another
  * order). Nothing is swapped on a CPU without AVX2 and FMA. The result runs only where
  * libtorchspeed is loaded: do not save it for stock PyTorch. */
 TS_EXPORT ts_status* ts_module_fast_linear(const ts_module* m, ts_module** out, int64_t* linears,

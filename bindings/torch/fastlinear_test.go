@@ -265,8 +265,10 @@ func TestFastLinearShapesAndFallbacks(t *testing.T) {
 
 // TestFastLinearPassOnTransformer: the traced transformer (frozen, and after
 // optimize_for_inference, which turns its linears into matmul + add) gets all eight linears
-// (two layers of in_proj, out_proj, linear1 with its relu, linear2) swapped, and its outputs stay
-// within 1e-5 of the original's; the scripted one's results agree too.
+// (two layers of in_proj, out_proj, linear1 with its relu, linear2) swapped; the scripted one
+// gets its two aten::_transformer_encoder_layer_fwd calls (the eval fast path) swapped whole,
+// and the linears of its slow path. Outputs stay within 1e-5 of the original's, and ATen runs
+// no GEMM but the attention's bmm.
 func TestFastLinearPassOnTransformer(t *testing.T) {
 	man := fixtures.Load(t)
 	for _, name := range []string{"transformer_traced", "transformer_scripted"} {
@@ -303,8 +305,22 @@ func TestFastLinearPassOnTransformer(t *testing.T) {
 				t.Errorf("%s: %d linears (%d with relu) swapped, node counts %v; want 8 (2)", what, nl, nr,
 					keysWith(counts, "linear"))
 			}
-			if counts["torchspeed::linear_packed"] != nl {
-				t.Errorf("%s: %d swaps reported, %d torchspeed::linear_packed nodes", what, nl, counts["torchspeed::linear_packed"])
+			if name == "transformer_scripted" && (counts["torchspeed::transformer_encoder_layer"] != 2 || counts["aten::_transformer_encoder_layer_fwd"] != 0) {
+				t.Errorf("%s: node counts %v: want both encoder layers swapped", what, keysWith(counts, "encoder"))
+			}
+			if n := counts["torchspeed::linear_packed"] + 4*counts["torchspeed::transformer_encoder_layer"]; n != nl {
+				t.Errorf("%s: %d swaps reported, %d linears in torchspeed:: nodes", what, nl, n)
+			}
+			// The linears that run are torchspeed's, not the ops' ATen fallback: no GEMM of
+			// ATen's but the attention's batched ones.
+			work, err := fast.OpWork(in...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for op, w := range work {
+				if op != "aten::bmm" && w.Calls > 0 {
+					t.Errorf("%s: ATen still runs %d %s call(s) (ops run: %v)", what, w.Calls, op, work)
+				}
 			}
 			got, err := fast.Forward(in...)
 			if err != nil {
