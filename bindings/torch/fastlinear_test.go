@@ -384,12 +384,21 @@ func TestFastLinearPassLeavesOthersAlone(t *testing.T) {
 }
 
 // BenchmarkLinear times at::linear (addmm with the bias) and torchspeed's kernel on the
-// transformer fixtures' linear shapes, interleaved in one process at one thread, and reports
-// medians and GFLOP/s (-benchtime sets the rounds). The weight is packed once, as the pass does.
+// transformer fixtures' linear shapes (and two taller ones), interleaved in one process at one
+// and two threads, and reports medians and GFLOP/s (-benchtime sets the rounds). The weight is
+// packed once, as the pass does.
 func BenchmarkLinear(b *testing.B) {
-	for _, s := range [][3]int64{{16, 128, 384}, {16, 128, 128}, {16, 128, 256}, {16, 256, 128}, {256, 128, 384}, {2048, 128, 384}} {
-		m, k, n := s[0], s[1], s[2]
-		b.Run(fmt.Sprintf("%dx%dx%d", m, k, n), func(b *testing.B) {
+	for _, c := range []struct {
+		threads int
+		s       [3]int64
+	}{{1, [3]int64{16, 128, 384}}, {1, [3]int64{16, 128, 128}}, {1, [3]int64{16, 128, 256}}, {1, [3]int64{16, 256, 128}},
+		{1, [3]int64{256, 128, 384}}, {1, [3]int64{2048, 128, 384}},
+		{2, [3]int64{16, 128, 384}}, {2, [3]int64{256, 128, 384}}, {2, [3]int64{2048, 128, 384}}} {
+		m, k, n, threads := c.s[0], c.s[1], c.s[2], c.threads
+		b.Run(fmt.Sprintf("%dT/%dx%dx%d", threads, m, k, n), func(b *testing.B) {
+			if threads > torch.AvailableCPUs() {
+				b.Skip("not enough CPUs")
+			}
 			r := rand.New(rand.NewPCG(5, 6))
 			x := newTensor(b, randFloats(r, int(m*k)), m, k)
 			w := newTensor(b, randFloats(r, int(n*k)), n, k)
@@ -402,7 +411,7 @@ func BenchmarkLinear(b *testing.B) {
 			ns := map[torch.LinearKernel][]float64{}
 			b.ResetTimer() // Do runs on an inference thread: b.Fatal only back here
 			torch.Do(func() {
-				if err = torch.SetNumThreadsOnThisThread(1); err != nil {
+				if err = torch.SetNumThreadsOnThisThread(threads); err != nil {
 					return
 				}
 				for i := 0; i < b.N && err == nil; i++ {
