@@ -1,6 +1,7 @@
 // Small-M FP32 linear with weights packed at load time: torchspeed::linear_packed, and the graph
 // pass that swaps it in for aten::linear and for the aten::matmul (+ aten::add bias) pair that
-// optimize_for_inference leaves, fusing a following relu.
+// optimize_for_inference leaves, fusing a following relu (and, through csrc/fastencoder.cpp,
+// aten::_transformer_encoder_layer_fwd for torchspeed::transformer_encoder_layer).
 //
 // Why: transformer-sized linears ([16, 128] x [128, 384]) spend most of their time in BLAS call
 // overhead and, with Debian's OpenBLAS on CPUs it does not know, in kernels for an older core
