@@ -112,3 +112,40 @@ func TestFP32FastLinear(t *testing.T) {
 		}
 	}
 }
+
+// decideFastLinear on given p50s: auto keeps the variant of the chosen stage only when it is
+// faster, true keeps it anyway, and a variant of a stage that was not chosen is rejected.
+func TestDecideFastLinear(t *testing.T) {
+	for _, c := range []struct {
+		toggle   config.Toggle
+		fast     float64
+		onBest   bool
+		want     state
+		inReason string
+	}{
+		{config.Auto, 0.10, true, stKept, "2.00x faster than freeze"},
+		{config.Auto, 0.25, true, stRejected, "not faster than freeze"},
+		{config.Auto, 0.20, true, stRejected, "not faster than freeze"},
+		{config.On, 0.25, true, stKept, "optimize.fast_linear is on"},
+		{config.Auto, 0.10, false, stRejected, "freeze + optimize_for_inference was not kept"},
+	} {
+		cfg := config.Default()
+		cfg.Optimize.FastLinear = c.toggle
+		freeze := &candidate{name: "freeze", kind: kindFreeze, status: stKept}
+		ofi := &candidate{name: "freeze + optimize_for_inference", kind: kindOFI, status: stRejected}
+		base := freeze
+		if !c.onBest {
+			base = ofi
+		}
+		fast := &candidate{name: base.name + " + fast_linear", kind: kindFP32Fast, status: stCandidate, base: base, reason: "8 linear(s) swapped"}
+		r := &run{cfg: &cfg, rep: &report.Report{}, cands: []*candidate{freeze, ofi, fast}}
+		p50 := map[string]float64{"freeze": 0.20, ofi.name: 0.22, fast.name: c.fast}
+		got := r.decideFastLinear(freeze, p50)
+		if fast.status != c.want || !strings.Contains(fast.reason, c.inReason) {
+			t.Errorf("%s, p50 %.2f vs 0.20, on the chosen stage %v: %s %q, want %s with %q", c.toggle, c.fast, c.onBest, fast.status, fast.reason, c.want, c.inReason)
+		}
+		if (c.want == stKept) != (got == fast) {
+			t.Errorf("%s, p50 %.2f: best is %s", c.toggle, c.fast, got.name)
+		}
+	}
+}
