@@ -52,8 +52,9 @@ extern "C" {
  * 11: ts_worker (forward handed to a serving thread in one call), ts_outputs_take_all.
  * 12: ts_set_handoff_spin, ts_get_handoff_spin.
  * 13: ts_module_forward_single.
- * 14: ts_module_fast_qdq, ts_tensor_quantize_per_tensor, ts_tensor_dequantize. */
-#define TS_API_VERSION 14
+ * 14: ts_module_fast_qdq, ts_tensor_quantize_per_tensor, ts_tensor_dequantize.
+ * 15: ts_module_fast_linear, ts_tensor_linear, ts_tensor_linear_pack, ts_tensor_linear_packed. */
+#define TS_API_VERSION 15
 
 typedef struct ts_status ts_status;
 typedef struct ts_module ts_module;
@@ -152,6 +153,19 @@ TS_EXPORT ts_status* ts_tensor_quantize_per_tensor(const ts_tensor* t, double sc
                                                    int32_t kernel, ts_tensor** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
 /* dequantize of a tensor; kernel as for ts_tensor_quantize_per_tensor. */
 TS_EXPORT ts_status* ts_tensor_dequantize(const ts_tensor* t, int32_t kernel, ts_tensor** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
+/* linear(x, w, b) (b may be NULL), then relu when relu is 1 (csrc/fastlinear.cpp). kernel: 0
+ * ATen's at::linear, 1 torchspeed::linear_packed as fast_linear's graphs run it (w packed first;
+ * ATen for what it does not cover), 2 its AVX2+FMA kernel, 3 its AVX-512F kernel (at any row
+ * count; TS_CODE_UNSUPPORTED where the CPU lacks them). Parallel only on inference threads. */
+TS_EXPORT ts_status* ts_tensor_linear(const ts_tensor* x, const ts_tensor* w, const ts_tensor* b, int32_t relu,
+                                      int32_t kernel, ts_tensor** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
+/* The panels torchspeed::linear_packed reads, from a 2-D float32 weight [N, K]. */
+TS_EXPORT ts_status* ts_tensor_linear_pack(const ts_tensor* w, ts_tensor** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
+/* torchspeed::linear_packed(x, packed, b, n, relu) as the graph op runs it (kernel 1), or with
+ * kernel 2 or 3 forced as for ts_tensor_linear. A packed tensor that does not hold n features
+ * is TS_CODE_MODEL_ERROR. */
+TS_EXPORT ts_status* ts_tensor_linear_packed(const ts_tensor* x, const ts_tensor* packed, const ts_tensor* b, int64_t n,
+                                             int32_t relu, int32_t kernel, ts_tensor** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
 /* A copy in channels-last memory format (4-D) or channels-last-3d (5-D); same values. */
 TS_EXPORT ts_status* ts_tensor_channels_last(const ts_tensor* t, ts_tensor** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
 
@@ -192,6 +206,20 @@ TS_EXPORT ts_status* ts_module_channels_last(ts_module* m, int64_t* converted) T
  * loaded: do not save it for stock PyTorch. */
 TS_EXPORT ts_status* ts_module_fast_qdq(const ts_module* m, ts_module** out, int64_t* quantizes,
                                         int64_t* dequantizes) TS_NOEXCEPT TS_MUST_CHECK;
+/* A clone whose graphs (every method of the module and its submodules) call
+ * torchspeed::linear_packed (csrc/fastlinear.cpp: a register-blocked FP32 GEMM over a weight
+ * packed here) where they called aten::linear with a constant weight (and constant or no bias),
+ * or aten::matmul with a constant 2-D right operand, optionally followed by an aten::add of a
+ * constant bias (alpha 1) that is its only use (what optimize_for_inference leaves of a linear);
+ * a relu that is the only use of the result is fused. aten::_transformer_encoder_layer_fwd with
+ * constant weights (a scripted nn.TransformerEncoderLayer's eval fast path) becomes
+ * torchspeed::transformer_encoder_layer (csrc/fastencoder.cpp), its four linears through the same
+ * kernel. *linears gets how many linears were swapped (four per encoder layer), *relus how many
+ * of them took a relu. Same values up to float rounding (the sum runs in another
+ * order). Nothing is swapped on a CPU without AVX2 and FMA. The result runs only where
+ * libtorchspeed is loaded: do not save it for stock PyTorch. */
+TS_EXPORT ts_status* ts_module_fast_linear(const ts_module* m, ts_module** out, int64_t* linears,
+                                           int64_t* relus) TS_NOEXCEPT TS_MUST_CHECK;
 /* Runs forward with n borrowed inputs. */
 TS_EXPORT ts_status* ts_module_forward(const ts_module* m, ts_tensor* const* inputs, size_t n,
                                        ts_outputs** out) TS_NOEXCEPT TS_MUST_CHECK;

@@ -123,6 +123,10 @@ type Optimize struct {
 	// bits, vectorized and parallel) through the fast_qdq load-time pass; auto keeps it when
 	// it measures faster.
 	FastQDQ Toggle `mapstructure:"fast_qdq" json:"fast_qdq"`
+	// FastLinear: FP32 models run their constant-weight linears through torchspeed's own GEMM
+	// (weights packed at load time) by the fast_linear load-time pass; auto keeps it when it
+	// measures faster and its outputs agree with its base's.
+	FastLinear Toggle `mapstructure:"fast_linear" json:"fast_linear"`
 	// Tolerance bounds how far an FP32 stage may move the outputs from the original's.
 	MaxAbsError float64 `mapstructure:"max_abs_error" json:"max_abs_error"`
 	MinCosine   float64 `mapstructure:"min_cosine" json:"min_cosine"`
@@ -216,7 +220,7 @@ type Output struct {
 func Default() Config {
 	return Config{
 		Optimize: Optimize{
-			Freeze: true, FoldBN: true, OptimizeForInference: Auto, ChannelsLast: Auto, FastQDQ: Auto,
+			Freeze: true, FoldBN: true, OptimizeForInference: Auto, ChannelsLast: Auto, FastQDQ: Auto, FastLinear: Auto,
 			MaxAbsError: 1e-3, MinCosine: 0.9999, MinSpeedup: 1.02,
 		},
 		Quantize: Quantize{

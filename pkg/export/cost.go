@@ -137,6 +137,9 @@ func lostAtPlainLoad(m *torchspeed.Manifest, optimizedSaved bool) []string {
 	if slices.Contains(m.LoadPasses, torchspeed.PassFastQDQ) {
 		lost = append(lost, "the server runs libtorch's own quantize_per_tensor and dequantize, not torchspeed's vectorized ones")
 	}
+	if slices.Contains(m.LoadPasses, torchspeed.PassFastLinear) {
+		lost = append(lost, "the server runs libtorch's own linears (its BLAS), not torchspeed's GEMM over packed weights")
+	}
 	if m.ChannelsLast {
 		lost = append(lost, "the server passes contiguous inputs, not the channels-last ones the artifact was measured with")
 	}

@@ -56,10 +56,12 @@ var (
 // artifact optimizes fixture name once per test binary (few timing runs: only the files
 // matter here) and returns the artifact's path.
 // A name ending in _int8 is the fixture quantized with static INT8 on its calibration set;
-// _int8_fastqdq adds the fast_qdq load pass (optimize.fast_qdq on).
+// _int8_fastqdq adds the fast_qdq load pass (optimize.fast_qdq on); _fastlinear keeps
+// fast_linear (optimize.fast_linear on).
 func artifact(t *testing.T, name string) (string, fixtures.Fixture) {
 	t.Helper()
-	base, fast := strings.CutSuffix(name, "_fastqdq")
+	base, fastLinear := strings.CutSuffix(name, "_fastlinear")
+	base, fast := strings.CutSuffix(base, "_fastqdq")
 	base, int8 := strings.CutSuffix(base, "_int8")
 	f := fixtures.Load(t).Get(t, base)
 	artifactsMu.Lock()
@@ -77,6 +79,9 @@ func artifact(t *testing.T, name string) (string, fixtures.Fixture) {
 		c.Model.Inputs = append(c.Model.Inputs, ci)
 	}
 	c.Runtime.Threads = 1
+	if fastLinear {
+		c.Optimize.FastLinear = config.On
+	}
 	if int8 {
 		if f.Calib == nil || len(f.Calib.Inputs) != 1 {
 			t.Fatalf("fixture %s has no calibration set", base)
@@ -369,6 +374,9 @@ func TestMeasureCost(t *testing.T) {
 	if slices.Contains(man.LoadPasses, torchspeed.PassFastQDQ) && !strings.Contains(c.Sentence, "libtorch's own quantize_per_tensor and dequantize") {
 		t.Errorf("manifest lists fast_qdq, sentence does not say a server runs ATen's ops: %q", c.Sentence)
 	}
+	if slices.Contains(man.LoadPasses, torchspeed.PassFastLinear) && !strings.Contains(c.Sentence, "torchspeed's GEMM over packed weights") {
+		t.Errorf("manifest lists fast_linear, sentence does not say a server runs libtorch's linears: %q", c.Sentence)
+	}
 	if len(man.LoadPasses) == 0 && !man.ChannelsLast && !strings.Contains(c.Sentence, "nothing torchspeed applies at load time is lost") {
 		t.Errorf("manifest has no load-time work, sentence: %q", c.Sentence)
 	}
@@ -412,6 +420,43 @@ func TestServedModelWithFastQDQ(t *testing.T) {
 	}
 	if lost := strings.Join(lostAtPlainLoad(a.Manifest, false), "; "); !strings.Contains(lost, "quantize_per_tensor") {
 		t.Errorf("what a server loses: %q, want the fast quantize/dequantize named", lost)
+	}
+}
+
+// An FP32 artifact with the fast_linear load pass serves as the file stock libtorch loads, with
+// ATen's linears (never torchspeed::), and the cost sentence says what a server loses.
+func TestServedModelWithFastLinear(t *testing.T) {
+	path, _ := artifact(t, "transformer_traced_fastlinear")
+	a, err := Inspect(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(a.Manifest.LoadPasses, torchspeed.PassFastLinear) {
+		t.Fatalf("artifact load passes %v: want fast_linear (optimize.fast_linear on)", a.Manifest.LoadPasses)
+	}
+	dst := filepath.Join(t.TempDir(), "model.pt")
+	if _, _, err := writeServedModel(a, dst); err != nil {
+		t.Fatal(err)
+	}
+	plain, err := torch.Load(dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	counts, err := plain.NodeCounts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range counts {
+		if strings.HasPrefix(k, "torchspeed::") {
+			t.Errorf("the served file calls %s: a stock server cannot load it", k)
+		}
+	}
+	if counts["aten::linear"]+counts["aten::matmul"] == 0 {
+		t.Errorf("the served file calls no aten::linear or aten::matmul: %v", counts)
+	}
+	if lost := strings.Join(lostAtPlainLoad(a.Manifest, false), "; "); !strings.Contains(lost, "GEMM over packed weights") {
+		t.Errorf("what a server loses: %q, want torchspeed's linear named", lost)
 	}
 }
 

@@ -46,8 +46,10 @@ func saveOptimized(a *Artifact, dst string) (why string, err error) {
 	// The saved graph is the result of the passes: torchspeed.Load must not apply them again,
 	// except those StockOps left out.
 	man.LoadPasses = []string{}
-	if slices.Contains(m.Manifest.LoadPasses, torchspeed.PassFastQDQ) {
-		man.LoadPasses = []string{torchspeed.PassFastQDQ}
+	for _, p := range []string{torchspeed.PassFastLinear, torchspeed.PassFastQDQ} {
+		if slices.Contains(m.Manifest.LoadPasses, p) {
+			man.LoadPasses = append(man.LoadPasses, p)
+		}
 	}
 	raw, err := man.Marshal()
 	if err != nil {

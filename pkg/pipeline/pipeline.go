@@ -133,7 +133,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (*report.Report,
 // was written.
 func (r *run) steps(start time.Time, out *output) (*report.Report, error) {
 	ctx := r.ctx
-	steps := []func() error{r.load, r.fp32Stages, r.measureStages, r.chooseThreads, r.quantize, r.finalBench, r.measureRuntime}
+	steps := []func() error{r.load, r.fp32Stages, r.fp32Fast, r.measureStages, r.chooseThreads, r.quantize, r.finalBench, r.measureRuntime}
 	for _, step := range steps {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("optimize interrupted: %w (nothing was written)", err)

@@ -245,6 +245,7 @@ func (r *run) measureStages() error {
 			decide(c, o.ChannelsLast, "channels_last")
 		}
 	}
+	best = r.decideFastLinear(best, p50)
 	// Only the chain's last kept step stays "kept"; earlier ones are superseded.
 	for _, c := range r.cands {
 		if c.status == stKept && c != best {

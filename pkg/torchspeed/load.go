@@ -31,7 +31,7 @@ type LoadOptions struct {
 	// model.method and model.reset_method); an artifact's manifest names its own.
 	Method, ResetMethod string
 	// StockOps leaves out the load-time passes whose result runs only where torchspeed's shim
-	// is loaded (PassFastQDQ): for a module that is saved again for stock libtorch.
+	// is loaded (PassFastQDQ, PassFastLinear): for a module that is saved again for stock libtorch.
 	StockOps bool
 }
 
@@ -115,7 +115,7 @@ func Load(path string, opts ...LoadOptions) (*Model, error) {
 	}
 	for _, pass := range man.LoadPasses {
 		switch pass {
-		case PassFastQDQ: // last, below
+		case PassFastQDQ, PassFastLinear: // last, below
 		case PassFreeze:
 			fr, err := mod.Freeze(man.preserved()...)
 			if err != nil {
@@ -136,6 +136,15 @@ func Load(path string, opts ...LoadOptions) (*Model, error) {
 			mod.Close()
 			return nil, fmt.Errorf("load artifact %q: unknown load-time pass %q (written by torchspeed %s): upgrade torchspeed", path, torch.Clip(pass), torch.Clip(man.Torchspeed))
 		}
+	}
+	if slices.Contains(man.LoadPasses, PassFastLinear) && !o.StockOps {
+		fast, _, _, err := mod.FastLinear()
+		if err != nil {
+			mod.Close()
+			return nil, fmt.Errorf("load artifact %q: re-applying %s: %w", path, PassFastLinear, err)
+		}
+		mod.Close()
+		mod = fast
 	}
 	if slices.Contains(man.LoadPasses, PassFastQDQ) && !o.StockOps {
 		fast, _, _, err := mod.FastQDQ()

@@ -29,6 +29,12 @@ const (
 	// other pass, wherever the list has it. Its result runs only where torchspeed's shim is
 	// loaded: exports for stock servers leave it out.
 	PassFastQDQ = "fast_qdq"
+	// PassFastLinear swaps the graph's constant-weight linears (aten::linear, and the
+	// aten::matmul + aten::add that optimize_for_inference leaves of one) for torchspeed's own
+	// FP32 GEMM over weights packed at load time, fusing a following relu: the same values up to
+	// float rounding. Load applies it after every other pass but fast_qdq. Like PassFastQDQ, its
+	// result runs only where torchspeed's shim is loaded.
+	PassFastLinear = "fast_linear"
 )
 
 // Manifest describes an artifact: what it was made from, how to load and run it, and how well

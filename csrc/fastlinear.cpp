@@ -1,0 +1,438 @@
+// Small-M FP32 linear with weights packed at load time: torchspeed::linear_packed, and the graph
+// pass that swaps it in for aten::linear and for the aten::matmul (+ aten::add bias) pair that
+// optimize_for_inference leaves, fusing a following relu (and, through csrc/fastencoder.cpp,
+// aten::_transformer_encoder_layer_fwd for torchspeed::transformer_encoder_layer).
+//
+// Why: transformer-sized linears ([16, 128] x [128, 384]) spend most of their time in BLAS call
+// overhead and, with Debian's OpenBLAS on CPUs it does not know, in kernels for an older core
+// (Haswell's on Zen 5: 60 GFLOP/s where the core does 200). A register-blocked kernel over a
+// weight laid out once for it (column panels of kNR floats, zero-padded) runs at most of the
+// core's FMA rate from the first call, for any BLAS.
+//
+// y = x @ W^T + b (then max(0, y) when relu): x float32 [..., K]; packed [ceil(N/kNR), K, kNR] with
+// packed[p][k][j] = W[p*kNR + j][k] (0 past N). Accumulators start from the bias; the sum over k
+// runs in order k = 0..K-1 in float FMA, so results differ from BLAS by rounding only. Anything
+// the kernel does not cover (other dtypes or devices, autograd, shapes that do not match, M past
+// kMaxRows where BLAS's cache blocking wins) goes to at::linear with the unpacked weight, which
+// also gives ATen's own error for arguments it refuses.
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+#include <torch/csrc/jit/ir/constants.h>
+#include <torch/csrc/jit/ir/ir.h>
+#include <torch/library.h>
+
+#include <set>
+
+#include "fastlinear.h"
+#include "internal.h"
+
+using tsimpl::fail;
+
+namespace {
+
+constexpr int64_t kNR = 32;          // panel width: two zmm, four ymm
+constexpr int64_t kMaxRows = 2048;   // rows of x past which at::linear runs instead (see README)
+constexpr int64_t kTaskFlops = 1 << 21;  // FLOPs per parallel task: smaller GEMMs stay on one thread
+
+// GCC 12 warns inside its own AVX-512 headers (_mm512_set1_* start from an undefined vector).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+// One tile: MR rows of x times one panel (nvalid <= kNR columns valid), into MR rows of y.
+template <int MR>
+__attribute__((target("avx512f"))) void tile_avx512(const float* a, int64_t lda, const float* b, int64_t K,
+                                                    const float* bias, float* c, int64_t ldc, int nvalid, bool relu) {
+  const __mmask16 m0 = nvalid >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << nvalid) - 1);
+  const __mmask16 m1 = nvalid >= 32 ? __mmask16(0xFFFF) : nvalid > 16 ? __mmask16((1u << (nvalid - 16)) - 1) : 0;
+  const __m512 i0 = bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
+  const __m512 i1 = bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
+  __m512 c0[MR], c1[MR];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; r++) {
+    c0[r] = i0;
+    c1[r] = i1;
+  }
+  for (int64_t k = 0; k < K; k++) {
+    const __m512 w0 = _mm512_loadu_ps(b + k * kNR), w1 = _mm512_loadu_ps(b + k * kNR + 16);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; r++) {
+      const __m512 x = _mm512_set1_ps(a[r * lda + k]);
+      c0[r] = _mm512_fmadd_ps(x, w0, c0[r]);
+      c1[r] = _mm512_fmadd_ps(x, w1, c1[r]);
+    }
+  }
+  const __m512 zero = _mm512_setzero_ps();
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; r++) {
+    if (relu) {  // max(0, NaN) is NaN, as relu's
+      c0[r] = _mm512_max_ps(zero, c0[r]);
+      c1[r] = _mm512_max_ps(zero, c1[r]);
+    }
+    _mm512_mask_storeu_ps(c + r * ldc, m0, c0[r]);
+    _mm512_mask_storeu_ps(c + r * ldc + 16, m1, c1[r]);
+  }
+}
+
+// AVX2: one half (16 columns, nvalid <= 16 valid) of a panel at a time.
+template <int MR>
+__attribute__((target("avx2,fma"))) void half_avx2(const float* a, int64_t lda, const float* b, int64_t K,
+                                                   const float* bias, float* c, int64_t ldc, int nvalid, bool relu) {
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(nvalid), lane);
+  const __m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(nvalid - 8), lane);
+  const __m256 i0 = bias ? _mm256_maskload_ps(bias, m0) : _mm256_setzero_ps();
+  const __m256 i1 = bias ? _mm256_maskload_ps(bias + 8, m1) : _mm256_setzero_ps();
+  __m256 c0[MR], c1[MR];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; r++) {
+    c0[r] = i0;
+    c1[r] = i1;
+  }
+  for (int64_t k = 0; k < K; k++) {
+    const __m256 w0 = _mm256_loadu_ps(b + k * kNR), w1 = _mm256_loadu_ps(b + k * kNR + 8);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; r++) {
+      const __m256 x = _mm256_broadcast_ss(a + r * lda + k);
+      c0[r] = _mm256_fmadd_ps(x, w0, c0[r]);
+      c1[r] = _mm256_fmadd_ps(x, w1, c1[r]);
+    }
+  }
+  const __m256 zero = _mm256_setzero_ps();
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; r++) {
+    if (relu) {
+      c0[r] = _mm256_max_ps(zero, c0[r]);
+      c1[r] = _mm256_max_ps(zero, c1[r]);
+    }
+    _mm256_maskstore_ps(c + r * ldc, m0, c0[r]);
+    _mm256_maskstore_ps(c + r * ldc + 8, m1, c1[r]);
+  }
+}
+
+#pragma GCC diagnostic pop
+
+template <int MR>
+void tile_avx2(const float* a, int64_t lda, const float* b, int64_t K, const float* bias, float* c, int64_t ldc,
+               int nvalid, bool relu) {
+  for (int h = 0; h < 2 && nvalid > 16 * h; h++) {
+    half_avx2<MR>(a, lda, b + 16 * h, K, bias ? bias + 16 * h : nullptr, c + 16 * h, ldc,
+                  std::min(16, nvalid - 16 * h), relu);
+  }
+}
+
+using TileFn = void (*)(const float*, int64_t, const float*, int64_t, const float*, float*, int64_t, int, bool);
+
+// Kernel choice: Best is the widest kernel this CPU runs (None: no AVX2+FMA, ATen runs); the
+// others (tests, benchmarks) must be available.
+enum class Isa { None = 0, Best = 1, Avx2 = 2, Avx512 = 3 };
+
+Isa cpu_isa() {
+  static const Isa isa = [] {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) return Isa::Avx512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::Avx2;
+    return Isa::None;
+  }();
+  return isa;
+}
+
+Isa resolve(Isa want) {
+  Isa have = cpu_isa();
+  if (want == Isa::Best) return have;
+  if (have == Isa::None || static_cast<int>(want) > static_cast<int>(have))
+    fail(TS_CODE_UNSUPPORTED, "this CPU lacks the instructions of linear kernel " + std::to_string(static_cast<int>(want)));
+  return want;
+}
+
+// The tile functions for 1..MR rows.
+constexpr TileFn avx512_tiles[] = {nullptr,          tile_avx512<1>, tile_avx512<2>, tile_avx512<3>, tile_avx512<4>,
+                                   tile_avx512<5>,   tile_avx512<6>, tile_avx512<7>, tile_avx512<8>};
+constexpr TileFn avx2_tiles[] = {nullptr, tile_avx2<1>, tile_avx2<2>, tile_avx2<3>, tile_avx2<4>, tile_avx2<5>, tile_avx2<6>};
+
+// y[M, N] = x[M, K] (rows lda apart) @ packed (+ bias), tiles panel-major so a panel stays in cache
+// across the row blocks that use it.
+void gemm(Isa isa, const float* x, int64_t lda, int64_t M, int64_t K, const float* packed, const float* bias, float* y,
+          int64_t N, bool relu) {
+  const int mr = isa == Isa::Avx512 ? 8 : 6;
+  const TileFn* tiles = isa == Isa::Avx512 ? avx512_tiles : avx2_tiles;
+  const int64_t panels = (N + kNR - 1) / kNR, rblocks = (M + mr - 1) / mr;
+  const int64_t tile_flops = std::max<int64_t>(1, 2 * mr * kNR * K);
+  const int64_t grain = std::max<int64_t>(1, kTaskFlops / tile_flops);
+  at::parallel_for(0, panels * rblocks, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; t++) {
+      const int64_t p = t / rblocks, r0 = (t % rblocks) * mr;
+      const int rows = static_cast<int>(std::min<int64_t>(mr, M - r0));
+      const int nvalid = static_cast<int>(std::min<int64_t>(kNR, N - p * kNR));
+      tiles[rows](x + r0 * lda, lda, packed + p * K * kNR, K, bias ? bias + p * kNR : nullptr, y + r0 * N + p * kNR, N,
+                  nvalid, relu);
+    }
+  });
+}
+
+// W [N, K] (any strides) into panels.
+at::Tensor pack_weight(const at::Tensor& w) {
+  const int64_t N = w.size(0), K = w.size(1), panels = (N + kNR - 1) / kNR;
+  at::Tensor wf = w.to(at::kFloat).contiguous();
+  at::Tensor packed = at::zeros({panels, K, kNR}, wf.options());
+  const float* src = wf.data_ptr<float>();
+  float* dst = packed.data_ptr<float>();
+  for (int64_t n = 0; n < N; n++) {
+    float* col = dst + (n / kNR) * K * kNR + n % kNR;
+    for (int64_t k = 0; k < K; k++) col[k * kNR] = src[n * K + k];
+  }
+  return packed;
+}
+
+// The [N, K] weight back from its panels (the fallback's argument).
+at::Tensor unpack_weight(const at::Tensor& packed, int64_t n) {
+  return packed.permute({0, 2, 1}).reshape({-1, packed.size(1)}).narrow(0, 0, n).contiguous();
+}
+
+bool plain_float(const at::Tensor& t) {
+  return t.defined() && t.device().is_cpu() && t.layout() == at::kStrided && t.scalar_type() == at::kFloat;
+}
+
+bool no_grad(const at::Tensor& t) { return !(t.requires_grad() && at::GradMode::is_enabled()); }
+
+at::Tensor fallback(const at::Tensor& x, const at::Tensor& packed, const c10::optional<at::Tensor>& bias, int64_t n,
+                    bool relu) {
+  at::Tensor y = at::linear(x, unpack_weight(packed, n), bias);
+  return relu ? at::relu(y) : y;
+}
+
+at::Tensor linear_packed_with(Isa isa, const at::Tensor& x, const at::Tensor& packed,
+                              const c10::optional<at::Tensor>& bias, int64_t n, bool relu, bool any_rows) {
+  TORCH_CHECK(packed.dim() == 3 && packed.size(2) == kNR && n >= 0 && packed.size(0) == (n + kNR - 1) / kNR &&
+                  plain_float(packed) && packed.is_contiguous(),
+              "torchspeed::linear_packed: the packed weight [", packed.sizes(), "] does not hold ", n,
+              " output features in panels of ", kNR);
+  const int64_t K = packed.size(1);
+  const at::Tensor* b = bias.has_value() && bias->defined() ? &*bias : nullptr;
+  bool ok = isa != Isa::None && plain_float(x) && x.dim() >= 1 && x.size(-1) == K && no_grad(x) && no_grad(packed);
+  if (ok && b != nullptr) ok = plain_float(*b) && b->dim() == 1 && b->size(0) == n && b->is_contiguous() && no_grad(*b);
+  std::vector<int64_t> shape;
+  int64_t M = 1;
+  if (ok) {
+    shape = x.sizes().vec();
+    shape.back() = n;
+    for (size_t i = 0; i + 1 < shape.size(); i++) M *= shape[i];
+    ok = any_rows || M <= kMaxRows;
+  }
+  if (!ok) return fallback(x, packed, bias, n, relu);
+  auto xc = x.expect_contiguous();
+  at::Tensor y = at::empty(shape, x.options());
+  if (M == 0 || n == 0) return y;
+  gemm(isa, xc->data_ptr<float>(), K, M, K, packed.data_ptr<float>(), b ? b->data_ptr<float>() : nullptr,
+       y.data_ptr<float>(), n, relu);
+  return y;
+}
+
+at::Tensor fast_linear_packed(const at::Tensor& x, const at::Tensor& packed, const c10::optional<at::Tensor>& bias,
+                              int64_t n, bool relu) {
+  return linear_packed_with(cpu_isa(), x, packed, bias, n, relu, false);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(torchspeed, m) {
+  m.def("linear_packed(Tensor x, Tensor packed, Tensor? bias, int n, bool relu) -> Tensor", &fast_linear_packed);
+}
+
+at::Tensor tsimpl::pack_linear_weight(const at::Tensor& w) { return pack_weight(w); }
+
+at::Tensor tsimpl::linear_packed(const at::Tensor& x, const at::Tensor& packed, const c10::optional<at::Tensor>& bias,
+                                 int64_t n, bool relu) {
+  return fast_linear_packed(x, packed, bias, n, relu);
+}
+
+namespace {
+
+using torch::jit::Node;
+using torch::jit::Value;
+
+// The constant float tensor a value holds, if it is one.
+c10::optional<at::Tensor> const_float(Value* v) {
+  auto iv = torch::jit::toIValue(v);
+  if (!iv || !iv->isTensor()) return c10::nullopt;
+  at::Tensor t = iv->toTensor();
+  if (!plain_float(t) || t.requires_grad()) return c10::nullopt;
+  return t;
+}
+
+}  // namespace
+
+c10::optional<at::Tensor> tsimpl::constant_float(Value* v) { return const_float(v); }
+
+namespace {
+
+bool const_is_one(Value* v) {
+  auto iv = torch::jit::toIValue(v);
+  return iv && ((iv->isInt() && iv->toInt() == 1) || (iv->isDouble() && iv->toDouble() == 1.0));
+}
+
+// The single node that uses v, if v has exactly one use.
+Node* only_user(Value* v) { return v->uses().size() == 1 ? v->uses()[0].user : nullptr; }
+
+struct Counts {
+  int64_t linears = 0, relus = 0;
+};
+
+// Swaps one linear (node: aten::linear or aten::matmul) if it matches; returns whether it did.
+bool swap_one(Node* node, Counts& counts) {
+  static const auto sym = c10::Symbol::fromQualString("torchspeed::linear_packed");
+  at::Tensor w;  // [N, K]
+  c10::optional<at::Tensor> bias;
+  Node* last = node;  // the node whose output the swapped op gives
+  std::vector<Node*> gone{node};
+  if (node->kind() == c10::Symbol::fromQualString("aten::linear")) {
+    auto wc = const_float(node->input(1));
+    if (!wc || wc->dim() != 2) return false;
+    w = *wc;
+    if (!node->input(2)->type()->cast<c10::NoneType>()) {
+      bias = const_float(node->input(2));
+      if (!bias || bias->dim() != 1 || bias->size(0) != w.size(0)) return false;
+    }
+  } else {
+    auto wt = const_float(node->input(1));
+    if (!wt || wt->dim() != 2) return false;
+    w = wt->t();
+    Node* add = only_user(node->output());
+    if (add != nullptr && add->matches("aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor") &&
+        add->input(0) == node->output() && const_is_one(add->input(2))) {
+      auto b = const_float(add->input(1));
+      if (b && b->dim() == 1 && b->size(0) == w.size(0)) {
+        bias = b;
+        last = add;
+        gone.push_back(add);
+      }
+    }
+  }
+  bool relu = false;
+  if (Node* r = only_user(last->output());
+      r != nullptr && (r->matches("aten::relu(Tensor self) -> Tensor") || r->matches("aten::relu_(Tensor(a!) self) -> Tensor(a!)"))) {
+    relu = true;
+    last = r;
+    gone.push_back(r);
+  }
+  auto* graph = node->owningGraph();
+  torch::jit::WithInsertPoint guard(node);
+  Value* packed = graph->insertConstant(pack_weight(w));
+  Value* b = bias ? graph->insertConstant(bias->contiguous()) : graph->insertConstant(c10::IValue());
+  Value* n = graph->insertConstant(w.size(0));
+  Value* rl = graph->insertConstant(relu);
+  Node* repl = graph->create(sym, {node->input(0), packed, b, n, rl}, 1);
+  repl->output()->setType(last->output()->type());
+  repl->insertBefore(node);
+  last->output()->replaceAllUsesWith(repl->output());
+  for (auto it = gone.rbegin(); it != gone.rend(); ++it) (*it)->destroy();
+  counts.linears++;
+  if (relu) counts.relus++;
+  return true;
+}
+
+void swap_block(torch::jit::Block* block, Counts& counts) {
+  static const auto encoder = c10::Symbol::fromQualString("aten::_transformer_encoder_layer_fwd");
+  std::vector<Node*> todo, layers;
+  for (auto* node : block->nodes()) {
+    for (auto* sub : node->blocks()) swap_block(sub, counts);
+    if (node->kind() == encoder) layers.push_back(node);
+    if (node->matches("aten::linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor") ||
+        node->matches("aten::matmul(Tensor self, Tensor other) -> Tensor")) {
+      todo.push_back(node);
+    }
+  }
+  for (auto* node : todo) swap_one(node, counts);
+  for (auto* node : layers) {
+    int relus = tsimpl::swap_encoder_layer(node);
+    if (relus >= 0) {  // its four linears run torchspeed's kernel
+      counts.linears += 4;
+      counts.relus += relus;
+    }
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+ts_status* ts_module_fast_linear(const ts_module* m, ts_module** out, int64_t* linears, int64_t* relus) noexcept {
+  TS_API_BEGIN
+  tsimpl::OneThreadTeam team;  // off the inference threads: leave no OpenMP pool
+  TS_CHECK_NOT_NULL(m, "fast_linear");
+  TS_CHECK_NOT_NULL(out, "fast_linear");
+  TS_CHECK_ARG(linears != nullptr && relus != nullptr, "fast_linear", "a count out-parameter is NULL");
+  auto h = std::make_unique<ts_module>();
+  h->m = m->m.clone();
+  h->extra = m->extra;
+  Counts counts;
+  std::set<torch::jit::Graph*> seen;  // submodules of one type share their methods' graphs
+  if (cpu_isa() != Isa::None) {       // without AVX2+FMA the clone is returned unchanged
+    at::NoGradGuard guard;  // packed constants are plain tensors, not inference ones
+    for (const auto& sub : h->m.modules()) {
+      for (const auto& method : sub.get_methods()) {
+        auto graph = method.graph();
+        if (seen.insert(graph.get()).second) swap_block(graph->block(), counts);
+      }
+    }
+  }
+  *linears = counts.linears;
+  *relus = counts.relus;
+  *out = h.release();
+  TS_API_END("fast_linear")
+}
+
+ts_status* ts_tensor_linear(const ts_tensor* x, const ts_tensor* w, const ts_tensor* b, int32_t relu, int32_t kernel,
+                            ts_tensor** out) noexcept {
+  TS_API_BEGIN
+  tsimpl::OneThreadTeam team;  // parallel only on inference threads
+  TS_CHECK_NOT_NULL(x, "linear");
+  TS_CHECK_NOT_NULL(w, "linear");
+  TS_CHECK_NOT_NULL(out, "linear");
+  TS_CHECK_ARG(kernel >= 0 && kernel <= 3, "linear", "unknown kernel " + std::to_string(kernel));
+  TS_CHECK_ARG(relu == 0 || relu == 1, "linear", "relu is " + std::to_string(relu) + ", want 0 or 1");
+  TS_CHECK_ARG(w->t.dim() == 2, "linear", "the weight has " + std::to_string(w->t.dim()) + " dimensions, want 2");
+  c10::InferenceMode guard;
+  c10::optional<at::Tensor> bias;
+  if (b != nullptr) bias = b->t;
+  at::Tensor r;
+  if (kernel == 0 || !plain_float(w->t)) {  // ATen's, or its error for a weight of another type
+    r = at::linear(x->t, w->t, bias);
+    if (relu) r = at::relu(r);
+  } else {
+    // A forced kernel runs at every row count; kernel 1 is the graph op, fallbacks and all.
+    Isa isa = resolve(static_cast<Isa>(kernel));
+    r = linear_packed_with(isa, x->t, pack_weight(w->t), bias, w->t.size(0), relu != 0, kernel != 1);
+  }
+  *out = new ts_tensor{std::move(r)};
+  TS_API_END("linear")
+}
+
+ts_status* ts_tensor_linear_pack(const ts_tensor* w, ts_tensor** out) noexcept {
+  TS_API_BEGIN
+  TS_CHECK_NOT_NULL(w, "linear_pack");
+  TS_CHECK_NOT_NULL(out, "linear_pack");
+  TS_CHECK_ARG(w->t.dim() == 2 && plain_float(w->t), "linear_pack",
+               "the weight is not a 2-D float32 CPU tensor (" + std::to_string(w->t.dim()) + " dimensions)");
+  c10::InferenceMode guard;
+  *out = new ts_tensor{pack_weight(w->t)};
+  TS_API_END("linear_pack")
+}
+
+ts_status* ts_tensor_linear_packed(const ts_tensor* x, const ts_tensor* packed, const ts_tensor* b, int64_t n,
+                                   int32_t relu, int32_t kernel, ts_tensor** out) noexcept {
+  TS_API_BEGIN
+  tsimpl::OneThreadTeam team;  // parallel only on inference threads
+  TS_CHECK_NOT_NULL(x, "linear_packed");
+  TS_CHECK_NOT_NULL(packed, "linear_packed");
+  TS_CHECK_NOT_NULL(out, "linear_packed");
+  TS_CHECK_ARG(kernel >= 1 && kernel <= 3, "linear_packed", "unknown kernel " + std::to_string(kernel));
+  TS_CHECK_ARG(relu == 0 || relu == 1, "linear_packed", "relu is " + std::to_string(relu) + ", want 0 or 1");
+  c10::InferenceMode guard;
+  c10::optional<at::Tensor> bias;
+  if (b != nullptr) bias = b->t;
+  Isa isa = resolve(static_cast<Isa>(kernel));
+  *out = new ts_tensor{linear_packed_with(isa, x->t, packed->t, bias, n, relu != 0, kernel != 1)};
+  TS_API_END("linear_packed")
+}
+
+}  // extern "C"
