@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/internal/fixtures"
@@ -43,7 +44,7 @@ var addCases = []addCase{
 
 // addInputs are two quantized tensors of shape for c (channels-last when cl): every pair of
 // integer values first (the whole product once n reaches 65536), then random ones.
-func addInputs(t *testing.T, c addCase, shape []int64, cl bool, seed uint64) (*torch.Tensor, *torch.Tensor) {
+func addInputs(t testing.TB, c addCase, shape []int64, cl bool, seed uint64) (*torch.Tensor, *torch.Tensor) {
 	t.Helper()
 	n := 1
 	for _, s := range shape {
@@ -85,9 +86,10 @@ func addInputs(t *testing.T, c addCase, shape []int64, cl bool, seed uint64) (*t
 	return mk(c.sa, c.za, func(i int) int { return i % span }), mk(c.sb, c.zb, func(i int) int { return (i / span) % span })
 }
 
-// addSizes: every length up to 300 (each remainder after ATen's 64- and 128-element blocks,
-// in the serial case), ATen's chunk size and its neighbours, and resnet50's sizes.
-func addShapes(short bool) [][]int64 {
+// addShapes: every length up to 300 (each remainder after ATen's 64- and 128-element blocks,
+// in the serial case), ATen's chunk size and its neighbours, odd sizes past it (chunks with
+// remainders of their own on two threads), and resnet50's residual sizes (big: the largest).
+func addShapes(short, big bool) [][]int64 {
 	var shapes [][]int64
 	for n := int64(0); n <= 300; n++ {
 		if !short || n%7 == 0 || n < 3 {
@@ -95,9 +97,9 @@ func addShapes(short bool) [][]int64 {
 		}
 	}
 	shapes = append(shapes, []int64{1, 1, 1, 32767}, []int64{1, 1, 1, 32768}, []int64{1, 1, 1, 32769},
-		[]int64{1, 3, 211, 107}, []int64{1, 2048, 7, 7}, []int64{1, 1024, 14, 14})
-	if !short {
-		shapes = append(shapes, []int64{1, 512, 28, 28}, []int64{1, 256, 56, 56}, []int64{1, 64, 56, 56})
+		[]int64{1, 3, 211, 107}, []int64{1, 2048, 7, 7})
+	if big {
+		shapes = append(shapes, []int64{1, 1024, 14, 14}, []int64{1, 512, 28, 28}, []int64{1, 256, 56, 56})
 	}
 	return shapes
 }
@@ -138,13 +140,20 @@ func TestFastAddKernelsMatchATen(t *testing.T) {
 		t.Skip("libtorch is not 1.13 without FBGEMM: torchspeed's add is not swapped in")
 	}
 	kernels := addKernels(t)
+	if os.Getenv("ATEN_CPU_CAPABILITY") != "" {
+		kernels = kernels[:1] // a child of TestFastAddUnderEachATenKernel: ATen's block is what varies
+	}
 	threads := []int{1, min(2, torch.AvailableCPUs())}
 	compared := 0
 	for ci, c := range addCases {
-		for si, shape := range addShapes(testing.Short()) {
+		// resnet50's big sizes for two cases (the time -race takes); the other sizes for all.
+		for si, shape := range addShapes(testing.Short(), !testing.Short() && ci < 2) {
 			cl := si%2 == 1 && shape[1] > 1
 			a, b := addInputs(t, c, shape, cl, uint64(ci*1000+si))
 			for _, th := range threads {
+				if th > 1 && a.Numel() <= 32768 {
+					continue // one chunk on any number of threads
+				}
 				for _, relu := range []bool{false, true} {
 					outs := make([]*torch.Tensor, len(kernels)+1)
 					var doErr error
@@ -359,6 +368,50 @@ func TestFastAddOnMadeTensors(t *testing.T) {
 			}
 			a.Close()
 			b.Close()
+		}
+	}
+}
+
+// BenchmarkQAdd times ATen's quantized add_relu and torchspeed's on resnet50's residual sizes
+// (channels-last quint8), interleaved call by call, and reports the medians and their ratio.
+func BenchmarkQAdd(b *testing.B) {
+	for _, threads := range []int{1, 2} {
+		for _, shape := range [][]int64{{1, 256, 56, 56}, {1, 512, 28, 28}, {1, 1024, 14, 14}, {1, 2048, 7, 7}} {
+			b.Run(fmt.Sprintf("%dT/%v", threads, shape), func(b *testing.B) {
+				if threads > torch.AvailableCPUs() {
+					b.Skip("not enough CPUs")
+				}
+				x, y := addInputs(b, addCases[1], shape, true, 1)
+				defer x.Close()
+				defer y.Close()
+				ns := map[torch.QDQKernel][]float64{}
+				var doErr error // Do runs on an inference thread: b.Fatal only back here
+				b.ResetTimer()
+				torch.Do(func() {
+					if doErr = torch.SetNumThreadsOnThisThread(threads); doErr != nil {
+						return
+					}
+					for i := 0; i < b.N && doErr == nil; i++ {
+						for _, k := range []torch.QDQKernel{torch.QDQATen, torch.QDQFast} {
+							t0 := time.Now()
+							out, err := x.QAdd(y, 0.05, 10, true, k)
+							el := time.Since(t0)
+							if doErr = err; err != nil {
+								return
+							}
+							out.Close()
+							ns[k] = append(ns[k], float64(el.Nanoseconds()))
+						}
+					}
+				})
+				if doErr != nil {
+					b.Fatal(doErr)
+				}
+				a, f := median(ns[torch.QDQATen]), median(ns[torch.QDQFast])
+				b.ReportMetric(a/1e3, "aten-us")
+				b.ReportMetric(f/1e3, "fast-us")
+				b.ReportMetric(a/f, "ratio")
+			})
 		}
 	}
 }
