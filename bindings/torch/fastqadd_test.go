@@ -267,6 +267,9 @@ func TestFastAddFallsBackToATen(t *testing.T) {
 	if _, err := qu8.QAdd(qu8, 0.1, 0, false, 5); !errors.Is(err, torch.InvalidArgument) {
 		t.Errorf("kernel 5: %v, want an invalid-argument error", err)
 	}
+	if _, err := qu8.QAdd(nil, 0.1, 0, false, torch.QDQFast); !errors.Is(err, torch.ErrNilHandle) {
+		t.Errorf("adding nil: %v, want ErrNilHandle", err)
+	}
 }
 
 // qmake makes a quantized tensor of integers ia with scale p[0] and zero point p[1]
