@@ -216,8 +216,9 @@ func TestFastAddUnderEachATenKernel(t *testing.T) {
 	}
 }
 
-// TestFastAddFallsBackToATen: what the kernels do not cover (broadcast shapes, mixed memory
-// formats, qint32) gives ATen's result, and what ATen refuses fails through torchspeed's op too.
+// TestFastAddFallsBackToATen: what the kernels do not cover (the QNNPACK engine, broadcast
+// shapes, mixed memory formats) gives ATen's result, and what ATen refuses fails through
+// torchspeed's op too.
 func TestFastAddFallsBackToATen(t *testing.T) {
 	c := addCases[1]
 	a, b := addInputs(t, c, []int64{1, 8, 5, 7}, false, 1)
@@ -227,6 +228,45 @@ func TestFastAddFallsBackToATen(t *testing.T) {
 	defer acl.Close()
 	bc, _ := addInputs(t, c, []int64{1, 8, 1, 1}, false, 3)
 	defer bc.Close()
+	// Under the QNNPACK engine ATen's add is QNNPACK's (other rounding): torchspeed's calls it.
+	engine, err := torch.QEngine()
+	if err != nil {
+		t.Fatal(err)
+	}
+	engines, err := torch.SupportedQEngines()
+	if err != nil {
+		t.Fatal(err)
+	}
+	qnnpack := []string{engine}
+	if slices.Contains(engines, "qnnpack") {
+		qnnpack = append(qnnpack, "qnnpack")
+	}
+	defer func() {
+		if err := torch.SetQEngine(engine); err != nil {
+			t.Error(err)
+		}
+	}()
+	for _, e := range qnnpack {
+		if err := torch.SetQEngine(e); err != nil {
+			t.Fatal(err)
+		}
+		for _, relu := range []bool{false, true} {
+			want, err := a.QAdd(b, c.s, c.z, relu, torch.QDQATen)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := a.QAdd(b, c.s, c.z, relu, torch.QDQFast)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sameQuantized(t, fmt.Sprintf("engine %s, relu %v", e, relu), got, want)
+			got.Close()
+			want.Close()
+		}
+	}
+	if err := torch.SetQEngine(engine); err != nil {
+		t.Fatal(err)
+	}
 	for _, pair := range [][2]*torch.Tensor{{a, acl}, {acl, b}, {a, bc}} {
 		for _, relu := range []bool{false, true} {
 			want, err := pair[0].QAdd(pair[1], c.s, c.z, relu, torch.QDQATen)
