@@ -30,6 +30,7 @@
 #include <immintrin.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -210,7 +211,6 @@ bool in_range(int64_t zp) {
   return zp >= std::numeric_limits<Q>::min() && zp <= std::numeric_limits<Q>::max();
 }
 
-template <typename Q>
 AddParams params(const at::Tensor& qa, const at::Tensor& qb, double scale, int64_t zero_point) {
   AddParams p{};
   p.sa = static_cast<float>(qa.q_scale());
@@ -233,7 +233,7 @@ at::Tensor add_typed(Isa isa, bool relu, int64_t block, const at::Tensor& qa, co
   }
   auto fmt = qa.suggest_memory_format();
   at::Tensor out = at::_empty_affine_quantized(qa.sizes(), qa.options(), scale, zero_point, fmt);
-  AddParams p = params<Q>(qa, qb, scale, zero_point);
+  AddParams p = params(qa, qb, scale, zero_point);
   const Q* a = reinterpret_cast<const Q*>(qa.data_ptr<T>());
   const Q* b = reinterpret_cast<const Q*>(qb.data_ptr<T>());
   Q* o = reinterpret_cast<Q*>(out.data_ptr<T>());

@@ -1,6 +1,7 @@
 // Fast per-tensor quantize/dequantize: torchspeed::quantize_per_tensor and torchspeed::dequantize,
 // drop-in replacements for aten::quantize_per_tensor and aten::dequantize.self that give the same
-// tensors bit for bit, and the graph pass that swaps them into a module.
+// tensors bit for bit, and the graph pass that swaps them (and fastqadd.cpp's quantized adds)
+// into a module.
 //
 // Why: a libtorch built without FBGEMM (Debian's 1.13) quantizes and dequantizes per-tensor
 // affine tensors with a scalar per-element loop on one thread (quantize_val/dequantize_val), 10-40
