@@ -1,6 +1,7 @@
 // Fast per-tensor quantize/dequantize: torchspeed::quantize_per_tensor and torchspeed::dequantize,
 // drop-in replacements for aten::quantize_per_tensor and aten::dequantize.self that give the same
-// tensors bit for bit, and the graph pass that swaps them into a module.
+// tensors bit for bit, and the graph pass that swaps them (and fastqadd.cpp's quantized adds)
+// into a module.
 //
 // Why: a libtorch built without FBGEMM (Debian's 1.13) quantizes and dequantizes per-tensor
 // affine tensors with a scalar per-element loop on one thread (quantize_val/dequantize_val), 10-40
@@ -25,28 +26,25 @@
 #include <limits>
 #include <set>
 
+#include "fastq.h"
 #include "internal.h"
 
 using tsimpl::fail;
+using tsfast::aten_is_scalar;
+using tsfast::cpu_isa;
+using tsfast::Isa;
+using tsfast::plain_cpu;
+using tsfast::quantize_one;
+using tsfast::kTwo63;
+using tsfast::resolve;
 
 namespace {
-
-constexpr float kTwo63 = 9223372036854775808.0f;  // 2^63: float-to-int64 overflows from here
 
 // ---- kernels: scalar reference, AVX2, AVX-512F; all give the same bytes ----
 
 // GCC 12 warns inside its own AVX-512 headers (_mm512_set1_* start from an undefined vector).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-
-template <typename Q>
-inline Q quantize_one(float x, float inv, float zpf) {
-  constexpr float qmin = static_cast<float>(std::numeric_limits<Q>::min());
-  constexpr float qmax = static_cast<float>(std::numeric_limits<Q>::max());
-  float s = zpf + std::nearbyint(x * inv);
-  if (!(s < kTwo63)) return static_cast<Q>(qmin);  // NaN or overflow: INT64_MIN, clamped up
-  return static_cast<Q>(s < qmin ? qmin : (s > qmax ? qmax : s));
-}
 
 template <typename Q>
 void quantize_scalar(const float* src, Q* dst, int64_t n, float inv, float zpf) {
@@ -132,30 +130,6 @@ __attribute__((target("avx512f"))) void dequantize_avx512(const Q* src, float* d
 
 #pragma GCC diagnostic pop
 
-// Kernel choice: Best is the widest instruction set this CPU has (checked once); the others
-// (for tests and benchmarks of each path) must be available.
-enum class Isa { Best = 1, Scalar = 2, Avx2 = 3, Avx512 = 4 };
-
-Isa detect_isa() {
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) return Isa::Avx512;
-  if (__builtin_cpu_supports("avx2")) return Isa::Avx2;
-  return Isa::Scalar;
-}
-
-Isa cpu_isa() {
-  static const Isa isa = detect_isa();
-  return isa;
-}
-
-Isa resolve(Isa want) {
-  Isa have = cpu_isa();
-  if (want == Isa::Best) return have;
-  if (static_cast<int>(want) > static_cast<int>(have))
-    fail(TS_CODE_UNSUPPORTED, "this CPU lacks the instructions of kernel " + std::to_string(static_cast<int>(want)));
-  return want;
-}
-
 // Elements per parallel chunk: tensors up to this size stay on the calling thread.
 constexpr int64_t kGrain = 64 * 1024;
 
@@ -184,8 +158,6 @@ void dequantize_range(Isa isa, const Q* src, float* dst, int64_t n, float scale,
     }
   });
 }
-
-bool plain_cpu(const at::Tensor& t) { return t.defined() && t.device().is_cpu() && t.layout() == at::kStrided; }
 
 at::Tensor quantize_per_tensor_with(Isa isa, const at::Tensor& self, double scale, int64_t zero_point,
                                     at::ScalarType dtype) {
@@ -248,43 +220,64 @@ TORCH_LIBRARY(torchspeed, m) {
 
 namespace {
 
-// Whether libtorch's own quantize/dequantize are the scalar loops this file reproduces: true
-// without FBGEMM. With it, ATen calls FBGEMM's vectorized kernels, which are fast already and
-// clamp and convert in another order (through int32, after a float clamp), so extreme values
-// (NaN, infinities) need not come out as here: the pass leaves such graphs alone.
-bool aten_is_scalar() {
-  static const bool scalar = [] {
-    for (auto e : at::globalContext().supportedQEngines()) {
-      if (e == at::QEngine::FBGEMM) return false;
-    }
-    return true;
-  }();
-  return scalar;
-}
+// The swaps: an ATen op's schema, the torchspeed op that replaces it, which count it adds to.
+struct Swap {
+  const char* schema;
+  const char* repl;
+  int count;  // 0 quantizes, 1 dequantizes, 2 adds
+};
 
 // Swaps the matching ATen nodes of one graph (sub-blocks included) for the torchspeed ops.
-void swap_nodes(torch::jit::Block* block, int64_t& nq, int64_t& ndq) {
-  static const auto q_sym = c10::Symbol::fromQualString("torchspeed::quantize_per_tensor");
-  static const auto dq_sym = c10::Symbol::fromQualString("torchspeed::dequantize");
-  std::vector<torch::jit::Node*> todo;
+void swap_nodes(torch::jit::Block* block, const std::vector<Swap>& swaps, int64_t* counts) {
+  std::vector<std::pair<torch::jit::Node*, const Swap*>> todo;
   for (auto* node : block->nodes()) {
-    for (auto* sub : node->blocks()) swap_nodes(sub, nq, ndq);
-    if (node->matches("aten::quantize_per_tensor(Tensor self, float scale, int zero_point, ScalarType dtype) -> "
-                      "Tensor") ||
-        node->matches("aten::dequantize.self(Tensor self) -> Tensor")) {
-      todo.push_back(node);
+    for (auto* sub : node->blocks()) swap_nodes(sub, swaps, counts);
+    for (const auto& s : swaps) {
+      if (node->matches(s.schema)) {
+        todo.emplace_back(node, &s);
+        break;
+      }
     }
   }
-  for (auto* node : todo) {
-    bool q = node->kind() == c10::Symbol::fromQualString("aten::quantize_per_tensor");
+  for (auto [node, s] : todo) {
     auto* graph = node->owningGraph();
-    auto* repl = graph->create(q ? q_sym : dq_sym, node->inputs(), 1);
+    auto* repl = graph->create(c10::Symbol::fromQualString(s->repl), node->inputs(), 1);
     repl->output()->setType(node->output()->type());
     repl->insertBefore(node);
     node->output()->replaceAllUsesWith(repl->output());
     node->destroy();
-    (q ? nq : ndq)++;
+    counts[s->count]++;
   }
+}
+
+// The pass: counts gets how many quantizes, dequantizes and adds (add and add_relu) were swapped.
+ts_module* fast_qdq(const ts_module* m, int64_t counts[3]) {
+  auto h = std::make_unique<ts_module>();
+  h->m = m->m.clone();
+  h->extra = m->extra;
+  std::vector<Swap> swaps;
+  if (aten_is_scalar()) {  // with FBGEMM the clone is returned unchanged
+    swaps = {{"aten::quantize_per_tensor(Tensor self, float scale, int zero_point, ScalarType dtype) -> Tensor",
+              "torchspeed::quantize_per_tensor", 0},
+             {"aten::dequantize.self(Tensor self) -> Tensor", "torchspeed::dequantize", 1}};
+  }
+  if (tsfast::add_swappable()) {
+    swaps.push_back({"quantized::add(Tensor qa, Tensor qb, float scale, int zero_point) -> Tensor qc",
+                     "torchspeed::add", 2});
+    swaps.push_back({"quantized::add_relu(Tensor qa, Tensor qb, float scale, int zero_point) -> Tensor qc",
+                     "torchspeed::add_relu", 2});
+  }
+  counts[0] = counts[1] = counts[2] = 0;
+  std::set<torch::jit::Graph*> seen;  // submodules of one type share their methods' graphs
+  if (!swaps.empty()) {
+    for (const auto& sub : h->m.modules()) {
+      for (const auto& method : sub.get_methods()) {
+        auto graph = method.graph();
+        if (seen.insert(graph.get()).second) swap_nodes(graph->block(), swaps, counts);
+      }
+    }
+  }
+  return h.release();
 }
 
 }  // namespace
@@ -297,22 +290,26 @@ ts_status* ts_module_fast_qdq(const ts_module* m, ts_module** out, int64_t* quan
   TS_CHECK_NOT_NULL(m, "fast_qdq");
   TS_CHECK_NOT_NULL(out, "fast_qdq");
   TS_CHECK_ARG(quantizes != nullptr && dequantizes != nullptr, "fast_qdq", "a count out-parameter is NULL");
-  auto h = std::make_unique<ts_module>();
-  h->m = m->m.clone();
-  h->extra = m->extra;
-  int64_t nq = 0, ndq = 0;
-  std::set<torch::jit::Graph*> seen;  // submodules of one type share their methods' graphs
-  if (aten_is_scalar()) {             // with FBGEMM the clone is returned unchanged
-    for (const auto& sub : h->m.modules()) {
-      for (const auto& method : sub.get_methods()) {
-        auto graph = method.graph();
-        if (seen.insert(graph.get()).second) swap_nodes(graph->block(), nq, ndq);
-      }
-    }
-  }
-  *quantizes = nq;
-  *dequantizes = ndq;
-  *out = h.release();
+  int64_t counts[3];
+  *out = fast_qdq(m, counts);
+  *quantizes = counts[0];
+  *dequantizes = counts[1];
+  TS_API_END("fast_qdq")
+}
+
+ts_status* ts_module_fast_qdq_v2(const ts_module* m, ts_module** out, int64_t* quantizes, int64_t* dequantizes,
+                                 int64_t* adds) noexcept {
+  TS_API_BEGIN
+  tsimpl::OneThreadTeam team;  // off the inference threads: leave no OpenMP pool
+  TS_CHECK_NOT_NULL(m, "fast_qdq");
+  TS_CHECK_NOT_NULL(out, "fast_qdq");
+  TS_CHECK_ARG(quantizes != nullptr && dequantizes != nullptr && adds != nullptr, "fast_qdq",
+               "a count out-parameter is NULL");
+  int64_t counts[3];
+  *out = fast_qdq(m, counts);
+  *quantizes = counts[0];
+  *dequantizes = counts[1];
+  *adds = counts[2];
   TS_API_END("fast_qdq")
 }
 

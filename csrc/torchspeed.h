@@ -53,8 +53,9 @@ extern "C" {
  * 12: ts_set_handoff_spin, ts_get_handoff_spin.
  * 13: ts_module_forward_single.
  * 14: ts_module_fast_qdq, ts_tensor_quantize_per_tensor, ts_tensor_dequantize.
- * 15: ts_module_fast_linear, ts_tensor_linear, ts_tensor_linear_pack, ts_tensor_linear_packed. */
-#define TS_API_VERSION 15
+ * 15: ts_module_fast_linear, ts_tensor_linear, ts_tensor_linear_pack, ts_tensor_linear_packed.
+ * 16: ts_module_fast_qdq_v2 (also swaps quantized::add/add_relu, counts them), ts_tensor_qadd. */
+#define TS_API_VERSION 16
 
 typedef struct ts_status ts_status;
 typedef struct ts_module ts_module;
@@ -166,6 +167,11 @@ TS_EXPORT ts_status* ts_tensor_linear_pack(const ts_tensor* w, ts_tensor** out /
  * is TS_CODE_MODEL_ERROR. */
 TS_EXPORT ts_status* ts_tensor_linear_packed(const ts_tensor* x, const ts_tensor* packed, const ts_tensor* b, int64_t n,
                                              int32_t relu, int32_t kernel, ts_tensor** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
+/* quantized::add (relu = 0) or quantized::add_relu of two quantized tensors, output scale and zero
+ * point given (csrc/fastqadd.cpp); kernel as for ts_tensor_quantize_per_tensor. What torchspeed's
+ * kernels do not cover goes to ATen's op. */
+TS_EXPORT ts_status* ts_tensor_qadd(const ts_tensor* a, const ts_tensor* b, double scale, int64_t zero_point, int32_t relu,
+                                    int32_t kernel, ts_tensor** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
 /* A copy in channels-last memory format (4-D) or channels-last-3d (5-D); same values. */
 TS_EXPORT ts_status* ts_tensor_channels_last(const ts_tensor* t, ts_tensor** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
 
@@ -203,7 +209,7 @@ TS_EXPORT ts_status* ts_module_channels_last(ts_module* m, int64_t* converted) T
  * bit, vectorized and parallel for float32 -> quint8/qint8 and back. *quantizes and *dequantizes
  * get how many calls were swapped: none where libtorch has FBGEMM (its ops are vectorized there,
  * and round a few extreme values differently). The result runs only where libtorchspeed is
- * loaded: do not save it for stock PyTorch. */
+ * loaded: do not save it for stock PyTorch. It also swaps the adds ts_module_fast_qdq_v2 counts. */
 TS_EXPORT ts_status* ts_module_fast_qdq(const ts_module* m, ts_module** out, int64_t* quantizes,
                                         int64_t* dequantizes) TS_NOEXCEPT TS_MUST_CHECK;
 /* A clone whose graphs (every method of the module and its submodules) call
@@ -220,6 +226,11 @@ TS_EXPORT ts_status* ts_module_fast_qdq(const ts_module* m, ts_module** out, int
  * libtorchspeed is loaded: do not save it for stock PyTorch. */
 TS_EXPORT ts_status* ts_module_fast_linear(const ts_module* m, ts_module** out, int64_t* linears,
                                            int64_t* relus) TS_NOEXCEPT TS_MUST_CHECK;
+/* ts_module_fast_qdq, which also swaps quantized::add and quantized::add_relu for
+ * torchspeed::add and torchspeed::add_relu (csrc/fastqadd.cpp: ATen 1.13's tensors bit for bit,
+ * vectorized and parallel; only with libtorch 1.13 without FBGEMM); *adds gets how many. */
+TS_EXPORT ts_status* ts_module_fast_qdq_v2(const ts_module* m, ts_module** out, int64_t* quantizes,
+                                           int64_t* dequantizes, int64_t* adds) TS_NOEXCEPT TS_MUST_CHECK;
 /* Runs forward with n borrowed inputs. */
 TS_EXPORT ts_status* ts_module_forward(const ts_module* m, ts_tensor* const* inputs, size_t n,
                                        ts_outputs** out) TS_NOEXCEPT TS_MUST_CHECK;

@@ -254,13 +254,13 @@ func TestFastQDQPassMatchesATenAcrossLayouts(t *testing.T) {
 	if err := m.Define(qdqProbe); err != nil {
 		t.Fatal(err)
 	}
-	fast, nq, ndq, err := m.FastQDQ()
+	fast, n, err := m.FastQDQ()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer fast.Close()
-	if nq != 1 || ndq != 2 {
-		t.Fatalf("FastQDQ swapped %d quantize and %d dequantize calls, want 1 and 2", nq, ndq)
+	if n.Quantizes != 1 || n.Dequantizes != 2 || n.Adds != 0 {
+		t.Fatalf("FastQDQ swapped %+v, want 1 quantize and 2 dequantize calls", n)
 	}
 	shape := []int64{2, 6, 10, 12}
 	for ci, c := range qdqCases {
@@ -325,12 +325,12 @@ func TestFastQDQPassOnINT8Models(t *testing.T) {
 		if err := m.Eval(); err != nil {
 			t.Fatal(err)
 		}
-		fast, nq, ndq, err := m.FastQDQ()
+		fast, n, err := m.FastQDQ()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if nq < 1 || ndq < 1 {
-			t.Errorf("%s: %d quantize and %d dequantize calls swapped, want at least one each", name, nq, ndq)
+		if n.Quantizes < 1 || n.Dequantizes < 1 {
+			t.Errorf("%s: %+v swapped, want at least one quantize and one dequantize", name, n)
 		}
 		counts, err := fast.NodeCounts()
 		if err != nil {
@@ -342,6 +342,11 @@ func TestFastQDQPassOnINT8Models(t *testing.T) {
 		}
 		if counts["aten::quantize_per_tensor"] != 0 || counts["torchspeed::quantize_per_tensor"] == 0 || orig["aten::quantize_per_tensor"] == 0 || orig["torchspeed::quantize_per_tensor"] != 0 {
 			t.Errorf("%s: node counts after the pass %v, of the original %v", name, keysWith(counts, "quantize"), keysWith(orig, "quantize"))
+		}
+		// resnet18's residual blocks end in quantized::add_relu; all become torchspeed's.
+		adds := orig["quantized::add"] + orig["quantized::add_relu"]
+		if torch.FastQAddApplies() && (n.Adds != adds || counts["quantized::add"]+counts["quantized::add_relu"] != 0 || counts["torchspeed::add"]+counts["torchspeed::add_relu"] != adds || (name == "resnet18" && adds == 0)) {
+			t.Errorf("%s: %d adds swapped; node counts after the pass %v, of the original %v", name, n.Adds, keysWith(counts, "add"), keysWith(orig, "add"))
 		}
 		in := tensorsOf(t, f.InputArrays(t))
 		want, err := m.Forward(in...)
@@ -355,7 +360,7 @@ func TestFastQDQPassOnINT8Models(t *testing.T) {
 		for i := range want {
 			sameBits(t, name+" output "+want[i].Name, got[i].Tensor, want[i].Tensor)
 		}
-		t.Logf("%s: %d quantize, %d dequantize calls swapped; outputs identical", name, nq, ndq)
+		t.Logf("%s: %+v swapped; outputs identical", name, n)
 		torch.CloseOutputs(got)
 		torch.CloseOutputs(want)
 		fast.Close()
@@ -364,12 +369,12 @@ func TestFastQDQPassOnINT8Models(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		fastOpt, nq2, _, err := opt.FastQDQ()
+		fastOpt, n2, err := opt.FastQDQ()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if nq2 < 1 {
-			t.Errorf("%s + optimize_for_inference: %d quantize calls swapped, want at least one", name, nq2)
+		if n2.Quantizes < 1 || n2.Adds != n.Adds {
+			t.Errorf("%s + optimize_for_inference: %+v swapped, want at least one quantize and %d adds", name, n2, n.Adds)
 		}
 		want, err = opt.Forward(in...)
 		if err != nil {

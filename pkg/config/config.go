@@ -119,9 +119,9 @@ type Optimize struct {
 	FoldBN               bool   `mapstructure:"fold_bn" json:"fold_bn"`
 	OptimizeForInference Toggle `mapstructure:"optimize_for_inference" json:"optimize_for_inference"`
 	ChannelsLast         Toggle `mapstructure:"channels_last" json:"channels_last"`
-	// FastQDQ: static INT8 models run torchspeed's quantize_per_tensor/dequantize (the same
-	// bits, vectorized and parallel) through the fast_qdq load-time pass; auto keeps it when
-	// it measures faster.
+	// FastQDQ: static INT8 models run torchspeed's quantize_per_tensor/dequantize and quantized
+	// add/add_relu (the same bits, vectorized and parallel) through the fast_qdq load-time pass;
+	// auto keeps it when it measures faster.
 	FastQDQ Toggle `mapstructure:"fast_qdq" json:"fast_qdq"`
 	// FastLinear: FP32 models run their constant-weight linears through torchspeed's own GEMM
 	// (weights packed at load time) by the fast_linear load-time pass; auto keeps it when it

@@ -135,7 +135,7 @@ func lostAtPlainLoad(m *torchspeed.Manifest, optimizedSaved bool) []string {
 		lost = append(lost, "serialization unfolds the frozen graph's constant lists and only a re-freeze at load folds them again")
 	}
 	if slices.Contains(m.LoadPasses, torchspeed.PassFastQDQ) {
-		lost = append(lost, "the server runs libtorch's own quantize_per_tensor and dequantize, not torchspeed's vectorized ones")
+		lost = append(lost, "the server runs libtorch's own quantize_per_tensor and dequantize (and, with libtorch 1.13, quantized add), not torchspeed's vectorized ones")
 	}
 	if slices.Contains(m.LoadPasses, torchspeed.PassFastLinear) {
 		lost = append(lost, "the server runs libtorch's own linears (its BLAS), not torchspeed's GEMM over packed weights")

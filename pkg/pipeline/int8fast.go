@@ -11,9 +11,10 @@ import (
 )
 
 // int8Fast builds "<q> + fast_qdq" from the INT8 candidate q (or its optimize_for_inference
-// variant): the same module with its quantize_per_tensor and dequantize calls swapped for
-// torchspeed's ops, which give the same tensors bit for bit, vectorized and parallel where a
-// libtorch without FBGEMM runs a scalar loop on one thread. The artifact saves q's module (stock
+// variant): the same module with its quantize_per_tensor, dequantize and quantized add/add_relu
+// calls swapped for torchspeed's ops, which give the same tensors bit for bit, vectorized and
+// parallel where a libtorch without FBGEMM runs a scalar loop on one thread (or, for the adds,
+// one vector width). The artifact saves q's module (stock
 // PyTorch loads it) and lists the pass, which Load applies last.
 //
 // It returns nil when there is nothing to build (the toggle off, q nil, no call to swap) or when
@@ -28,13 +29,13 @@ func (r *run) int8Fast(q *candidate) *candidate {
 		r.skip(name, kindINT8Fast, steps, "libtorch has FBGEMM: its own quantize_per_tensor/dequantize are vectorized already")
 		return nil
 	}
-	swapped := 0
+	var swapped torch.FastQDQCounts
 	c := r.addCandidate(name, kindINT8Fast, steps, func() (*candidate, error) {
-		m, nq, ndq, err := q.mod.FastQDQ()
+		m, n, err := q.mod.FastQDQ()
 		if err != nil {
 			return nil, err
 		}
-		swapped = nq + ndq
+		swapped = n
 		save := q.save
 		if save == nil {
 			save = q.mod
@@ -45,8 +46,8 @@ func (r *run) int8Fast(q *candidate) *candidate {
 	if c == nil || c.status != stCandidate {
 		return nil
 	}
-	if swapped == 0 {
-		c.status, c.reason = stSkipped, "the graph calls no aten::quantize_per_tensor or aten::dequantize"
+	if swapped.Quantizes+swapped.Dequantizes+swapped.Adds == 0 {
+		c.status, c.reason = stSkipped, "the graph calls no aten::quantize_per_tensor, aten::dequantize or quantized::add(_relu)"
 		return nil
 	}
 	// The ops are exact: any difference from q's outputs, on every check input, is a bug.
@@ -61,11 +62,11 @@ func (r *run) int8Fast(q *candidate) *candidate {
 		return nil
 	}
 	if maxAbs, _, err := validate.CompareOutputs(want, got); err != nil || maxAbs != 0 {
-		c.status, c.reason = stRejected, fmt.Sprintf("outputs are not exactly %s's (max abs diff %.3g, %v): torchspeed's quantize/dequantize must give the same bits", q.name, maxAbs, err)
+		c.status, c.reason = stRejected, fmt.Sprintf("outputs are not exactly %s's (max abs diff %.3g, %v): torchspeed's quantize/dequantize/add must give the same bits", q.name, maxAbs, err)
 		r.warn(fmt.Sprintf("%s: %s", name, c.reason))
 		return nil
 	}
-	c.reason = fmt.Sprintf("%d quantize_per_tensor/dequantize call(s) swapped for torchspeed's; outputs exactly %s's on %d check input set(s)", swapped, q.name, len(r.checks))
+	c.reason = fmt.Sprintf("%d quantize_per_tensor/dequantize and %d quantized add call(s) swapped for torchspeed's; outputs exactly %s's on %d check input set(s)", swapped.Quantizes+swapped.Dequantizes, swapped.Adds, q.name, len(r.checks))
 	return c
 }
 

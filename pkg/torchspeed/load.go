@@ -147,7 +147,7 @@ func Load(path string, opts ...LoadOptions) (*Model, error) {
 		mod = fast
 	}
 	if slices.Contains(man.LoadPasses, PassFastQDQ) && !o.StockOps {
-		fast, _, _, err := mod.FastQDQ()
+		fast, _, err := mod.FastQDQ()
 		if err != nil {
 			mod.Close()
 			return nil, fmt.Errorf("load artifact %q: re-applying %s: %w", path, PassFastQDQ, err)

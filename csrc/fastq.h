@@ -1,0 +1,76 @@
+// What csrc/fastqdq.cpp (quantize/dequantize) and csrc/fastqadd.cpp (quantized add) share: the
+// kernel choice and ATen's scalar quantize_val. Not part of the C ABI.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "common.h"
+
+namespace tsfast {
+
+constexpr float kTwo63 = 9223372036854775808.0f;  // 2^63: float-to-int64 overflows from here
+
+// ATen's quantize_val without FBGEMM (AffineQuantizerBase.cpp, 1.13): inv = 1.0f / (float)scale;
+// s = (float)zero_point + nearbyint(x * inv) in float; q = clamp((int64_t)s, qmin, qmax). x86's
+// float-to-int64 conversion gives INT64_MIN for NaN and for |s| >= 2^63, so NaN, +inf and huge
+// values become qmin.
+template <typename Q>
+inline Q quantize_one(float x, float inv, float zpf) {
+  constexpr float qmin = static_cast<float>(std::numeric_limits<Q>::min());
+  constexpr float qmax = static_cast<float>(std::numeric_limits<Q>::max());
+  float s = zpf + std::nearbyint(x * inv);
+  if (!(s < kTwo63)) return static_cast<Q>(qmin);  // NaN or overflow: INT64_MIN, clamped up
+  return static_cast<Q>(s < qmin ? qmin : (s > qmax ? qmax : s));
+}
+
+// Kernel choice: Best is the widest instruction set this CPU has (checked once); the others
+// (for tests and benchmarks of each path) must be available.
+enum class Isa { Best = 1, Scalar = 2, Avx2 = 3, Avx512 = 4 };
+
+inline Isa detect_isa() {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) return Isa::Avx512;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::Avx2;
+  return Isa::Scalar;
+}
+
+inline Isa cpu_isa() {
+  static const Isa isa = detect_isa();
+  return isa;
+}
+
+inline Isa resolve(Isa want) {
+  Isa have = cpu_isa();
+  if (want == Isa::Best) return have;
+  if (static_cast<int>(want) > static_cast<int>(have))
+    tsimpl::fail(TS_CODE_UNSUPPORTED,
+                 "this CPU lacks the instructions of kernel " + std::to_string(static_cast<int>(want)));
+  return want;
+}
+
+inline bool plain_cpu(const at::Tensor& t) { return t.defined() && t.device().is_cpu() && t.layout() == at::kStrided; }
+
+// Whether libtorch's own quantize/dequantize are the scalar loops torchspeed's ops reproduce:
+// true without FBGEMM. With it, ATen calls FBGEMM's vectorized kernels, which are fast already and
+// clamp and convert in another order (through int32, after a float clamp), so extreme values
+// (NaN, infinities) need not come out as here: the pass leaves such graphs alone.
+inline bool aten_is_scalar() {
+  static const bool scalar = [] {
+    for (auto e : at::globalContext().supportedQEngines()) {
+      if (e == at::QEngine::FBGEMM) return false;
+    }
+    return true;
+  }();
+  return scalar;
+}
+
+// Whether torchspeed::add/add_relu give exactly quantized::add/add_relu's tensors with this
+// libtorch (csrc/fastqadd.cpp): 1.13 without FBGEMM.
+bool add_swappable();
+
+}  // namespace tsfast
