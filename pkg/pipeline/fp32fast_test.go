@@ -77,22 +77,7 @@ func TestFP32FastLinear(t *testing.T) {
 		t.Errorf("linear_packed calls: on disk %d, loaded %d (aten::linear %d), loaded with StockOps %d: want 0, 8 (0), 0",
 			rawNodes["torchspeed::linear_packed"], nodes["torchspeed::linear_packed"], nodes["aten::linear"], stockNodes["torchspeed::linear_packed"])
 	}
-	x := tensors(t, f.InputArrays(t))
-	want, err := raw.Forward(x...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer torch.CloseOutputs(want)
-	got, err := m.Predict(x...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer torch.CloseOutputs(got)
-	w, _ := want[0].Tensor.Float32s()
-	g, err := got[0].Tensor.Float32s()
-	if err != nil || len(g) != len(w) {
-		t.Fatalf("outputs: %v (%d values, want %d)", err, len(g), len(w))
-	}
+	w, g := firstOutputs(t, f, raw, m)
 	for i := range w {
 		if math.Abs(float64(g[i]-w[i])) > 1e-5 {
 			t.Fatalf("output element %d: %v with fast_linear, %v without", i, g[i], w[i])

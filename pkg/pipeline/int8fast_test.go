@@ -72,22 +72,7 @@ func TestINT8FastQDQ(t *testing.T) {
 	if rawNodes["torchspeed::quantize_per_tensor"] != 0 || nodes["torchspeed::quantize_per_tensor"] == 0 || nodes["aten::quantize_per_tensor"] != 0 {
 		t.Errorf("quantize calls: on disk %v, loaded %v: want ATen's on disk, torchspeed's loaded", rawNodes, nodes)
 	}
-	x := tensors(t, f.InputArrays(t))
-	want, err := raw.Forward(x...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer torch.CloseOutputs(want)
-	got, err := m.Predict(x...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer torch.CloseOutputs(got)
-	w, _ := want[0].Tensor.Float32s()
-	g, err := got[0].Tensor.Float32s()
-	if err != nil || len(g) != len(w) {
-		t.Fatalf("outputs: %v, %d values, want %d", err, len(g), len(w))
-	}
+	w, g := firstOutputs(t, f, raw, m)
 	for i := range w {
 		if math.Float32bits(g[i]) != math.Float32bits(w[i]) {
 			t.Fatalf("output %d: %v loaded with fast_qdq, %v as saved", i, g[i], w[i])

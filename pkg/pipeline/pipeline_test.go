@@ -109,6 +109,29 @@ func tensors(t testing.TB, arrays []*npy.Array) []*torch.Tensor {
 	return out
 }
 
+// firstOutputs runs the saved module raw and the loaded artifact m on fixture f's inputs and
+// returns their first outputs' values (want from raw, got from m).
+func firstOutputs(t *testing.T, f fixtures.Fixture, raw *torch.Module, m *torchspeed.Model) (want, got []float32) {
+	t.Helper()
+	x := tensors(t, f.InputArrays(t))
+	wo, err := raw.Forward(x...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer torch.CloseOutputs(wo)
+	gotOut, err := m.Predict(x...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer torch.CloseOutputs(gotOut)
+	w, _ := wo[0].Tensor.Float32s()
+	g, err := gotOut[0].Tensor.Float32s()
+	if err != nil || len(g) != len(w) {
+		t.Fatalf("outputs: %v, %d values, want %d", err, len(g), len(w))
+	}
+	return w, g
+}
+
 // The artifact of each fixture loads through torchspeed.Load and answers like PyTorch did.
 func TestOptimizeFixtures(t *testing.T) {
 	man := fixtures.Load(t)
