@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/internal/fixtures"
 	"github.com/torchspeed/torchspeed/pkg/config"
 	"github.com/torchspeed/torchspeed/pkg/report"
@@ -52,19 +51,7 @@ func TestFP32FastLinear(t *testing.T) {
 	if !slices.Equal(man.LoadPasses, []string{torchspeed.PassFreeze, torchspeed.PassFastLinear}) || man.Precision != "fp32" {
 		t.Fatalf("manifest: load passes %q, precision %q: want [freeze fast_linear], fp32", man.LoadPasses, man.Precision)
 	}
-	raw, err := torch.Load(*rep.Artifact)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
-	if err := raw.Eval(); err != nil {
-		t.Fatal(err)
-	}
-	m, err := torchspeed.Load(*rep.Artifact, torchspeed.LoadOptions{KeepThreads: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	raw, m := loadBoth(t, *rep.Artifact, "")
 	stock, err := torchspeed.Load(*rep.Artifact, torchspeed.LoadOptions{KeepThreads: true, StockOps: true})
 	if err != nil {
 		t.Fatal(err)

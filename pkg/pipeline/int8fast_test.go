@@ -54,19 +54,7 @@ func TestINT8FastQDQ(t *testing.T) {
 	if !slices.Equal(man.LoadPasses, []string{torchspeed.PassFastQDQ}) || man.Precision != "int8-static" {
 		t.Fatalf("manifest: load passes %q, precision %q: want [fast_qdq], int8-static", man.LoadPasses, man.Precision)
 	}
-	raw, err := torch.LoadWithEngine(*rep.Artifact, man.QEngine)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
-	if err := raw.Eval(); err != nil {
-		t.Fatal(err)
-	}
-	m, err := torchspeed.Load(*rep.Artifact, torchspeed.LoadOptions{KeepThreads: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	raw, m := loadBoth(t, *rep.Artifact, man.QEngine)
 	rawNodes, _ := raw.NodeCounts()
 	nodes, _ := m.Module().NodeCounts()
 	if rawNodes["torchspeed::quantize_per_tensor"] != 0 || nodes["torchspeed::quantize_per_tensor"] == 0 || nodes["aten::quantize_per_tensor"] != 0 {

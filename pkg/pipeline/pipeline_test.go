@@ -109,6 +109,31 @@ func tensors(t testing.TB, arrays []*npy.Array) []*torch.Tensor {
 	return out
 }
 
+// loadBoth loads an artifact twice: raw, as stock libtorch does (eval, under the quantized
+// engine qengine when not empty), and through torchspeed.Load with its load passes. Both close
+// when the test ends.
+func loadBoth(t *testing.T, path, qengine string) (raw *torch.Module, m *torchspeed.Model) {
+	t.Helper()
+	var err error
+	if qengine != "" {
+		raw, err = torch.LoadWithEngine(path, qengine)
+	} else {
+		raw, err = torch.Load(path)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { raw.Close() })
+	if err := raw.Eval(); err != nil {
+		t.Fatal(err)
+	}
+	if m, err = torchspeed.Load(path, torchspeed.LoadOptions{KeepThreads: true}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return raw, m
+}
+
 // firstOutputs runs the saved module raw and the loaded artifact m on fixture f's inputs and
 // returns their first outputs' values (want from raw, got from m).
 func firstOutputs(t *testing.T, f fixtures.Fixture, raw *torch.Module, m *torchspeed.Model) (want, got []float32) {
