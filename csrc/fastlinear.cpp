@@ -24,6 +24,7 @@
 #include <set>
 
 #include "fastlinear.h"
+#include "fastq.h"
 #include "internal.h"
 
 using tsimpl::fail;
@@ -122,26 +123,12 @@ void tile_avx2(const float* a, int64_t lda, const float* b, int64_t K, const flo
 
 using TileFn = void (*)(const float*, int64_t, const float*, int64_t, const float*, float*, int64_t, int, bool);
 
-// Kernel choice: Best is the widest kernel this CPU runs (None: no AVX2+FMA, ATen runs); the
-// others (tests, benchmarks) must be available.
-enum class Isa { None = 0, Best = 1, Avx2 = 2, Avx512 = 3 };
+// Kernel choice is fastq.h's (tsfast::Isa, detected once): Scalar there means no AVX2+FMA, where
+// ATen's linear runs. The C ABI numbers this file's kernels 2 (AVX2+FMA) and 3 (AVX-512F).
+using tsfast::Isa;
 
-Isa cpu_isa() {
-  static const Isa isa = [] {
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) return Isa::Avx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::Avx2;
-    return Isa::None;
-  }();
-  return isa;
-}
-
-Isa resolve(Isa want) {
-  Isa have = cpu_isa();
-  if (want == Isa::Best) return have;
-  if (have == Isa::None || static_cast<int>(want) > static_cast<int>(have))
-    fail(TS_CODE_UNSUPPORTED, "this CPU lacks the instructions of linear kernel " + std::to_string(static_cast<int>(want)));
-  return want;
+Isa kernel_isa(int32_t kernel) {
+  return tsfast::resolve(kernel == 1 ? Isa::Best : kernel == 2 ? Isa::Avx2 : Isa::Avx512);
 }
 
 // The tile functions for 1..MR rows.
@@ -169,8 +156,10 @@ void gemm(Isa isa, const float* x, int64_t lda, int64_t M, int64_t K, const floa
   });
 }
 
+}  // namespace
+
 // W [N, K] (any strides) into panels.
-at::Tensor pack_weight(const at::Tensor& w) {
+at::Tensor tsimpl::pack_linear_weight(const at::Tensor& w) {
   const int64_t N = w.size(0), K = w.size(1), panels = (N + kNR - 1) / kNR;
   at::Tensor wf = w.to(at::kFloat).contiguous();
   at::Tensor packed = at::zeros({panels, K, kNR}, wf.options());
@@ -182,6 +171,8 @@ at::Tensor pack_weight(const at::Tensor& w) {
   }
   return packed;
 }
+
+namespace {
 
 // The [N, K] weight back from its panels (the fallback's argument).
 at::Tensor unpack_weight(const at::Tensor& packed, int64_t n) {
@@ -208,7 +199,7 @@ at::Tensor linear_packed_with(Isa isa, const at::Tensor& x, const at::Tensor& pa
               " output features in panels of ", kNR);
   const int64_t K = packed.size(1);
   const at::Tensor* b = bias.has_value() && bias->defined() ? &*bias : nullptr;
-  bool ok = isa != Isa::None && plain_float(x) && x.dim() >= 1 && x.size(-1) == K && no_grad(x) && no_grad(packed);
+  bool ok = isa != Isa::Scalar && plain_float(x) && x.dim() >= 1 && x.size(-1) == K && no_grad(x) && no_grad(packed);
   if (ok && b != nullptr) ok = plain_float(*b) && b->dim() == 1 && b->size(0) == n && b->is_contiguous() && no_grad(*b);
   std::vector<int64_t> shape;
   int64_t M = 1;
@@ -227,31 +218,19 @@ at::Tensor linear_packed_with(Isa isa, const at::Tensor& x, const at::Tensor& pa
   return y;
 }
 
-at::Tensor fast_linear_packed(const at::Tensor& x, const at::Tensor& packed, const c10::optional<at::Tensor>& bias,
-                              int64_t n, bool relu) {
-  return linear_packed_with(cpu_isa(), x, packed, bias, n, relu, false);
-}
-
 }  // namespace
-
-TORCH_LIBRARY_FRAGMENT(torchspeed, m) {
-  m.def("linear_packed(Tensor x, Tensor packed, Tensor? bias, int n, bool relu) -> Tensor", &fast_linear_packed);
-}
-
-at::Tensor tsimpl::pack_linear_weight(const at::Tensor& w) { return pack_weight(w); }
 
 at::Tensor tsimpl::linear_packed(const at::Tensor& x, const at::Tensor& packed, const c10::optional<at::Tensor>& bias,
                                  int64_t n, bool relu) {
-  return fast_linear_packed(x, packed, bias, n, relu);
+  return linear_packed_with(tsfast::cpu_isa(), x, packed, bias, n, relu, false);
 }
 
-namespace {
-
-using torch::jit::Node;
-using torch::jit::Value;
+TORCH_LIBRARY_FRAGMENT(torchspeed, m) {
+  m.def("linear_packed(Tensor x, Tensor packed, Tensor? bias, int n, bool relu) -> Tensor", &tsimpl::linear_packed);
+}
 
 // The constant float tensor a value holds, if it is one.
-c10::optional<at::Tensor> const_float(Value* v) {
+c10::optional<at::Tensor> tsimpl::constant_float(torch::jit::Value* v) {
   auto iv = torch::jit::toIValue(v);
   if (!iv || !iv->isTensor()) return c10::nullopt;
   at::Tensor t = iv->toTensor();
@@ -259,11 +238,10 @@ c10::optional<at::Tensor> const_float(Value* v) {
   return t;
 }
 
-}  // namespace
-
-c10::optional<at::Tensor> tsimpl::constant_float(Value* v) { return const_float(v); }
-
 namespace {
+
+using torch::jit::Node;
+using torch::jit::Value;
 
 bool const_is_one(Value* v) {
   auto iv = torch::jit::toIValue(v);
@@ -285,21 +263,21 @@ bool swap_one(Node* node, Counts& counts) {
   Node* last = node;  // the node whose output the swapped op gives
   std::vector<Node*> gone{node};
   if (node->kind() == c10::Symbol::fromQualString("aten::linear")) {
-    auto wc = const_float(node->input(1));
+    auto wc = tsimpl::constant_float(node->input(1));
     if (!wc || wc->dim() != 2) return false;
     w = *wc;
     if (!node->input(2)->type()->cast<c10::NoneType>()) {
-      bias = const_float(node->input(2));
+      bias = tsimpl::constant_float(node->input(2));
       if (!bias || bias->dim() != 1 || bias->size(0) != w.size(0)) return false;
     }
   } else {
-    auto wt = const_float(node->input(1));
+    auto wt = tsimpl::constant_float(node->input(1));
     if (!wt || wt->dim() != 2) return false;
     w = wt->t();
     Node* add = only_user(node->output());
     if (add != nullptr && add->matches("aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor") &&
         add->input(0) == node->output() && const_is_one(add->input(2))) {
-      auto b = const_float(add->input(1));
+      auto b = tsimpl::constant_float(add->input(1));
       if (b && b->dim() == 1 && b->size(0) == w.size(0)) {
         bias = b;
         last = add;
@@ -316,7 +294,7 @@ bool swap_one(Node* node, Counts& counts) {
   }
   auto* graph = node->owningGraph();
   torch::jit::WithInsertPoint guard(node);
-  Value* packed = graph->insertConstant(pack_weight(w));
+  Value* packed = graph->insertConstant(tsimpl::pack_linear_weight(w));
   Value* b = bias ? graph->insertConstant(bias->contiguous()) : graph->insertConstant(c10::IValue());
   Value* n = graph->insertConstant(w.size(0));
   Value* rl = graph->insertConstant(relu);
@@ -366,7 +344,7 @@ ts_status* ts_module_fast_linear(const ts_module* m, ts_module** out, int64_t* l
   h->extra = m->extra;
   Counts counts;
   std::set<torch::jit::Graph*> seen;  // submodules of one type share their methods' graphs
-  if (cpu_isa() != Isa::None) {       // without AVX2+FMA the clone is returned unchanged
+  if (tsfast::cpu_isa() != Isa::Scalar) {  // without AVX2+FMA the clone is returned unchanged
     at::NoGradGuard guard;  // packed constants are plain tensors, not inference ones
     for (const auto& sub : h->m.modules()) {
       for (const auto& method : sub.get_methods()) {
@@ -400,8 +378,8 @@ ts_status* ts_tensor_linear(const ts_tensor* x, const ts_tensor* w, const ts_ten
     if (relu) r = at::relu(r);
   } else {
     // A forced kernel runs at every row count; kernel 1 is the graph op, fallbacks and all.
-    Isa isa = resolve(static_cast<Isa>(kernel));
-    r = linear_packed_with(isa, x->t, pack_weight(w->t), bias, w->t.size(0), relu != 0, kernel != 1);
+    r = linear_packed_with(kernel_isa(kernel), x->t, tsimpl::pack_linear_weight(w->t), bias, w->t.size(0), relu != 0,
+                           kernel != 1);
   }
   *out = new ts_tensor{std::move(r)};
   TS_API_END("linear")
@@ -414,7 +392,7 @@ ts_status* ts_tensor_linear_pack(const ts_tensor* w, ts_tensor** out) noexcept {
   TS_CHECK_ARG(w->t.dim() == 2 && plain_float(w->t), "linear_pack",
                "the weight is not a 2-D float32 CPU tensor (" + std::to_string(w->t.dim()) + " dimensions)");
   c10::InferenceMode guard;
-  *out = new ts_tensor{pack_weight(w->t)};
+  *out = new ts_tensor{tsimpl::pack_linear_weight(w->t)};
   TS_API_END("linear_pack")
 }
 
@@ -430,8 +408,7 @@ ts_status* ts_tensor_linear_packed(const ts_tensor* x, const ts_tensor* packed, 
   c10::InferenceMode guard;
   c10::optional<at::Tensor> bias;
   if (b != nullptr) bias = b->t;
-  Isa isa = resolve(static_cast<Isa>(kernel));
-  *out = new ts_tensor{linear_packed_with(isa, x->t, packed->t, bias, n, relu != 0, kernel != 1)};
+  *out = new ts_tensor{linear_packed_with(kernel_isa(kernel), x->t, packed->t, bias, n, relu != 0, kernel != 1)};
   TS_API_END("linear_packed")
 }
 

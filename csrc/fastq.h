@@ -1,5 +1,5 @@
 // What csrc/fastqdq.cpp (quantize/dequantize) and csrc/fastqadd.cpp (quantized add) share: the
-// kernel choice and ATen's scalar quantize_val. Not part of the C ABI.
+// kernel choice (csrc/fastlinear.cpp's too) and ATen's scalar quantize_val. Not part of the C ABI.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -48,8 +48,8 @@ inline Isa resolve(Isa want) {
   Isa have = cpu_isa();
   if (want == Isa::Best) return have;
   if (static_cast<int>(want) > static_cast<int>(have))
-    tsimpl::fail(TS_CODE_UNSUPPORTED,
-                 "this CPU lacks the instructions of kernel " + std::to_string(static_cast<int>(want)));
+    tsimpl::fail(TS_CODE_UNSUPPORTED, std::string("this CPU lacks the instructions of the ") +
+                                          (want == Isa::Avx512 ? "AVX-512F" : "AVX2+FMA") + " kernel");
   return want;
 }
 
