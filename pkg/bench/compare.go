@@ -166,6 +166,11 @@ func Compare(targets []Target, o CompareOptions) (*Comparison, error) {
 		}
 		results[i].First = first
 	}
+	// Before the warm-up rounds, which absorb the slow inferences that follow
+	// a collection (see Run).
+	if !o.SkipGC {
+		runtime.GC()
+	}
 
 	// Warm-up rounds.
 	wStart := c.Now()
@@ -190,7 +195,6 @@ func Compare(targets []Target, o CompareOptions) (*Comparison, error) {
 			return nil, err
 		}
 	}
-	runtime.GC()
 
 	start := c.Now()
 	limit := o.maxRuns()

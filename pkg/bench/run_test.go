@@ -3,6 +3,7 @@ package bench
 import (
 	"errors"
 	"math"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -180,4 +181,45 @@ func TestRunFailures(t *testing.T) {
 	if _, err := Run(nil, Options{Runs: 1}); err == nil {
 		t.Error("Run(nil) succeeded")
 	}
+}
+
+// forcedGCs is how many collections runtime.GC has run in this process.
+func forcedGCs() uint32 {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.NumForcedGC
+}
+
+// Run collects garbage once, before the warm-up, and not at all with SkipGC: the
+// inferences right after a collection are slow, and a caller timing a warm target again
+// and again (the serve loop) would have them in every round.
+func TestRunCollectsGarbageBeforeWarmup(t *testing.T) {
+	clk := &SimClock{}
+	tg := &gcWatch{SyntheticTarget: NewSyntheticTarget("m", clk, quietModel, 1)}
+	gcs := forcedGCs()
+	if _, err := Run(tg, Options{Runs: 5, Warmup: 3, Clock: clk}); err != nil {
+		t.Fatal(err)
+	}
+	if len(tg.seen) != 9 || tg.seen[0] != gcs || tg.seen[1] != gcs+1 || forcedGCs() != gcs+1 {
+		t.Errorf("collections seen by each run %v (from %d), %d in all; want 1 between the first run and the warm-up, no other",
+			tg.seen, gcs, forcedGCs()-gcs)
+	}
+	gcs = forcedGCs()
+	if _, err := Run(tg, Options{Runs: 5, Clock: clk, SkipGC: true}); err != nil {
+		t.Fatal(err)
+	}
+	if n := forcedGCs() - gcs; n != 0 {
+		t.Errorf("SkipGC: %d collections, want 0", n)
+	}
+}
+
+// gcWatch records the count of collections at each run.
+type gcWatch struct {
+	*SyntheticTarget
+	seen []uint32
+}
+
+func (g *gcWatch) Run() error {
+	g.seen = append(g.seen, forcedGCs())
+	return g.SyntheticTarget.Run()
 }

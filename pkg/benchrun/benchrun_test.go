@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -327,8 +328,17 @@ func TestServeRounds(t *testing.T) {
 	l := loadDigits(t)
 	in := strings.NewReader("run 3\nrun x\n\n  run 2  \nquit\nrun 1\n")
 	var out bytes.Buffer
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	gcs := ms.NumForcedGC
 	if err := ServeRounds(in, &out, l, digitsInputs, 1, 2, map[string]string{"threads": "1", "runtime": "default"}); err != nil {
 		t.Fatal(err)
+	}
+	// One collection before the warm-up, none in the rounds: the inferences right after one
+	// are slow, and every round would time them.
+	runtime.ReadMemStats(&ms)
+	if n := ms.NumForcedGC - gcs; n != 1 {
+		t.Errorf("%d forced collections, want 1 (before the warm-up)", n)
 	}
 	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
 	want := []string{

@@ -15,11 +15,13 @@ import (
 // ServeRounds keeps one model loaded and answers each "run K" line on in with "ns" and the K
 // latencies in nanoseconds, timed by bench.Run (the loop `torchspeed bench` uses) on the
 // inference worker thread; each round's first inference is timed apart and left out, so it
-// also re-warms caches another process used meanwhile. It first makes the inputs from ins and
-// seed, runs warmup untimed runs and prints "ready" with settings as JSON; "quit" or the end of
-// in stops it. A line it cannot read gets an "error" line and the loop goes on; a failed
-// inference ends it with that error. It is the protocol of the hidden `bench --serve`, with
-// which a driver process alternates rounds between processes whose OpenMP settings differ.
+// also re-warms caches another process used meanwhile. Garbage is collected once, before the
+// warm-up, not in every round (see bench.Options.SkipGC). It first makes the inputs from ins
+// and seed, runs warmup untimed runs and prints "ready" with settings as JSON; "quit" or the
+// end of in stops it. A line it cannot read gets an "error" line and the loop goes on; a
+// failed inference ends it with that error. It is the protocol of the hidden `bench --serve`,
+// with which a driver process alternates rounds between processes whose OpenMP settings
+// differ.
 func ServeRounds(in io.Reader, out io.Writer, l *Loaded, ins []InputSpec, seed uint64, warmup int, settings map[string]string) error {
 	inputs, err := MakeInputs(ins, 0, seed)
 	if err != nil {
@@ -60,7 +62,7 @@ func ServeTarget(in io.Reader, out io.Writer, t bench.Target, warmup int, settin
 			fmt.Fprintf(w, "error %q: want \"run K\" with K >= 1, or \"quit\"\n", line)
 		} else {
 			var r *bench.Result
-			torch.Do(func() { r, err = bench.Run(t, bench.Options{Runs: k}) })
+			torch.Do(func() { r, err = bench.Run(t, bench.Options{Runs: k, SkipGC: true}) })
 			if err != nil {
 				fmt.Fprintf(w, "error %v\n", err)
 				w.Flush()

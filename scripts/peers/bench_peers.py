@@ -466,6 +466,8 @@ def bench_model(args, entry, rng):
                 others = max(0.0, ((b1 - b0) - (o1 - o0)) / CLK_TCK / el)
                 other[c].append({"cpus": round(others, 3), "steal_cpus": round((s1 - s0) / CLK_TCK / el, 3)})
                 got[c].append((i, ns))
+                if args.blocks_out:
+                    args.blocks_out.write(json.dumps({"model": name, "contender": c, "process": i, "round": r, "ns": ns}) + "\n")
             if interrupted:
                 # Drop the partial round's blocks.
                 for c in live:
@@ -593,6 +595,7 @@ def main():
     ap.add_argument("--contenders", help="only these contenders (comma-separated names, e.g. ts-bench,ts-bench-default)")
     ap.add_argument("--reoptimize", action="store_true", help="re-run torchspeed optimize even if its report is newer")
     ap.add_argument("--ready-timeout", type=float, default=600)
+    ap.add_argument("--blocks", help="also write every block's latencies, in the order timed, as JSON lines to this file")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--spread-warn", type=float, default=1.15,
                     help="warn when a contender's processes differ by more than this factor at p50")
@@ -626,6 +629,7 @@ def main():
     if args.contenders:
         args.contenders = {c.strip() for c in args.contenders.split(",") if c.strip()}
     args.out_path = os.path.abspath(args.out or os.path.join(args.work, "peers.json"))
+    args.blocks_out = open(args.blocks, "w") if args.blocks else None
     os.makedirs(os.path.dirname(args.out_path), exist_ok=True)
     rng = random.Random(args.seed)
     doc = {"schema_version": SCHEMA_VERSION, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
