@@ -136,6 +136,13 @@ if [ ${#missing[@]} -gt 0 ]; then
 	in_root apt-get install -y -q --no-install-recommends "${missing[@]}"
 	in_root apt-get clean
 fi
+# The host's own certificate authorities (a TLS-inspecting proxy's, say): without them the go
+# command in the root cannot reach the module proxy for what the copied cache lacks (staticcheck).
+if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+	mkdir -p "$root/usr/local/share/ca-certificates"
+	cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
+	in_root update-ca-certificates >/dev/null
+fi
 echo "check-libtorch2: libtorch-dev $(in_root dpkg-query -W -f='${Version}' libtorch-dev), python3-torch $(in_root dpkg-query -W -f='${Version}' python3-torch), $(in_root g++ --version | head -1), $(in_root cmake --version | head -1)"
 
 # 4. Go: trixie's Go is older than go.mod's; this machine's toolchain runs there as it is.
