@@ -478,3 +478,73 @@ func TestConvAddPassRefusesUnsafeResiduals(t *testing.T) {
 		t.Errorf("safe: cosine to the unfused method %.6f", c)
 	}
 }
+
+// TestConvAddConcurrentAndBadResiduals runs the fused resnet18 from two goroutines at once (each
+// call brings its own scratchpad; the primitive cache is shared) and checks that both give the
+// serial run's tensors, then gives the op a residual of the wrong shape: ATen's error, fused or
+// not, and no crash.
+func TestConvAddConcurrentAndBadResiduals(t *testing.T) {
+	if why := torch.ConvAddUnavailable(); why != "" {
+		t.Skip(why)
+	}
+	f := fixtures.Load(t).Get(t, "resnet18")
+	m, err := torch.LoadWithEngine(f.Path(f.QuantRef.File), f.QuantRef.Engine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	fused, _, err := m.FuseConvAdd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fused.Close()
+	in := tensorsOf(t, f.InputArrays(t))
+	first := func() []float32 {
+		out, err := fused.Forward(in...)
+		if err != nil {
+			t.Error(err)
+			return nil
+		}
+		defer torch.CloseOutputs(out)
+		d, err := out[0].Tensor.Float32s()
+		if err != nil {
+			t.Error(err)
+		}
+		return d
+	}
+	want := first()
+	done := make(chan []float32, 6)
+	for g := 0; g < 2; g++ {
+		go func() {
+			for i := 0; i < 3; i++ {
+				done <- first()
+			}
+		}()
+	}
+	for i := 0; i < 6; i++ {
+		got := <-done
+		if len(got) != len(want) {
+			t.Fatalf("concurrent run %d: %d values, want %d", i, len(got), len(want))
+		}
+		for j := range want {
+			if math.Float32bits(got[j]) != math.Float32bits(want[j]) {
+				t.Fatalf("concurrent run %d: element %d is %g, the serial run's %g", i, j, got[j], want[j])
+			}
+		}
+	}
+
+	c := convAddCases[1]
+	d := makeConvAddData(t, c, 9)
+	args := torch.QConvAddArgs{Weight: d.w, WeightScales: d.ws, Bias: d.b, Stride: c.stride, Padding: c.pad, Dilation: 1,
+		Groups: c.groups, ConvScale: c.sc, ConvZeroPoint: c.zc, Scale: c.s, ZeroPoint: c.z, Relu: true}
+	if err := torch.SetQEngine("onednn"); err != nil {
+		t.Fatal(err)
+	}
+	// The wrong shape: the input itself as the residual.
+	for _, fusedOp := range []bool{false, true} {
+		if out, _, err := d.x.QConv2dAdd(d.x, args, fusedOp); err == nil {
+			out.Close()
+			t.Errorf("fused=%t: a residual of the input's shape %v was accepted", fusedOp, d.x.Shape())
+		}
+	}
+}
