@@ -59,6 +59,7 @@ struct Key {
 // brings its own scratchpad).
 struct Prim {
   Key key;
+  bool usable = true;  // false: oneDNN refused this configuration; ATen's pair computes it
   dnnl::convolution_forward::primitive_desc pd;
   dnnl::convolution_forward prim;
   ideep::tensor weights;  // in pd's layout (shares the packed weight's buffer where that is it)
@@ -97,7 +98,6 @@ std::shared_ptr<const Prim> build(const Onednn& w, const Key& key) {
   using tag = dnnl::memory::format_tag;
   const auto& eng = ideep::engine::cpu_engine();
   const int64_t groups = w.groups();
-  ideep::tensor grouped = w.weight_->make_grouped_weights(static_cast<int>(groups));
   const auto kdims = w.orig_weight_.sizes().vec();  // [O, I/g, kh, kw]
   ideep::dims src_dims = key.src_dims;
   auto dst_dims = at::native::conv_output_size(src_dims, kdims, w.padding().vec(), w.stride().vec(),
@@ -142,7 +142,14 @@ std::shared_ptr<const Prim> build(const Onednn& w, const Key& key) {
   p->key = key;
   p->pd = dnnl::convolution_forward::primitive_desc(desc, attr, eng);
   p->prim = dnnl::convolution_forward(p->pd);
-  p->weights = grouped.reorder_if_differ_in(p->pd.weights_desc());
+  // From the plain s8 weight ATen keeps ([O, I/g, kh, kw]): its prepacked copy is laid out for
+  // ATen's primitive and oneDNN cannot always reorder one blocked layout into another (resnet50's
+  // 1x1 convolutions), while a plain one reorders into any (computing the compensation the
+  // layout asks for).
+  at::Tensor wq = w.orig_weight_.contiguous();
+  ideep::tensor plain({wdims, dt::s8, groups > 1 ? tag::goihw : tag::oihw}, wq.data_ptr());
+  p->weights = ideep::tensor(p->pd.weights_desc());
+  plain.reorder_to(p->weights);
   if (with_bias) {
     at::Tensor b = w.orig_bias_->to(at::kFloat).contiguous();
     p->bias = dnnl::memory(b_md, eng);
@@ -203,11 +210,18 @@ at::Tensor fused(const at::Tensor& qx, const c10::intrusive_ptr<Packed>& w, cons
     p = e->prim;
   }
   if (!p || !(p->key == key)) {
-    p = build(*ow, key);
+    try {
+      p = build(*ow, key);
+    } catch (const dnnl::error&) {  // remembered: the next calls go straight to ATen's pair
+      auto bad = std::make_shared<Prim>();
+      bad->key = key;
+      bad->usable = false;
+      p = bad;
+    }
     std::lock_guard<std::mutex> lock(e->mu);
     e->prim = p;
   }
-  if (!residual.sizes().equals(p->dst_dims)) return {};
+  if (!p->usable || !residual.sizes().equals(p->dst_dims)) return {};
   if (residual.numel() == 0) return {};
   const auto& eng = ideep::engine::cpu_engine();
   dnnl::memory src(p->pd.src_desc(), eng, x.data_ptr());
