@@ -39,6 +39,10 @@ var convAddCases = []convAddCase{
 		sx: 0.05, zx: 3, sw: 0, sc: 0.04, zc: 110, sr: 0.05, zr: 77, s: 0.05, z: 100},
 	{name: "saturates at 0 and 255", n: 1, c: 8, h: 6, w: 6, o: 8, k: 3, stride: 1, pad: 1, groups: 1, perChannel: true, bias: true,
 		sx: 0.1, zx: 0, sw: 0.03, sc: 0.2, zc: 128, sr: 0.1, zr: 128, s: 0.02, z: 128, wantSaturated0: true, want255: true},
+	{name: "resnet50's 1x1 expansion, 64 -> 256 at 14x14 (brgconv sizes)", n: 1, c: 64, h: 14, w: 14, o: 256, k: 1, stride: 1, pad: 0, groups: 1, perChannel: true, bias: true, relu: true,
+		sx: 0.03, zx: 0, sw: 0, sc: 0.05, zc: 70, sr: 0.04, zr: 37, s: 0.06, z: 0},
+	{name: "resnet50's 3x3, 128 channels at 28x28", n: 1, c: 128, h: 28, w: 28, o: 128, k: 3, stride: 1, pad: 1, groups: 1, perChannel: true, bias: true, relu: true,
+		sx: 0.02, zx: 0, sw: 0, sc: 0.04, zc: 90, sr: 0.05, zr: 11, s: 0.05, z: 0},
 	{name: "grouped 3x3 relu", n: 1, c: 8, h: 7, w: 7, o: 8, k: 3, stride: 1, pad: 1, groups: 2, perChannel: true, bias: true, relu: true,
 		sx: 0.05, zx: 2, sw: 0, sc: 0.07, zc: 60, sr: 0.05, zr: 30, s: 0.08, z: 4},
 }
