@@ -6,9 +6,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/internal/fixtures"
+	"github.com/torchspeed/torchspeed/pkg/bench"
 	"github.com/torchspeed/torchspeed/pkg/config"
 	"github.com/torchspeed/torchspeed/pkg/report"
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
@@ -87,4 +89,36 @@ func argmaxOf(v []float32) int {
 		}
 	}
 	return best
+}
+
+// pickFuse on given p50s: auto keeps the fused variant only when it is faster, true keeps it
+// anyway; a kept variant supersedes the fast_qdq candidate it was built on.
+func TestPickFuse(t *testing.T) {
+	for _, c := range []struct {
+		toggle   config.Toggle
+		fuse     time.Duration
+		want     state
+		inReason string
+	}{
+		{config.Auto, 3 * time.Millisecond, stKept, "1.33x faster than INT8 static + fast_qdq"},
+		{config.Auto, 4 * time.Millisecond, stRejected, "not faster than INT8 static + fast_qdq"},
+		{config.Auto, 5 * time.Millisecond, stRejected, "not faster than INT8 static + fast_qdq"},
+		{config.On, 5 * time.Millisecond, stKept, "optimize.fuse_conv_add is on"},
+	} {
+		cfg := config.Default()
+		cfg.Optimize.FuseConvAdd = c.toggle
+		fast := &candidate{name: "INT8 static + fast_qdq", kind: kindINT8Fast, status: stCandidate}
+		fuse := &candidate{name: fast.name + " + fuse_conv_add", kind: kindINT8Fuse, status: stCandidate, base: fast, reason: "8 conv + add pair(s) fused"}
+		r := &run{cfg: &cfg, rep: &report.Report{}, cands: []*candidate{fast, fuse}}
+		m := &measurement{cmp: &bench.Comparison{Results: []*bench.Result{
+			{Name: fast.name, Stats: bench.Summary{P50: 4 * time.Millisecond}}, {Name: fuse.name, Stats: bench.Summary{P50: c.fuse}}}}}
+		got := r.pickFuse(m, fast, fuse)
+		if c.want == stKept {
+			if got != fuse || fuse.status != stCandidate || !strings.Contains(fuse.reason, c.inReason) || fast.status != stSuperseded {
+				t.Errorf("%s, p50 %v vs 4ms: picked %s; fused %s %q, base %s: want the fused one with %q, its base superseded", c.toggle, c.fuse, got.name, fuse.status, fuse.reason, fast.status, c.inReason)
+			}
+		} else if got != fast || fuse.status != stRejected || !strings.Contains(fuse.reason, c.inReason) || fast.status != stCandidate {
+			t.Errorf("%s, p50 %v vs 4ms: picked %s; fused %s %q, base %s: want rejected with %q", c.toggle, c.fuse, got.name, fuse.status, fuse.reason, fast.status, c.inReason)
+		}
+	}
 }
