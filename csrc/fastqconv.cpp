@@ -33,6 +33,10 @@
 #include "fastqconv.h"
 #include "internal.h"
 
+#if TORCH_VERSION_MAJOR != 1 || TORCH_VERSION_MINOR != 13 || DNNL_VERSION_MAJOR != 2
+#error "csrc/fastqconv.cpp reads libtorch 1.13's onednn packed conv params and uses oneDNN 2's API: CMake builds it only there"
+#endif
+
 namespace {
 
 using Packed = ConvPackedParamsBase<2>;
