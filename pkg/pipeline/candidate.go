@@ -78,8 +78,11 @@ type candidate struct {
 	nodes        map[string]int
 	maxAbs       float64
 	cosine       float64
-	status       state
-	reason       string
+	// valCosine is the validation cosine to FP32 of a candidate validated on its own
+	// (fuse_conv_add's); 0 for the others.
+	valCosine float64
+	status    state
+	reason    string
 	// meas is the measurement this candidate's stage row takes its timings from (the one
 	// its keep-or-reject decision was made on); nil: not timed.
 	meas *measurement

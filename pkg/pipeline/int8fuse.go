@@ -77,7 +77,7 @@ func (r *run) int8Fuse(b *candidate, val validate.Batches, th validate.Threshold
 		r.warn(fmt.Sprintf("%s: %s", name, c.reason))
 		return nil
 	}
-	c.cosine = res.Cosine
+	c.valCosine = res.Cosine
 	ref := ""
 	if int8Val != nil {
 		ref = fmt.Sprintf(" (the INT8 model's %.5f)", int8Val.Cosine)

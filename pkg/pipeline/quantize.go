@@ -246,7 +246,7 @@ func (r *run) quantize() error {
 		}
 		switch {
 		case best8.kind == kindINT8Fuse:
-			note += "; fuse_conv_add's outputs differ from " + picked.name + "'s by one rounding per fused convolution, validated against FP32 (cosine " + fmt.Sprintf("%.5f", best8.cosine) + ")"
+			note += "; fuse_conv_add's outputs differ from " + picked.name + "'s by one rounding per fused convolution, validated against FP32 (cosine " + fmt.Sprintf("%.5f", best8.valCosine) + ")"
 		case best8 != picked:
 			note += "; fast_qdq's outputs are exactly " + picked.name + "'s"
 		}
