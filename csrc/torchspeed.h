@@ -54,8 +54,9 @@ extern "C" {
  * 13: ts_module_forward_single.
  * 14: ts_module_fast_qdq, ts_tensor_quantize_per_tensor, ts_tensor_dequantize.
  * 15: ts_module_fast_linear, ts_tensor_linear, ts_tensor_linear_pack, ts_tensor_linear_packed.
- * 16: ts_module_fast_qdq_v2 (also swaps quantized::add/add_relu, counts them), ts_tensor_qadd. */
-#define TS_API_VERSION 16
+ * 16: ts_module_fast_qdq_v2 (also swaps quantized::add/add_relu, counts them), ts_tensor_qadd.
+ * 17: ts_module_fuse_conv_add, ts_conv_add_unavailable, ts_tensor_qconv2d_add. */
+#define TS_API_VERSION 17
 
 typedef struct ts_status ts_status;
 typedef struct ts_module ts_module;
@@ -172,6 +173,20 @@ TS_EXPORT ts_status* ts_tensor_linear_packed(const ts_tensor* x, const ts_tensor
  * kernels do not cover goes to ATen's op. */
 TS_EXPORT ts_status* ts_tensor_qadd(const ts_tensor* a, const ts_tensor* b, double scale, int64_t zero_point, int32_t relu,
                                     int32_t kernel, ts_tensor** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
+/* quantized::add[_relu](quantized::conv2d(qx, W, conv_scale, conv_zero_point), residual, scale,
+ * zero_point) (operands swapped when residual_first), W prepacked here by quantized::conv2d_prepack
+ * on the current quantized engine from the float weight w [O, I/groups, kh, kw] quantized to qint8
+ * with zero point 0 and the scales wscales ([O]: per channel; [1]: per tensor), bias b (may be
+ * NULL), square stride, padding and dilation. mode 0 runs ATen's two ops; mode 1 runs
+ * torchspeed::conv2d_add as the fuse_conv_add pass's graphs do (into a channels-last copy of
+ * residual), and *fused says whether the fused oneDNN convolution ran (0: it fell back to ATen's
+ * pair). TS_CODE_UNSUPPORTED where this build has no fused convolution (ts_conv_add_unavailable). */
+TS_EXPORT ts_status* ts_tensor_qconv2d_add(const ts_tensor* qx, const ts_tensor* w, const ts_tensor* wscales,
+                                           const ts_tensor* b, int64_t stride, int64_t padding, int64_t dilation,
+                                           int64_t groups, double conv_scale, int64_t conv_zero_point,
+                                           const ts_tensor* residual, int32_t residual_first, double scale,
+                                           int64_t zero_point, int32_t relu, int32_t mode,
+                                           ts_tensor** out /* new reference */, int32_t* fused) TS_NOEXCEPT TS_MUST_CHECK;
 /* A copy in channels-last memory format (4-D) or channels-last-3d (5-D); same values. */
 TS_EXPORT ts_status* ts_tensor_channels_last(const ts_tensor* t, ts_tensor** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
 
@@ -231,6 +246,19 @@ TS_EXPORT ts_status* ts_module_fast_linear(const ts_module* m, ts_module** out, 
  * vectorized and parallel; only with libtorch 1.13 without FBGEMM); *adds gets how many. */
 TS_EXPORT ts_status* ts_module_fast_qdq_v2(const ts_module* m, ts_module** out, int64_t* quantizes,
                                            int64_t* dequantizes, int64_t* adds) TS_NOEXCEPT TS_MUST_CHECK;
+/* A clone whose graphs (every method of the module and its submodules) compute each
+ * %o = quantized::add[_relu](%c, %r, scale, zero_point) (either operand order) whose %c =
+ * quantized::conv2d(%x, %w, ...) has no other use with torchspeed::conv2d_add (csrc/fastqconv.cpp):
+ * one oneDNN convolution that adds into %r's buffer. Only where writing into %r is safe: %r made by
+ * a node of the same block, not aliasing a graph input or output, a constant or %x, and every use
+ * of anything that may alias it before the add. Outputs differ from ATen's pair by the conv's
+ * own u8 rounding (at most about s_conv / (2 * scale) + 1 quanta). *fused gets how many pairs;
+ * none where ts_conv_add_unavailable is not NULL. The result runs only where libtorchspeed is
+ * loaded: do not save it for stock PyTorch. */
+TS_EXPORT ts_status* ts_module_fuse_conv_add(const ts_module* m, ts_module** out, int64_t* fused) TS_NOEXCEPT TS_MUST_CHECK;
+/* NULL when this build has torchspeed::conv2d_add; else a static sentence saying why not (the
+ * package or libtorch it was built without). */
+TS_EXPORT const char* ts_conv_add_unavailable(void) TS_NOEXCEPT;
 /* Runs forward with n borrowed inputs. */
 TS_EXPORT ts_status* ts_module_forward(const ts_module* m, ts_tensor* const* inputs, size_t n,
                                        ts_outputs** out) TS_NOEXCEPT TS_MUST_CHECK;

@@ -178,6 +178,8 @@ func TestHostile04NoPanicOnBadArguments(t *testing.T) {
 	var zeroT torch.Tensor
 	var nilTh *torch.Thread
 	live := loadFixture(t, f)
+	live0, _ := torch.NewTensor([]float32{1}, []int64{1})
+	defer live0.Close()
 
 	mods := map[string]*torch.Module{"nil": nilM, "zero": &zeroM, "closed": closedM}
 	for name, m := range mods {
@@ -206,6 +208,7 @@ func TestHostile04NoPanicOnBadArguments(t *testing.T) {
 			_, errs["QuantDynamic"] = m.QuantDynamic(torch.QuantConfig{}, "")
 			_, errs["QuantLayers"] = m.QuantLayers()
 			_, _, errs["OpFLOPs"] = m.OpFLOPs()
+			_, _, errs["FuseConvAdd"] = m.FuseConvAdd()
 			for fn, err := range errs {
 				if err == nil {
 					t.Errorf("%s on a %s module: no error", fn, name)
@@ -236,6 +239,9 @@ func TestHostile04NoPanicOnBadArguments(t *testing.T) {
 			_, errs["Float"] = x.Float()
 			_, errs["ChannelsLast"] = x.ChannelsLast()
 			_, errs["QParams"] = x.QParams()
+			_, _, errs["QConv2dAdd"] = x.QConv2dAdd(x, torch.QConvAddArgs{Weight: x, WeightScales: x}, true)
+			_, _, errs["QConv2dAdd as residual"] = live0.QConv2dAdd(x, torch.QConvAddArgs{Weight: live0, WeightScales: live0}, false)
+			_, _, errs["QConv2dAdd nil weight"] = live0.QConv2dAdd(live0, torch.QConvAddArgs{Weight: x, WeightScales: live0}, false)
 			for fn, err := range errs {
 				if err == nil {
 					t.Errorf("%s on a %s tensor: no error", fn, name)

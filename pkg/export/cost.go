@@ -137,6 +137,9 @@ func lostAtPlainLoad(m *torchspeed.Manifest, optimizedSaved bool) []string {
 	if slices.Contains(m.LoadPasses, torchspeed.PassFastQDQ) {
 		lost = append(lost, "the server runs libtorch's own quantize_per_tensor and dequantize (and, with libtorch 1.13, quantized add), not torchspeed's vectorized ones")
 	}
+	if slices.Contains(m.LoadPasses, torchspeed.PassFuseConvAdd) {
+		lost = append(lost, "the server runs each quantized conv and the add after it as two ops, not torchspeed's fused convolution")
+	}
 	if slices.Contains(m.LoadPasses, torchspeed.PassFastLinear) {
 		lost = append(lost, "the server runs libtorch's own linears (its BLAS), not torchspeed's GEMM over packed weights")
 	}

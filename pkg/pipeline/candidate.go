@@ -56,6 +56,7 @@ const (
 	kindINT8OFI  // INT8 + optimize_for_inference (int8ofi.go)
 	kindINT8Fast // an INT8 candidate + fast_qdq (int8fast.go)
 	kindFP32Fast // a frozen FP32 candidate + fast_linear (fp32fast.go)
+	kindINT8Fuse // an INT8 candidate (or its fast_qdq variant) + fuse_conv_add (int8fuse.go)
 )
 
 // candidate is one version of the model the pipeline may keep.
@@ -77,12 +78,16 @@ type candidate struct {
 	nodes        map[string]int
 	maxAbs       float64
 	cosine       float64
-	status       state
-	reason       string
+	// valCosine is the validation cosine to FP32 of a candidate validated on its own
+	// (fuse_conv_add's); 0 for the others.
+	valCosine float64
+	status    state
+	reason    string
 	// meas is the measurement this candidate's stage row takes its timings from (the one
 	// its keep-or-reject decision was made on); nil: not timed.
 	meas *measurement
-	// base is the candidate a fast_linear variant was built from (nil for the others).
+	// base is the candidate a fast_linear or fuse_conv_add variant was built from (nil for the
+	// others).
 	base *candidate
 	// quantizedOps counts the graph's quantized operators, by kind (quant.QuantizedOps).
 	quantizedOps map[string]int

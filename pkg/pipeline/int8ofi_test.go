@@ -48,7 +48,7 @@ func TestINT8OFI(t *testing.T) {
 	// without it), 4 calibration samples, no channels-last candidate.
 	cfg.Quantize.Fallback, cfg.Validation.MinTop1Agreement, cfg.Validation.MinCosine = false, 0, 0.9
 	cfg.Calibration.Limit, cfg.Optimize.ChannelsLast = 4, config.Off
-	cfg.Optimize.OptimizeForInference, cfg.Optimize.FastQDQ = config.On, config.Off
+	cfg.Optimize.OptimizeForInference, cfg.Optimize.FastQDQ, cfg.Optimize.FuseConvAdd = config.On, config.Off, config.Off
 	rep, err := Run(context.Background(), cfg, testOptions())
 	if err != nil {
 		t.Fatal(err)
@@ -143,7 +143,7 @@ func TestINT8OFIRejected(t *testing.T) {
 	cfg.Quantize.Skip = []string{"conv1"}
 	cfg.Quantize.Fallback, cfg.Validation.MinTop1Agreement, cfg.Validation.MinCosine = false, 0, 0.9
 	cfg.Calibration.Limit, cfg.Optimize.ChannelsLast, cfg.Optimize.MinSpeedup = 4, config.Off, 1000
-	cfg.Optimize.FastQDQ = config.Off
+	cfg.Optimize.FastQDQ, cfg.Optimize.FuseConvAdd = config.Off, config.Off
 	rep, err := Run(context.Background(), cfg, testOptions())
 	if err != nil {
 		t.Fatal(err)
@@ -171,7 +171,7 @@ func TestINT8OFINotBuiltWithoutFP32Layers(t *testing.T) {
 	f := fixtures.Load(t).Get(t, "digits")
 	cfg := int8Config(t, f, t.TempDir())
 	cfg.Quantize.Fallback = false
-	cfg.Optimize.OptimizeForInference, cfg.Optimize.FastQDQ = config.On, config.Off
+	cfg.Optimize.OptimizeForInference, cfg.Optimize.FastQDQ, cfg.Optimize.FuseConvAdd = config.On, config.Off, config.Off
 	rep, err := Run(context.Background(), cfg, testOptions())
 	if err != nil {
 		t.Fatal(err)

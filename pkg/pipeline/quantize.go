@@ -162,10 +162,19 @@ func (r *run) quantize() error {
 	if err := r.chooseINT8Threads(c, ofi); err != nil {
 		return err
 	}
-	// fast_qdq variants of both run in the same rounds: no extra measurement.
+	// fast_qdq and fuse_conv_add variants of both run in the same rounds: no extra measurement.
 	fastQ, fastOFI := r.int8Fast(c), r.int8Fast(ofi)
+	var int8Val *validate.Result
+	if qrep != nil {
+		int8Val = qrep.Validation
+	}
+	fuseQ := r.int8Fuse(firstOf(fastQ, c), valB, th, int8Val)
+	var fuseOFI *candidate
+	if ofi != nil {
+		fuseOFI = r.int8Fuse(firstOf(fastOFI, ofi), valB, th, int8Val)
+	}
 	cands := uniq(fp32, c)
-	for _, x := range []*candidate{ofi, fastQ, fastOFI} {
+	for _, x := range []*candidate{ofi, fastQ, fastOFI, fuseQ, fuseOFI} {
 		if x != nil {
 			cands = append(cands, x)
 		}
@@ -183,13 +192,15 @@ func (r *run) quantize() error {
 	}
 	picked := r.pickINT8(m, c, ofi, match)
 	best8 := picked
-	for _, p := range []struct{ base, fast *candidate }{{c, fastQ}, {ofi, fastOFI}} {
-		switch {
-		case p.fast == nil:
-		case p.base == picked:
-			best8 = r.pickFast(m, picked, p.fast)
-		default:
-			p.fast.status, p.fast.reason = stRejected, fmt.Sprintf("built on %s, which %s stands for", p.base.name, picked.name)
+	for _, p := range []struct{ base, fast, fuse *candidate }{{c, fastQ, fuseQ}, {ofi, fastOFI, fuseOFI}} {
+		if p.base == picked {
+			best8 = r.pickFuse(m, r.pickFast(m, picked, p.fast), p.fuse)
+			continue
+		}
+		for _, x := range []*candidate{p.fast, p.fuse} {
+			if x != nil {
+				x.status, x.reason = stRejected, fmt.Sprintf("built on %s, which %s stands for", p.base.name, picked.name)
+			}
 		}
 	}
 	d := quant.DecideINT8(m.result(best8.name).Stats.P50, fp32P50, r.cfg.Optimize.MinSpeedup, q.Force)
@@ -223,7 +234,7 @@ func (r *run) quantize() error {
 		passes := strings.Join(best8.passes, " and ")
 		c.status, c.reason = stSuperseded, fmt.Sprintf("kept as what the artifact saves: %s is this model with %s re-applied at load", best8.name, passes)
 		if picked != c && picked != best8 {
-			picked.status, picked.reason = stSuperseded, fmt.Sprintf("%s; %s adds fast_qdq to it", picked.reason, best8.name)
+			picked.status, picked.reason = stSuperseded, fmt.Sprintf("%s; %s builds on it", picked.reason, best8.name)
 		}
 		what := "a pass"
 		if len(best8.passes) > 1 {
@@ -233,7 +244,10 @@ func (r *run) quantize() error {
 		if picked == ofi {
 			note += ", and optimize_for_inference's " + match
 		}
-		if best8 != picked {
+		switch {
+		case best8.kind == kindINT8Fuse:
+			note += "; fuse_conv_add's outputs differ from " + picked.name + "'s by one rounding per fused convolution, validated against FP32 (cosine " + fmt.Sprintf("%.5f", best8.valCosine) + ")"
+		case best8 != picked:
 			note += "; fast_qdq's outputs are exactly " + picked.name + "'s"
 		}
 		r.rep.Validation.Notes = append(r.rep.Validation.Notes, note)
@@ -512,5 +526,15 @@ func (r *run) fp32ThreadsBack() error {
 	}
 	r.threads = fp
 	r.rep.Decisions = append(r.rep.Decisions, fmt.Sprintf("threads: %d again, FP32's choice (the artifact stays FP32)", fp))
+	return nil
+}
+
+// firstOf is the first of cs that is not nil (nil if all are).
+func firstOf(cs ...*candidate) *candidate {
+	for _, c := range cs {
+		if c != nil {
+			return c
+		}
+	}
 	return nil
 }

@@ -157,15 +157,15 @@ func SaveArtifact(mod *torch.Module, path string, man *Manifest) error {
 	if mod == nil || man == nil {
 		return fmt.Errorf("save artifact %q: no module or no manifest given", path)
 	}
-	// An artifact must load in stock PyTorch: PassFastQDQ's and PassFastLinear's operators
-	// exist only in the shim.
+	// An artifact must load in stock PyTorch: PassFastQDQ's, PassFastLinear's and
+	// PassFuseConvAdd's operators exist only in the shim.
 	counts, err := mod.NodeCounts()
 	if err != nil {
 		return fmt.Errorf("save artifact %q: %w", path, err)
 	}
 	for kind := range counts {
 		if strings.HasPrefix(kind, "torchspeed::") {
-			return fmt.Errorf("save artifact %q: the module calls %s, which stock PyTorch cannot load: save it before %s or %s and list that pass in the manifest's load passes", path, kind, PassFastQDQ, PassFastLinear)
+			return fmt.Errorf("save artifact %q: the module calls %s, which stock PyTorch cannot load: save it before %s, %s or %s and list that pass in the manifest's load passes", path, kind, PassFastQDQ, PassFastLinear, PassFuseConvAdd)
 		}
 	}
 	man.RecordsSHA256 = ""

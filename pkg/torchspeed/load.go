@@ -31,7 +31,8 @@ type LoadOptions struct {
 	// model.method and model.reset_method); an artifact's manifest names its own.
 	Method, ResetMethod string
 	// StockOps leaves out the load-time passes whose result runs only where torchspeed's shim
-	// is loaded (PassFastQDQ, PassFastLinear): for a module that is saved again for stock libtorch.
+	// is loaded (PassFastQDQ, PassFastLinear, PassFuseConvAdd): for a module that is saved again
+	// for stock libtorch.
 	StockOps bool
 }
 
@@ -115,7 +116,7 @@ func Load(path string, opts ...LoadOptions) (*Model, error) {
 	}
 	for _, pass := range man.LoadPasses {
 		switch pass {
-		case PassFastQDQ, PassFastLinear: // last, below
+		case PassFastQDQ, PassFastLinear, PassFuseConvAdd: // last, below
 		case PassFreeze:
 			fr, err := mod.Freeze(man.preserved()...)
 			if err != nil {
@@ -145,6 +146,19 @@ func Load(path string, opts ...LoadOptions) (*Model, error) {
 		}
 		mod.Close()
 		mod = fast
+	}
+	if slices.Contains(man.LoadPasses, PassFuseConvAdd) && !o.StockOps {
+		if why := torch.ConvAddUnavailable(); why != "" {
+			model.Warnings = append(model.Warnings, fmt.Sprintf("artifact %q lists %s, but %s: its convolutions and adds run unfused", path, PassFuseConvAdd, why))
+		} else {
+			fused, _, err := mod.FuseConvAdd()
+			if err != nil {
+				mod.Close()
+				return nil, fmt.Errorf("load artifact %q: re-applying %s: %w", path, PassFuseConvAdd, err)
+			}
+			mod.Close()
+			mod = fused
+		}
 	}
 	if slices.Contains(man.LoadPasses, PassFastQDQ) && !o.StockOps {
 		fast, _, err := mod.FastQDQ()

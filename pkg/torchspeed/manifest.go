@@ -35,6 +35,15 @@ const (
 	// float rounding. Load applies it after every other pass but fast_qdq. Like PassFastQDQ, its
 	// result runs only where torchspeed's shim is loaded.
 	PassFastLinear = "fast_linear"
+	// PassFuseConvAdd computes each quantized::conv2d whose only use is a quantized::add or
+	// add_relu as one oneDNN convolution that adds into the other operand's buffer
+	// (torchspeed::conv2d_add), where nothing reads that operand afterwards. Its outputs differ
+	// from the unfused pair's by the conv's own u8 rounding (the optimize step validates the
+	// artifact with it). Load applies it after every other pass but fast_qdq; a shim built
+	// without it (no oneDNN 2 headers, or libtorch other than 1.13) leaves the graph unfused and
+	// says so in the model's warnings. Like PassFastQDQ, its result runs only where torchspeed's
+	// shim is loaded.
+	PassFuseConvAdd = "fuse_conv_add"
 )
 
 // Manifest describes an artifact: what it was made from, how to load and run it, and how well
