@@ -31,6 +31,10 @@ var (
 	rsDefaultEnv  = flag.String("rs-default-env", "", "BenchmarkRuntimeSettings: space-separated NAME=VALUE added to the default side's environment (to compare a setting against torchspeed's)")
 	rsModels      = flag.String("rs-models", "", "BenchmarkRuntimeSettings: comma-separated artifacts (their manifest gives the inputs) instead of the resnet18 and transformer fixtures")
 	rsEnv         = flag.String("rs-env", "", "BenchmarkRuntimeSettings: space-separated NAME=VALUE added to the torchspeed side's environment (to try a setting)")
+	// The same program and settings can run several percent faster or slower from one process
+	// to the next (memory placement, which CPU its threads settle on): with one process per
+	// side, that luck is read as the settings' doing.
+	rsProcesses = flag.Int("rs-processes", 1, "BenchmarkRuntimeSettings: processes per side; round r gives each side's turn to its process r mod N")
 )
 
 // BenchmarkRuntimeSettings compares libtorch's defaults with torchspeed's
@@ -47,7 +51,8 @@ var (
 //	go test -run XXX -bench RuntimeSettings -benchtime 1x ./cmd/torchspeed/ -rounds 30 -round-runs 20
 //
 // -rs-threads, -rs-env, -rs-args and -rs-default-env try other settings on one
-// side; -rs-samples writes every latency for a closer look.
+// side; -rs-samples writes every latency for a closer look; -rs-processes N runs
+// each side in N processes taking its turns in rotation.
 func BenchmarkRuntimeSettings(b *testing.B) {
 	type model struct{ name, path, shape string }
 	var models []model
@@ -79,14 +84,27 @@ func BenchmarkRuntimeSettings(b *testing.B) {
 			// otherwise spin on the CPUs of the side measuring (libgomp and OpenBLAS spin for
 			// a while after each call), and each would be timed as if sharing the machine
 			// with the other.
-			srv := startBenchServers(b,
-				[][]string{append(scrubbedEnv(), strings.Fields(*rsDefaultEnv)...), append(scrubbedEnv(), strings.Fields(*rsEnv)...)},
-				append(slices.Clone(args), "--runtime", runtimeDefault),
-				append(append(slices.Clone(args), "--runtime", runtimeTorchspeed), strings.Fields(*rsArgs)...))
+			nproc := max(1, *rsProcesses)
+			// Servers 0..nproc-1 are the default side's, nproc..2*nproc-1 torchspeed's.
+			var envs [][]string
+			var argvs [][]string
+			for side := range 2 {
+				for range nproc {
+					if side == 0 {
+						envs = append(envs, append(scrubbedEnv(), strings.Fields(*rsDefaultEnv)...))
+						argvs = append(argvs, append(slices.Clone(args), "--runtime", runtimeDefault))
+					} else {
+						envs = append(envs, append(scrubbedEnv(), strings.Fields(*rsEnv)...))
+						argvs = append(argvs, append(append(slices.Clone(args), "--runtime", runtimeTorchspeed), strings.Fields(*rsArgs)...))
+					}
+				}
+			}
+			srv := startBenchServers(b, envs, argvs...)
 			names := []string{"default", "torchspeed"}
 			for i := range names {
-				b.Logf("%s: %s", names[i], describeSettings(srv.Ready[i]))
+				b.Logf("%s: %s", names[i], describeSettings(srv.Ready[i*nproc]))
 			}
+			perProc := make([][]time.Duration, 2*nproc)
 			// The machine's own spread: a fixed loop as long as torchspeed's median, on as
 			// many threads, timed in the same rounds while both servers are paused. Its
 			// length is set from torchspeed's first rounds (floorAfter), when the machine has
@@ -115,7 +133,7 @@ func BenchmarkRuntimeSettings(b *testing.B) {
 								if err != nil {
 									b.Fatal(err)
 								}
-								floor = newFloorLoop(b, max(1, atoiOr(srv.Ready[1]["threads"])), ts.P50)
+								floor = newFloorLoop(b, max(1, atoiOr(srv.Ready[nproc]["threads"])), ts.P50)
 							}
 							for k := 0; k < *rsRoundWarmup+*rsRuns; k++ {
 								if d := floor.run(); k >= *rsRoundWarmup {
@@ -124,11 +142,13 @@ func BenchmarkRuntimeSettings(b *testing.B) {
 							}
 							continue
 						}
-						lat, err := srv.Turn(ctx, side, *rsRoundWarmup, *rsRuns)
+						proc := side*nproc + r%nproc
+						lat, err := srv.Turn(ctx, proc, *rsRoundWarmup, *rsRuns)
 						if err != nil {
 							b.Fatalf("%s: %v", names[side], err)
 						}
 						samples[side] = append(samples[side], lat...)
+						perProc[proc] = append(perProc[proc], lat...)
 					}
 				}
 			}
@@ -173,6 +193,17 @@ func BenchmarkRuntimeSettings(b *testing.B) {
 			b.Logf("%d samples per side; torchspeed p95/p50 %.2f (issue 5 wants <= 1.3), p50 ratio %.3f [95%% CI %.3f, %.3f] (wants no worse than 1): %s",
 				len(samples[1]), tail, ratio, lo, hi, map[bool]string{true: "holds", false: "does NOT hold"}[tail <= 1.3 && lo <= 1])
 			b.Logf("U test: %s", cmp.Verdict)
+			if nproc > 1 {
+				for side := range 2 {
+					var p50s []string
+					for _, lat := range perProc[side*nproc : (side+1)*nproc] {
+						if st, err := bench.Summarize(lat); err == nil {
+							p50s = append(p50s, st.P50.String())
+						}
+					}
+					b.Logf("%s: p50 per process %s", names[side], strings.Join(p50s, " / "))
+				}
+			}
 			b.Logf("machine floor: a fixed loop on %d thread(s), p50 %v, p95/p50 %.2f in the same rounds (no library, allocation or hand-off: the spread this machine adds by itself)",
 				floor.threads, fs.P50, floorTail)
 		})
