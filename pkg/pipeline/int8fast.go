@@ -74,26 +74,33 @@ func (r *run) int8Fast(q *candidate) *candidate {
 // fast is kept when its p50 is lower, or when optimize.fast_qdq is on. It returns the one
 // that stands for base.
 func (r *run) pickFast(m *measurement, base, fast *candidate) *candidate {
-	if fast == nil {
+	return r.pickVariant(m, base, fast, r.cfg.Optimize.FastQDQ == config.On, "optimize.fast_qdq")
+}
+
+// pickVariant decides, on the measurement m, between base and v (a variant built from it;
+// nil: none): v is kept when its p50 is lower, or when its knob (named knob) is on. It records
+// the decision and returns the one that stands for base.
+func (r *run) pickVariant(m *measurement, base, v *candidate, on bool, knob string) *candidate {
+	if v == nil {
 		return base
 	}
-	a, b := m.result(base.name), m.result(fast.name)
+	a, b := m.result(base.name), m.result(v.name)
 	if a == nil || b == nil || a.Stats.P50 <= 0 || b.Stats.P50 <= 0 {
-		fast.status, fast.reason = stRejected, "not measured against "+base.name
+		v.status, v.reason = stRejected, "not measured against "+base.name
 		return base
 	}
-	bp, fp := msOf(a.Stats.P50), msOf(b.Stats.P50)
+	bp, vp := msOf(a.Stats.P50), msOf(b.Stats.P50)
 	switch {
-	case r.cfg.Optimize.FastQDQ == config.On:
-		fast.reason = fmt.Sprintf("optimize.fast_qdq is on in the config (%.2fx vs %s, p50 %.3f vs %.3f ms); %s", bp/fp, base.name, fp, bp, fast.reason)
-	case fp < bp:
-		fast.reason = fmt.Sprintf("%.2fx faster than %s (p50 %.3f vs %.3f ms); %s", bp/fp, base.name, fp, bp, fast.reason)
+	case on:
+		v.reason = fmt.Sprintf("%s is on in the config (%.2fx vs %s, p50 %.3f vs %.3f ms); %s", knob, bp/vp, base.name, vp, bp, v.reason)
+	case vp < bp:
+		v.reason = fmt.Sprintf("%.2fx faster than %s (p50 %.3f vs %.3f ms); %s", bp/vp, base.name, vp, bp, v.reason)
 	default:
-		fast.status, fast.reason = stRejected, fmt.Sprintf("not faster than %s (p50 %.3f vs %.3f ms)", base.name, fp, bp)
+		v.status, v.reason = stRejected, fmt.Sprintf("not faster than %s (p50 %.3f vs %.3f ms)", base.name, vp, bp)
 	}
-	r.rep.Decisions = append(r.rep.Decisions, fmt.Sprintf("%s: %s", fast.name, fast.reason))
-	if fast.status == stRejected {
+	r.rep.Decisions = append(r.rep.Decisions, fmt.Sprintf("%s: %s", v.name, v.reason))
+	if v.status == stRejected {
 		return base
 	}
-	return fast
+	return v
 }

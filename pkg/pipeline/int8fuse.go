@@ -90,29 +90,9 @@ func (r *run) int8Fuse(b *candidate, val validate.Batches, th validate.Threshold
 // (built on best or on the candidate best was built from; nil: none): fuse is kept when its
 // p50 is lower, or when optimize.fuse_conv_add is on. It returns the one that stands for best.
 func (r *run) pickFuse(m *measurement, best, fuse *candidate) *candidate {
-	if fuse == nil {
-		return best
-	}
-	a, b := m.result(best.name), m.result(fuse.name)
-	if a == nil || b == nil || a.Stats.P50 <= 0 || b.Stats.P50 <= 0 {
-		fuse.status, fuse.reason = stRejected, "not measured against "+best.name
-		return best
-	}
-	bp, fp := msOf(a.Stats.P50), msOf(b.Stats.P50)
-	switch {
-	case r.cfg.Optimize.FuseConvAdd == config.On:
-		fuse.reason = fmt.Sprintf("optimize.fuse_conv_add is on in the config (%.2fx vs %s, p50 %.3f vs %.3f ms); %s", bp/fp, best.name, fp, bp, fuse.reason)
-	case fp < bp:
-		fuse.reason = fmt.Sprintf("%.2fx faster than %s (p50 %.3f vs %.3f ms); %s", bp/fp, best.name, fp, bp, fuse.reason)
-	default:
-		fuse.status, fuse.reason = stRejected, fmt.Sprintf("not faster than %s (p50 %.3f vs %.3f ms)", best.name, fp, bp)
-	}
-	r.rep.Decisions = append(r.rep.Decisions, fmt.Sprintf("%s: %s", fuse.name, fuse.reason))
-	if fuse.status == stRejected {
-		return best
-	}
-	if fuse.base.kind == kindINT8Fast && fuse.base.status == stCandidate {
+	c := r.pickVariant(m, best, fuse, r.cfg.Optimize.FuseConvAdd == config.On, "optimize.fuse_conv_add")
+	if c == fuse && fuse.base.kind == kindINT8Fast && fuse.base.status == stCandidate {
 		fuse.base.status, fuse.base.reason = stSuperseded, fmt.Sprintf("%s; %s is built on it", fuse.base.reason, fuse.name)
 	}
-	return fuse
+	return c
 }
