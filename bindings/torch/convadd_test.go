@@ -262,14 +262,7 @@ func TestConvAddMatchesReferences(t *testing.T) {
 // its 8 conv + add_relu pairs become torchspeed::conv2d_add and the outputs stay those of the
 // unfused model up to the pair's extra rounding.
 func TestConvAddPassOnResnet18(t *testing.T) {
-	if why := torch.ConvAddUnavailable(); why != "" {
-		t.Skip(why)
-	}
-	f := fixtures.Load(t).Get(t, "resnet18")
-	m, err := torch.LoadWithEngine(f.Path(f.QuantRef.File), f.QuantRef.Engine)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, m := resnet18INT8(t)
 	defer m.Close()
 	if err := m.Eval(); err != nil {
 		t.Fatal(err)
@@ -380,14 +373,7 @@ def input(self, x: Tensor, r: Tensor, wf: Tensor):
 // TestConvAddPassRefusesUnsafeResiduals checks that a residual read after the add, or one that
 // is a graph input, is never written: those pairs stay unfused and give the same tensors.
 func TestConvAddPassRefusesUnsafeResiduals(t *testing.T) {
-	if why := torch.ConvAddUnavailable(); why != "" {
-		t.Skip(why)
-	}
-	f := fixtures.Load(t).Get(t, "resnet18")
-	m, err := torch.LoadWithEngine(f.Path(f.QuantRef.File), f.QuantRef.Engine)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, m := resnet18INT8(t)
 	defer m.Close()
 	if err := m.DefineOps(convAddMethods); err != nil {
 		t.Fatal(err)
@@ -488,14 +474,7 @@ func TestConvAddPassRefusesUnsafeResiduals(t *testing.T) {
 // serial run's tensors, then gives the op a residual of the wrong shape: ATen's error, fused or
 // not, and no crash.
 func TestConvAddConcurrentAndBadResiduals(t *testing.T) {
-	if why := torch.ConvAddUnavailable(); why != "" {
-		t.Skip(why)
-	}
-	f := fixtures.Load(t).Get(t, "resnet18")
-	m, err := torch.LoadWithEngine(f.Path(f.QuantRef.File), f.QuantRef.Engine)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, m := resnet18INT8(t)
 	defer m.Close()
 	fused, _, err := m.FuseConvAdd()
 	if err != nil {
@@ -551,4 +530,19 @@ func TestConvAddConcurrentAndBadResiduals(t *testing.T) {
 			t.Errorf("fused=%t: a residual of the input's shape %v was accepted", fusedOp, d.x.Shape())
 		}
 	}
+}
+
+// resnet18INT8 loads the fixture's INT8 resnet18 (quantize_jit, onednn) for the fuse_conv_add
+// tests, which it skips where this build has no fused convolution.
+func resnet18INT8(t *testing.T) (fixtures.Fixture, *torch.Module) {
+	t.Helper()
+	if why := torch.ConvAddUnavailable(); why != "" {
+		t.Skip(why)
+	}
+	f := fixtures.Load(t).Get(t, "resnet18")
+	m, err := torch.LoadWithEngine(f.Path(f.QuantRef.File), f.QuantRef.Engine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, m
 }
