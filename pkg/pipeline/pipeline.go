@@ -53,6 +53,8 @@ type Options struct {
 
 	// slow simulates a load change in one measurement (tests).
 	slow slowRound
+	// switchPrecision makes the precision check switch whatever it measured (tests).
+	switchPrecision bool
 	// written hears the paths of every file a run committed (tests check them against the
 	// documented schema).
 	written func(paths []string)
@@ -95,6 +97,8 @@ type run struct {
 	fp32Threads bench.ThreadChoice
 	// runtime is the runtime setting measured fastest (zero: not measured).
 	runtime runenv.Candidate
+	// int8 is the INT8-or-FP32 decision, for recheckPrecision (nil: none was taken).
+	int8 *int8Decision
 }
 
 func (r *run) logf(format string, a ...any) {
@@ -133,7 +137,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (*report.Report,
 // was written.
 func (r *run) steps(start time.Time, out *output) (*report.Report, error) {
 	ctx := r.ctx
-	steps := []func() error{r.load, r.fp32Stages, r.fp32Fast, r.measureStages, r.chooseThreads, r.quantize, r.finalBench, r.measureRuntime}
+	steps := []func() error{r.load, r.fp32Stages, r.fp32Fast, r.measureStages, r.chooseThreads, r.quantize, r.measureRuntime, r.recheckPrecision, r.finalBench}
 	for _, step := range steps {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("optimize interrupted: %w (nothing was written)", err)

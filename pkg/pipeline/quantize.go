@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
@@ -207,58 +206,14 @@ func (r *run) quantize() error {
 	if d.UseINT8 && !q.Force {
 		d = r.checkAgainstFP32Threads(d, m.result(best8.name).Stats.P50)
 	}
-	what := "INT8"
-	if best8 != c {
-		what = "INT8 (as " + best8.name + ")"
+	dec := &int8Decision{c: c, picked: picked, best8: best8, fp32: fp32, ofi: ofi, match: match,
+		int8Threads: r.threads, int8Val: r.rep.Validation, forced: q.Force}
+	dec.reject = func() string {
+		return quant.DecideINT8(m.result(c.name).Stats.P50, fp32P50, r.cfg.Optimize.MinSpeedup, false).Reason
 	}
-	r.rep.Decisions = append(r.rep.Decisions, what+": "+d.Reason)
-	if !d.UseINT8 {
-		c.status, c.reason = stRejected, d.Reason
-		if best8 != c {
-			c.reason = quant.DecideINT8(m.result(c.name).Stats.P50, fp32P50, r.cfg.Optimize.MinSpeedup, false).Reason
-			for _, x := range uniqCands(picked, best8) {
-				if x != c {
-					x.status, x.reason = stRejected, x.reason+"; "+d.Reason
-				}
-			}
-		}
-		r.warn(d.Reason)
-		if err := r.fp32ThreadsBack(); err != nil {
-			return err
-		}
-		// The artifact is FP32 now: its validation is the FP32 one.
-		return r.validateFP32()
-	}
-	if best8 != c {
-		best8.status, best8.reason = stKept, best8.reason+"; "+d.Reason
-		passes := strings.Join(best8.passes, " and ")
-		c.status, c.reason = stSuperseded, fmt.Sprintf("kept as what the artifact saves: %s is this model with %s re-applied at load", best8.name, passes)
-		if picked != c && picked != best8 {
-			picked.status, picked.reason = stSuperseded, fmt.Sprintf("%s; %s builds on it", picked.reason, best8.name)
-		}
-		what := "a pass"
-		if len(best8.passes) > 1 {
-			what = "passes"
-		}
-		note := fmt.Sprintf("the artifact is %s plus %s, %s re-applied at load; these figures are %s's", c.name, passes, what, c.name)
-		if picked == ofi {
-			note += ", and optimize_for_inference's " + match
-		}
-		switch {
-		case best8.kind == kindINT8Fuse:
-			note += "; fuse_conv_add's outputs differ from " + picked.name + "'s by one rounding per fused convolution, validated against FP32 (cosine " + fmt.Sprintf("%.5f", best8.valCosine) + ")"
-		case best8 != picked:
-			note += "; fast_qdq's outputs are exactly " + picked.name + "'s"
-		}
-		r.rep.Validation.Notes = append(r.rep.Validation.Notes, note)
-	} else {
-		c.status, c.reason = stKept, d.Reason
-	}
-	r.rep.Quantize.Kept = true
-	if fp32 != r.orig {
-		fp32.status = stSuperseded
-	}
-	return nil
+	dec.snapshot(r)
+	r.int8 = dec
+	return r.applyINT8(dec, d)
 }
 
 // uniqCands is cs without repeats, in order.

@@ -86,21 +86,29 @@ func (r *run) timeRuntime(rt *report.Runtime) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	final := r.best()
-	save := final.mod
-	if final.save != nil {
-		save = final.save
+	path, err := r.saveCopy(r.best(), r.threads, dir, "candidate")
+	if err != nil {
+		return err
 	}
-	path := filepath.Join(dir, "candidate.torchspeed.pt")
-	if err := torchspeed.SaveArtifact(save, path, r.manifest(final)); err != nil {
-		return fmt.Errorf("save a copy to serve: %w", err)
+	other, err := r.otherPrecision(dir)
+	if err != nil {
+		return err
 	}
-	m := &runtimeMeasure{r: r, path: path, openmp: openmp, rounds: runtimeRounds(r.cfg.Bench.StageRuns)}
+	m := &runtimeMeasure{r: r, path: path, openmp: openmp, rounds: runtimeRounds(r.cfg.Bench.StageRuns), other: other}
 	r.logf("measuring %d runtime settings, each in %d processes of its own (and a second group of %d with the defaults), %d shuffled rounds at %d thread(s)",
 		len(cands), runtimeProcesses, runtimeProcesses, m.rounds, r.threads)
+	if other != nil {
+		r.logf("  and the same settings on %s (%d thread(s)), the model of the other precision, in the same rounds", other.name, other.threads)
+	}
 	res, control, envs, err := m.measure(cands, "measuring: runtime")
 	if err != nil {
 		return err
+	}
+	if other != nil {
+		if err := r.otherRuntime(m.otherRes, cands, envs); err != nil {
+			return err
+		}
+		m.other = nil // the combined winners are the artifact's alone
 	}
 	ch, err := bench.ChooseRuntime(res[0], control, res[1:], r.cfg.Optimize.MinSpeedup, r.cfg.Bench.Seed)
 	if err != nil {
@@ -167,39 +175,96 @@ func (r *run) machine() runenv.Machine {
 	return m
 }
 
+// saveCopy saves c as an artifact named NAME.torchspeed.pt in dir, with its manifest as the
+// run would write it at threads intra-op threads, for serve processes to load.
+func (r *run) saveCopy(c *candidate, threads int, dir, name string) (string, error) {
+	save := c.mod
+	if c.save != nil {
+		save = c.save
+	}
+	path := filepath.Join(dir, name+".torchspeed.pt")
+	man := r.manifest(c)
+	man.Runtime.Threads = threads
+	if err := torchspeed.SaveArtifact(save, path, man); err != nil {
+		return "", fmt.Errorf("save a copy of %s to serve: %w", c.name, err)
+	}
+	return path, nil
+}
+
 // runtimeMeasure starts serve processes of the artifact at path and times them in rounds.
 type runtimeMeasure struct {
 	r      *run
 	path   string
 	openmp string
 	rounds int
+	// other, when set, is the model of the other precision (recheckPrecision's): measure
+	// times it under every candidate too, in the same rounds, into otherRes.
+	other    *serveGroup
+	otherRes []*bench.ProcessResult
+}
+
+// serveGroup is runtimeProcesses serve processes of one artifact at one thread count and
+// environment.
+type serveGroup struct {
+	name    string
+	path    string
+	threads int
+	environ []string
 }
 
 // measure times each candidate in runtimeProcesses processes, plus a second group with the
-// defaults (cands[0]): the control. The processes start in a shuffled order and take turns
-// in shuffled rounds (benchrun.MeasureRounds), so no candidate's processes are always the
-// first loaded or always follow the same one. It returns each candidate's latencies by
-// process and round, the control's, and each candidate's variables.
+// defaults (cands[0]): the control. It returns each candidate's latencies by process and
+// round, the control's, and each candidate's variables.
 func (m *runtimeMeasure) measure(cands []runenv.Candidate, what string) ([]*bench.ProcessResult, *bench.ProcessResult, [][]string, error) {
-	r := m.r
 	base := runenv.ScrubEnv(os.Environ())
-	args := append(append([]string(nil), r.opts.Serve...), "-m", m.path, "--runtime", "default", "--threads", strconv.Itoa(r.threads),
-		"--warmup", strconv.Itoa(max(r.cfg.Bench.Warmup, 10)), "--seed", strconv.FormatUint(r.cfg.Bench.Seed, 10))
 	envs := make([][]string, len(cands))
-	environs := make([][]string, len(cands))
+	groups := make([]serveGroup, 0, len(cands)+1)
 	for i, c := range cands {
 		var err error
 		if envs[i], err = c.Env(m.openmp); err != nil {
 			return nil, nil, nil, err
 		}
-		if environs[i], err = c.Environ(m.openmp, base); err != nil {
+		environ, err := c.Environ(m.openmp, base)
+		if err != nil {
 			return nil, nil, nil, err
 		}
+		groups = append(groups, serveGroup{name: "runtime candidate " + c.Name, path: m.path, threads: m.r.threads, environ: environ})
 	}
-	// Group g < len(cands) is candidate g; the last group is the control.
+	groups = append(groups, serveGroup{name: "runtime control " + controlName, path: m.path, threads: m.r.threads, environ: groups[0].environ})
+	n := len(groups)
+	if o := m.other; o != nil {
+		for i, c := range cands {
+			groups = append(groups, serveGroup{name: o.name + ", runtime candidate " + c.Name, path: o.path, threads: o.threads, environ: groups[i].environ})
+		}
+	}
+	res, err := m.serve(groups, what)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if m.other != nil {
+		m.otherRes, res = res[n:], res[:n]
+		for i, c := range cands {
+			m.otherRes[i].Name = c.Name
+		}
+	}
+	for g := range res {
+		res[g].Name = controlName
+		if g < len(cands) {
+			res[g].Name = cands[g].Name
+		}
+	}
+	return res[:len(cands)], res[len(cands)], envs, nil
+}
+
+// serve times each group in runtimeProcesses processes. The processes start in a shuffled
+// order and take turns in shuffled rounds (benchrun.MeasureRounds), so no group's processes
+// are always the first loaded or always follow the same one. It returns each group's
+// latencies by process and round, named as the group.
+func (m *runtimeMeasure) serve(groups []serveGroup, what string) ([]*bench.ProcessResult, error) {
+	r := m.r
 	type slot struct{ group, proc int }
 	var slots []slot
-	for g := 0; g <= len(cands); g++ {
+	for g := range groups {
 		for p := range runtimeProcesses {
 			slots = append(slots, slot{g, p})
 		}
@@ -208,15 +273,14 @@ func (m *runtimeMeasure) measure(cands []runenv.Candidate, what string) ([]*benc
 	rng.Shuffle(len(slots), func(a, b int) { slots[a], slots[b] = slots[b], slots[a] })
 	specs := make([]benchrun.ServerSpec, len(slots))
 	for i, s := range slots {
-		name, env := "runtime candidate "+cands[min(s.group, len(cands)-1)].Name, environs[min(s.group, len(cands)-1)]
-		if s.group == len(cands) {
-			name, env = "runtime control "+controlName, environs[0]
-		}
-		specs[i] = benchrun.ServerSpec{Name: fmt.Sprintf("%s (process %d)", name, s.proc+1), Argv: args, Env: env}
+		g := groups[s.group]
+		args := append(append([]string(nil), r.opts.Serve...), "-m", g.path, "--runtime", "default", "--threads", strconv.Itoa(g.threads),
+			"--warmup", strconv.Itoa(max(r.cfg.Bench.Warmup, 10)), "--seed", strconv.FormatUint(r.cfg.Bench.Seed, 10))
+		specs[i] = benchrun.ServerSpec{Name: fmt.Sprintf("%s (process %d)", g.name, s.proc+1), Argv: args, Env: g.environ}
 	}
 	srv, err := benchrun.StartServers(r.ctx, specs, nil)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, err
 	}
 	defer srv.Close()
 	o := benchrun.RoundsOptions{Rounds: m.rounds, Warmup: runtimeTurnWarmup, Runs: runtimeTurnRuns, Seed: r.cfg.Bench.Seed}
@@ -225,25 +289,21 @@ func (m *runtimeMeasure) measure(cands []runenv.Candidate, what string) ([]*benc
 	}
 	lat, err := benchrun.MeasureRounds(r.ctx, srv, o)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, err
 	}
 	if err := srv.Close(); err != nil {
-		return nil, nil, nil, err
+		return nil, err
 	}
-	res := make([]*bench.ProcessResult, len(cands)+1)
+	res := make([]*bench.ProcessResult, len(groups))
 	for g := range res {
-		name := controlName
-		if g < len(cands) {
-			name = cands[g].Name
-		}
-		res[g] = &bench.ProcessResult{Name: name, Blocks: make([][][]time.Duration, runtimeProcesses)}
+		res[g] = &bench.ProcessResult{Name: groups[g].name, Blocks: make([][][]time.Duration, runtimeProcesses)}
 	}
 	for i, s := range slots {
 		if res[s.group].Blocks[s.proc], err = bench.SplitRounds(lat[i], runtimeTurnRuns); err != nil {
-			return nil, nil, nil, err
+			return nil, err
 		}
 	}
-	return res[:len(cands)], res[len(cands)], envs, nil
+	return res, nil
 }
 
 // combine measures the winners of different kinds (runenv.Candidate.Kinds) together, as one

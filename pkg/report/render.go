@@ -43,6 +43,16 @@ func (r *Report) prepare() {
 				rt.Candidates[i].Env = []string{}
 			}
 		}
+		if pc := rt.Precision; pc != nil {
+			if pc.OtherCandidates == nil {
+				pc.OtherCandidates = []RuntimeCandidate{}
+			}
+			for i := range pc.OtherCandidates {
+				if pc.OtherCandidates[i].Env == nil {
+					pc.OtherCandidates[i].Env = []string{}
+				}
+			}
+		}
 	}
 	if r.Measurements == nil {
 		r.Measurements = []Measurement{}

@@ -23,6 +23,46 @@ type Runtime struct {
 	RunsPerRound   int                `json:"runs_per_round"`
 	WarmupPerRound int                `json:"warmup_per_round"`
 	Candidates     []RuntimeCandidate `json:"candidates"`
+	// Precision is the INT8-or-FP32 decision taken again under the setting kept (nil: there
+	// was no such decision, or it was forced).
+	Precision *PrecisionCheck `json:"precision,omitempty"`
+}
+
+// PrecisionCheck is the model the INT8-or-FP32 decision in optimize's own process kept (First)
+// and the one of the other precision (Other: FP32 when INT8 was kept, INT8 when it lost), each
+// served in Processes processes of its own with its own best runtime setting, beside a second
+// group of the first (the control). Ratio is the other's typical latency over the first's,
+// with a 95% interval; the other replaces the first (Switched) only when it is faster beyond
+// doubt, by more than the control's spread and the minimum speedup, without a worse p95.
+// OtherCandidates are the runtime settings measured on the model not kept, in the same rounds
+// as Runtime.Candidates (which are always the artifact's: the two swap on a switch).
+type PrecisionCheck struct {
+	Measured        bool               `json:"measured"`
+	First           string             `json:"first"`
+	FirstPrecision  string             `json:"first_precision"`
+	FirstThreads    int                `json:"first_threads"`
+	FirstRuntime    string             `json:"first_runtime"`
+	Other           string             `json:"other"`
+	OtherPrecision  string             `json:"other_precision"`
+	OtherThreads    int                `json:"other_threads"`
+	OtherRuntime    string             `json:"other_runtime"`
+	OtherCandidates []RuntimeCandidate `json:"other_candidates"`
+	Processes       int                `json:"processes"`
+	Rounds          int                `json:"rounds"`
+	RunsPerRound    int                `json:"runs_per_round"`
+	FirstP50Ms      float64            `json:"first_p50_ms"`
+	FirstP95Ms      float64            `json:"first_p95_ms"`
+	OtherP50Ms      float64            `json:"other_p50_ms"`
+	OtherP95Ms      float64            `json:"other_p95_ms"`
+	Ratio           float64            `json:"ratio"`
+	RatioLo         float64            `json:"ratio_ci_lo"`
+	RatioHi         float64            `json:"ratio_ci_hi"`
+	P95Ratio        float64            `json:"p95_ratio"`
+	ControlRatio    float64            `json:"control_ratio"`
+	ControlLo       float64            `json:"control_ratio_ci_lo"`
+	ControlHi       float64            `json:"control_ratio_ci_hi"`
+	Switched        bool               `json:"switched"`
+	Why             string             `json:"why"`
 }
 
 // RuntimeCandidate is one runtime setting's figures. Ratio is its typical latency over the
@@ -56,7 +96,7 @@ func (r *Report) writeRuntime(p func(string, ...any)) {
 	}
 	p("Each candidate served the artifact in %d processes of its own at %d intra-op thread(s), started in a shuffled order, the processes taking turns (the others stopped) in %d shuffled rounds of %d timed inferences after %d untimed. Processes with the same settings differ by themselves, so each ratio's interval spans the candidate's processes and the defaults' as well as the rounds. A candidate is kept only when it is faster than the defaults beyond doubt (the interval of the ratio lies below 1) without a higher p95, and, when a second group of processes with the defaults (the control) differed from the first beyond doubt, by more than they did. Kept: **%s**.\n\n",
 		rt.Processes, rt.Threads, rt.Rounds, rt.RunsPerRound, rt.WarmupPerRound, rt.Chosen)
-	if rt.Noisy {
+	if rt.Noisy || (rt.Precision != nil && rt.Precision.Switched && rt.Note != "") {
 		p("**%s.**\n\n", strings.ToUpper(rt.Note[:1])+rt.Note[1:])
 	}
 	p("| candidate | environment | processes | p50 ms | p95 ms | ratio [95%% CI] | p95 ratio | kept | why |\n|---|---|---:|---:|---:|---|---:|---|---|\n")
@@ -70,5 +110,45 @@ func (r *Report) writeRuntime(p func(string, ...any)) {
 			kept = "**yes**"
 		}
 		p("| %s | %s | %d | %s | %s | %.3f [%.3f, %.3f] | %.3f | %s | %s |\n", c.Name, env, c.Processes, ms(c.P50Ms), ms(c.P95Ms), c.Ratio, c.RatioLo, c.RatioHi, c.P95Ratio, kept, c.Why)
+	}
+	writePrecision(p, rt.Precision)
+}
+
+// writePrecision is the precision check's section.
+func writePrecision(p func(string, ...any), pc *PrecisionCheck) {
+	if pc == nil {
+		return
+	}
+	p("\n### INT8 or FP32, where the artifact runs\n\n")
+	if !pc.Measured {
+		p("Not measured: %s. %s (%s) stays.\n", pc.Why, pc.First, pc.FirstPrecision)
+		return
+	}
+	p("The INT8-or-FP32 decision was first taken in optimize's own process (glibc malloc, every candidate loaded at once), and kept %s (%s). The runtime settings were measured on %s (%s) too, in the same rounds; then %s with %s and %s with %s each served in %d processes of their own, with a second group of the first (the control), in %d shuffled rounds of %d timed inferences. The other precision replaces the first only when it is faster beyond doubt, by more than the control's spread, without a worse p95.\n\n",
+		pc.First, pc.FirstPrecision, pc.Other, pc.OtherPrecision, pc.First, pc.FirstRuntime, pc.Other, pc.OtherRuntime, pc.Processes, pc.Rounds, pc.RunsPerRound)
+	p("| model | precision | threads | runtime setting | p50 ms | p95 ms | ratio [95%% CI] | p95 ratio |\n|---|---|---:|---|---:|---:|---|---:|\n")
+	p("| %s | %s | %d | %s | %s | %s | 1.000 | 1.000 |\n", pc.First, pc.FirstPrecision, pc.FirstThreads, pc.FirstRuntime, ms(pc.FirstP50Ms), ms(pc.FirstP95Ms))
+	p("| %s | %s | %d | %s | %s | %s | %.3f [%.3f, %.3f] | %.3f |\n", pc.Other, pc.OtherPrecision, pc.OtherThreads, pc.OtherRuntime, ms(pc.OtherP50Ms), ms(pc.OtherP95Ms), pc.Ratio, pc.RatioLo, pc.RatioHi, pc.P95Ratio)
+	p("| %s (control) | %s | %d | %s | | | %.3f [%.3f, %.3f] | |\n\n", pc.First, pc.FirstPrecision, pc.FirstThreads, pc.FirstRuntime, pc.ControlRatio, pc.ControlLo, pc.ControlHi)
+	verdict := "**kept**"
+	if pc.Switched {
+		verdict = "**switched**"
+	}
+	p("%s: %s.\n", verdict, pc.Why)
+	if len(pc.OtherCandidates) == 0 {
+		return
+	}
+	whose := pc.Other
+	if pc.Switched {
+		whose = pc.First + ", the model not kept after all"
+	}
+	p("\nRuntime settings measured on %s, in the same rounds as the table above, each against that model's own defaults:\n\n", whose)
+	p("| candidate | processes | p50 ms | p95 ms | ratio [95%% CI] | p95 ratio | kept | why |\n|---|---:|---:|---:|---|---:|---|---|\n")
+	for _, c := range pc.OtherCandidates {
+		kept := "no"
+		if c.Kept {
+			kept = "**yes**"
+		}
+		p("| %s | %d | %s | %s | %.3f [%.3f, %.3f] | %.3f | %s | %s |\n", c.Name, c.Processes, ms(c.P50Ms), ms(c.P95Ms), c.Ratio, c.RatioLo, c.RatioHi, c.P95Ratio, kept, c.Why)
 	}
 }
