@@ -53,9 +53,12 @@ struct Key {
   int64_t zr;
   bool relu;
   int threads;
+  // The bias's version counter (-1: no bias): the primitive holds the bias pre-scaled, so an
+  // in-place change of the packed weight's bias must rebuild it, as ATen re-reads its own.
+  int64_t bias_version;
   bool operator==(const Key& o) const {
     return sx == o.sx && zx == o.zx && src_dims == o.src_dims && scale == o.scale && zero_point == o.zero_point &&
-           sr == o.sr && zr == o.zr && relu == o.relu && threads == o.threads;
+           sr == o.sr && zr == o.zr && relu == o.relu && threads == o.threads && bias_version == o.bias_version;
   }
 };
 
@@ -205,8 +208,9 @@ at::Tensor fused(const at::Tensor& qx, const c10::intrusive_ptr<Packed>& w, cons
   }
   auto x = qx.contiguous(at::MemoryFormat::ChannelsLast);
   if (x.storage().is_alias_of(residual.storage())) return {};  // the conv would read what it writes
+  const bool has_bias = ow->orig_bias_.has_value() && ow->orig_bias_->defined();
   Key key{x.q_scale(),        x.q_zero_point(), x.sizes().vec(), scale, zero_point, residual.q_scale(),
-          residual.q_zero_point(), relu, at::get_num_threads()};
+          residual.q_zero_point(), relu, at::get_num_threads(), has_bias ? ow->orig_bias_->_version() : -1};
   auto e = entry_for(w);
   std::shared_ptr<const Prim> p;
   {
