@@ -7,6 +7,7 @@ import (
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/internal/fixtures"
+	"github.com/torchspeed/torchspeed/pkg/validate"
 )
 
 // convAddCase is one quantized conv + add: shapes, the conv's and the add's qparams.
@@ -316,8 +317,8 @@ func TestConvAddPassOnResnet18(t *testing.T) {
 		batch := int(want[0].Tensor.Shape()[0])
 		classes := len(w) / batch
 		for b := 0; b < batch; b++ {
-			if argmax32(g[b*classes:(b+1)*classes]) != argmax32(w[b*classes:(b+1)*classes]) {
-				t.Errorf("round %d: input %d: top-1 %d, unfused %d", round, b, argmax32(g[b*classes:(b+1)*classes]), argmax32(w[b*classes:(b+1)*classes]))
+			if validate.Argmax(g[b*classes:(b+1)*classes]) != validate.Argmax(w[b*classes:(b+1)*classes]) {
+				t.Errorf("round %d: input %d: top-1 %d, unfused %d", round, b, validate.Argmax(g[b*classes:(b+1)*classes]), validate.Argmax(w[b*classes:(b+1)*classes]))
 			}
 		}
 		if cos < 0.999 {
@@ -328,16 +329,6 @@ func TestConvAddPassOnResnet18(t *testing.T) {
 		}
 		torch.CloseOutputs(got)
 	}
-}
-
-func argmax32(v []float32) int {
-	best := 0
-	for i, x := range v {
-		if x > v[best] {
-			best = i
-		}
-	}
-	return best
 }
 
 // convAddMethods are methods added to a module for the pass's aliasing rules: safe fuses its

@@ -14,6 +14,7 @@ import (
 	"github.com/torchspeed/torchspeed/pkg/config"
 	"github.com/torchspeed/torchspeed/pkg/report"
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
+	"github.com/torchspeed/torchspeed/pkg/validate"
 )
 
 // With optimize.fuse_conv_add on, resnet18's static INT8 model gets an "INT8 static + fast_qdq
@@ -76,19 +77,9 @@ func TestINT8FuseConvAdd(t *testing.T) {
 		aa += float64(w[i]) * float64(w[i])
 		bb += float64(g[i]) * float64(g[i])
 	}
-	if cos := ab / math.Sqrt(aa*bb); cos < 0.999 || argmaxOf(w) != argmaxOf(g) {
-		t.Errorf("loaded vs saved: cosine %.6f, top-1 %d vs %d", cos, argmaxOf(g), argmaxOf(w))
+	if cos := ab / math.Sqrt(aa*bb); cos < 0.999 || validate.Argmax(w) != validate.Argmax(g) {
+		t.Errorf("loaded vs saved: cosine %.6f, top-1 %d vs %d", cos, validate.Argmax(g), validate.Argmax(w))
 	}
-}
-
-func argmaxOf(v []float32) int {
-	best := 0
-	for i, x := range v {
-		if x > v[best] {
-			best = i
-		}
-	}
-	return best
 }
 
 // pickFuse on given p50s: auto keeps the fused variant only when it is faster, true keeps it

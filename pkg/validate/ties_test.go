@@ -109,7 +109,7 @@ func (r *tieRunner) Run(m *torch.Module, b Batch) ([]torch.Output, error) {
 	for s := 0; s < rows; s++ {
 		if (lo+s)%3 == 0 {
 			v := d[s*c : (s+1)*c]
-			top := argmax(v)
+			top := Argmax(v)
 			second := (top + 1) % c
 			for j := range v {
 				if j != top && v[j] > v[second] {
@@ -160,7 +160,7 @@ func TestTop1TiesOnDigits(t *testing.T) {
 			if Tied(d[s*c : (s+1)*c]) {
 				t.Fatalf("sample %d of the trained digits model is already a tie", len(top))
 			}
-			top = append(top, argmax(d[s*c:(s+1)*c]))
+			top = append(top, Argmax(d[s*c:(s+1)*c]))
 		}
 		torch.CloseOutputs(outs)
 	}

@@ -257,7 +257,7 @@ func (r *Reference) CompareFirst(ctx context.Context, cand *torch.Module, n int)
 				c := int(w.shape[1])
 				for s := 0; s < rows; s++ {
 					wr, gr := w.data[s*c:(s+1)*c], g.data[s*c:(s+1)*c]
-					wt, gt := argmax(wr), argmax(gr)
+					wt, gt := Argmax(wr), Argmax(gr)
 					switch {
 					case Tied(wr):
 						tied++
@@ -376,7 +376,8 @@ func Tied(v []float32) bool {
 	return first-second <= TieTolerance*scale
 }
 
-func argmax(v []float32) int {
+// Argmax is the index of the highest score, the first on ties (0 for an empty slice).
+func Argmax(v []float32) int {
 	best := 0
 	for i, x := range v {
 		if x > v[best] {
