@@ -35,23 +35,9 @@ func (r *Report) prepare() {
 		r.Stages = []Stage{}
 	}
 	if rt := r.Runtime; rt != nil {
-		if rt.Candidates == nil {
-			rt.Candidates = []RuntimeCandidate{}
-		}
-		for i := range rt.Candidates {
-			if rt.Candidates[i].Env == nil {
-				rt.Candidates[i].Env = []string{}
-			}
-		}
+		rt.Candidates = nonNilRows(rt.Candidates)
 		if pc := rt.Precision; pc != nil {
-			if pc.OtherCandidates == nil {
-				pc.OtherCandidates = []RuntimeCandidate{}
-			}
-			for i := range pc.OtherCandidates {
-				if pc.OtherCandidates[i].Env == nil {
-					pc.OtherCandidates[i].Env = []string{}
-				}
-			}
+			pc.OtherCandidates = nonNilRows(pc.OtherCandidates)
 		}
 	}
 	if r.Measurements == nil {
@@ -430,4 +416,17 @@ func abs(v int) int {
 		return -v
 	}
 	return v
+}
+
+// nonNilRows is rows with empty lists, not nil, where the schema wants arrays.
+func nonNilRows(rows []RuntimeCandidate) []RuntimeCandidate {
+	if rows == nil {
+		return []RuntimeCandidate{}
+	}
+	for i := range rows {
+		if rows[i].Env == nil {
+			rows[i].Env = []string{}
+		}
+	}
+	return rows
 }
