@@ -33,11 +33,11 @@ suite=trixie
 src_in=/src/torchspeed
 modcache_in=/root/go/pkg/mod
 # What the root needs: the build tools and libtorch 2.x, the Python side for the fixtures, the
-# allocators `torchspeed launch` preloads, git for `make lint` (git ls-files) and the version, curl
-# and jq for the serve example's test.
-pkgs=(libtorch-dev cmake g++ make pkg-config git ca-certificates
+# allocators `torchspeed launch` preloads, git for `make lint` (git ls-files) and the version,
+# jq and curl for `make test-example`.
+pkgs=(libtorch-dev cmake g++ make pkg-config git ca-certificates jq curl
 	python3-torch python3-torchvision python3-sklearn python3-scipy python3-numpy python3-pil
-	libjemalloc2 libgoogle-perftools4t64 curl jq)
+	libjemalloc2 libgoogle-perftools4t64)
 
 mkdir -p "$(dirname "$log")"
 exec > >(tee -a "$log") 2>&1

@@ -11,8 +11,8 @@ SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 
 pkgs=(cmake make g++ pkg-config ca-certificates python3-numpy python3-pil)
-# The serve example's test (make test-example) talks to the server with curl and reads JSON with jq.
-pkgs+=(curl jq)
+# make test-example (examples/serve/test.sh) reads the CLI's and the service's JSON with them.
+pkgs+=(jq curl)
 # Allocators that `torchspeed launch --allocator` preloads (Debian 13 renamed tcmalloc's package).
 pkgs+=(libjemalloc2)
 if [ "${ID}:${VERSION_ID:-}" = "debian:13" ]; then pkgs+=(libgoogle-perftools4t64); else pkgs+=(libgoogle-perftools4); fi
