@@ -31,7 +31,7 @@ using tsimpl::fail;
 
 namespace {
 
-constexpr int64_t kNR = 32;          // panel width: two zmm, four ymm
+constexpr int64_t kNR = tsimpl::kLinearPanel;  // panel width: two zmm, four ymm
 constexpr int64_t kMaxRows = 2048;   // rows of x past which at::linear runs instead (see README)
 constexpr int64_t kTaskFlops = 1 << 21;  // FLOPs per parallel task: smaller GEMMs stay on one thread
 
@@ -172,12 +172,22 @@ at::Tensor tsimpl::pack_linear_weight(const at::Tensor& w) {
   return packed;
 }
 
-namespace {
-
 // The [N, K] weight back from its panels (the fallback's argument).
-at::Tensor unpack_weight(const at::Tensor& packed, int64_t n) {
+at::Tensor tsimpl::unpack_linear_weight(const at::Tensor& packed, int64_t n) {
   return packed.permute({0, 2, 1}).reshape({-1, packed.size(1)}).narrow(0, 0, n).contiguous();
 }
+
+bool tsimpl::gemm_packed(const float* x, int64_t lda, int64_t M, int64_t K, const float* packed, const float* bias,
+                         float* y, int64_t n, bool relu) {
+  const Isa isa = tsfast::cpu_isa();
+  if (isa == Isa::Scalar) return false;
+  gemm(isa, x, lda, M, K, packed, bias, y, n, relu);
+  return true;
+}
+
+namespace {
+
+using tsimpl::unpack_linear_weight;
 
 bool plain_float(const at::Tensor& t) {
   return t.defined() && t.device().is_cpu() && t.layout() == at::kStrided && t.scalar_type() == at::kFloat;
@@ -187,7 +197,7 @@ bool no_grad(const at::Tensor& t) { return !(t.requires_grad() && at::GradMode::
 
 at::Tensor fallback(const at::Tensor& x, const at::Tensor& packed, const c10::optional<at::Tensor>& bias, int64_t n,
                     bool relu) {
-  at::Tensor y = at::linear(x, unpack_weight(packed, n), bias);
+  at::Tensor y = at::linear(x, unpack_linear_weight(packed, n), bias);
   return relu ? at::relu(y) : y;
 }
 
