@@ -57,17 +57,17 @@ func convData(t testing.TB, r *rand.Rand, c convCase, bias bool) (x, w, b *torch
 // must run torchspeed's kernel, not the ATen fallback.
 func TestFastConvMatchesATen(t *testing.T) {
 	cases := []convCase{
-		{1, 1, 8, 8, 16, 3, 3, params(1, 1, 1)},  // digits conv1
-		{1, 16, 8, 8, 32, 3, 3, params(1, 1, 1)}, // digits conv2
-		{1, 8, 7, 7, 24, 1, 1, params(1, 0, 1)},  // 1x1: no im2col on a channels-last input
-		{1, 8, 9, 9, 24, 1, 1, params(2, 0, 1)},  // 1x1 stride 2
-		{1, 5, 11, 9, 7, 3, 3, params(2, 1, 1)},  // odd channels, stride 2
+		{1, 1, 8, 8, 16, 3, 3, params(1, 1, 1)},   // digits conv1
+		{1, 16, 8, 8, 32, 3, 3, params(1, 1, 1)},  // digits conv2
+		{1, 8, 7, 7, 24, 1, 1, params(1, 0, 1)},   // 1x1: no im2col on a channels-last input
+		{1, 8, 9, 9, 24, 1, 1, params(2, 0, 1)},   // 1x1 stride 2
+		{1, 5, 11, 9, 7, 3, 3, params(2, 1, 1)},   // odd channels, stride 2
 		{2, 3, 10, 10, 33, 3, 3, params(1, 2, 2)}, // batch 2, dilation 2, 33 outputs (two panels)
 		{1, 4, 12, 10, 40, 5, 3, torch.ConvParams{Stride: [2]int64{2, 1}, Padding: [2]int64{2, 0}, Dilation: [2]int64{1, 2}, Groups: 1}},
-		{2, 17, 6, 6, 64, 3, 3, params(1, 0, 1)},  // no padding, 17 channels
-		{1, 64, 7, 7, 64, 3, 3, params(1, 1, 1)},  // resnet18's last stage, narrower
-		{1, 3, 5, 5, 8, 7, 7, params(1, 3, 1)},    // kernel larger than the input, padding covers it
-		{1, 2, 4, 4, 3, 3, 3, params(3, 0, 1)},    // one output position
+		{2, 17, 6, 6, 64, 3, 3, params(1, 0, 1)}, // no padding, 17 channels
+		{1, 64, 7, 7, 64, 3, 3, params(1, 1, 1)}, // resnet18's last stage, narrower
+		{1, 3, 5, 5, 8, 7, 7, params(1, 3, 1)},   // kernel larger than the input, padding covers it
+		{1, 2, 4, 4, 3, 3, 3, params(3, 0, 1)},   // one output position
 	}
 	threads := min(2, torch.AvailableCPUs())
 	r := rand.New(rand.NewPCG(7, 8))
