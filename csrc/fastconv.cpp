@@ -15,7 +15,7 @@
 // no im2col: the input is the GEMM's left operand as it is.
 //
 // Anything it does not cover (autograd, other dtypes or devices, inputs that are not 4-D, shapes
-// that do not match, more output positions or a deeper K than kMaxRows / kMaxK, a CPU without
+// that do not match, more output positions or a deeper K than the limits below, a CPU without
 // AVX2+FMA) goes to at::conv2d with the unpacked weight, which also gives ATen's own error for
 // arguments it refuses.
 #include <ATen/Parallel.h>
@@ -32,11 +32,15 @@
 
 namespace {
 
-// Output positions (N*OH*OW) and depth (IC*kh*kw) past which ATen's convolution runs instead: there
-// ATen's oneDNN path (batch > 1, large inputs) has the cache blocking this kernel lacks. Chosen
-// from BenchmarkConv2d (bindings/torch/fastconv_test.go; see README).
-constexpr int64_t kMaxRows = 4096;
-constexpr int64_t kMaxK = 4608;
+// Output positions (N*OH*OW) and depth (IC*kh*kw) past which ATen's convolution runs instead.
+// BenchmarkConv2d (bindings/torch/fastconv_test.go, 1 thread, Zen 5, loaded machine), ATen vs
+// this kernel with the weight packed once: digits' convs (64 rows, K 9 and 144) 1.2x and 1.5x,
+// 256 rows K 288/576 1.4x, a 1x1 on 784 rows K 64 (no im2col) 1.7x; but 196 rows K 1152 0.93x,
+// 196/49 rows K 2304/4608 1.0x (ATen's oneDNN there), 1024 rows K 288 0.36x, 4096 rows K 144 0.30x
+// and batch 4 x 256 rows K 144 0.73x (im2col's buffer outgrows the caches). Small convs only.
+constexpr int64_t kMaxRows = 256;
+constexpr int64_t kMaxDirectRows = 1024;  // 1x1, stride 1, no padding, channels-last input: no im2col
+constexpr int64_t kMaxK = 576;
 constexpr int64_t kIm2colGrain = 1 << 14;  // floats per parallel im2col task
 
 bool plain_float(const at::Tensor& t) {
@@ -60,7 +64,11 @@ bool pair_of(at::IntArrayRef v, int64_t out[2]) {
 // The weight [OC, IC, kh, kw] back from panels packed over [OC, kh, kw, IC].
 at::Tensor unpack_conv_weight(const at::Tensor& packed, int64_t oc, int64_t kh, int64_t kw) {
   at::Tensor w = tsimpl::unpack_linear_weight(packed, oc);
-  return w.view({oc, kh, kw, w.size(1) / std::max<int64_t>(1, kh * kw)}).permute({0, 3, 1, 2}).contiguous();
+  // clone, not contiguous(): a permuted [OC, IC, 1, 1] view counts as contiguous with channels-last
+  // strides, which would send ATen down its channels-last path (other bits than the original's).
+  return w.view({oc, kh, kw, w.size(1) / std::max<int64_t>(1, kh * kw)})
+      .permute({0, 3, 1, 2})
+      .clone(at::MemoryFormat::Contiguous);
 }
 
 // rows x K matrix col (row r = output position (n, oh, ow), column (i, j, c) = x[n, c, oh*sh -
@@ -118,8 +126,11 @@ at::Tensor conv2d_gemm_impl(const at::Tensor& x, const at::Tensor& packed, const
     OH = (x.size(2) + 2 * p[0] - d[0] * (kh - 1) - 1) / s[0] + 1;
     OW = (x.size(3) + 2 * p[1] - d[1] * (kw - 1) - 1) / s[1] + 1;
     ok = N > 0 && OH > 0 && OW > 0 && x.size(2) + 2 * p[0] >= d[0] * (kh - 1) + 1 &&
-         x.size(3) + 2 * p[1] >= d[1] * (kw - 1) + 1 && N * OH * OW <= kMaxRows && K > 0;
+         x.size(3) + 2 * p[1] >= d[1] * (kw - 1) + 1 && K > 0;
   }
+  const bool direct = ok && kh == 1 && kw == 1 && s[0] == 1 && s[1] == 1 && p[0] == 0 && p[1] == 0 &&
+                      x.is_contiguous(at::MemoryFormat::ChannelsLast);
+  if (ok) ok = N * OH * OW <= (direct ? kMaxDirectRows : kMaxRows);
   if (!ok) {
     *fast = false;
     at::Tensor y = at::conv2d(x, unpack_conv_weight(packed, oc, kh, kw), bias, stride, padding, dilation, 1);
@@ -128,8 +139,6 @@ at::Tensor conv2d_gemm_impl(const at::Tensor& x, const at::Tensor& packed, const
   const int64_t rows = N * OH * OW;
   at::Tensor y = at::empty({N, oc, OH, OW}, x.options().memory_format(at::MemoryFormat::ChannelsLast));
   const float* bp = b ? b->data_ptr<float>() : nullptr;
-  const bool direct = kh == 1 && kw == 1 && s[0] == 1 && s[1] == 1 && p[0] == 0 && p[1] == 0 &&
-                      x.is_contiguous(at::MemoryFormat::ChannelsLast);
   at::Tensor col;
   const float* a = nullptr;
   if (direct) {
