@@ -15,9 +15,10 @@
 // no im2col: the input is the GEMM's left operand as it is.
 //
 // Anything it does not cover (autograd, other dtypes or devices, inputs that are not 4-D, shapes
-// that do not match, more output positions or a deeper K than the limits below, a CPU without
-// AVX2+FMA) goes to at::conv2d with the unpacked weight, which also gives ATen's own error for
-// arguments it refuses.
+// that do not match, more output positions than the limits below, a CPU without AVX2+FMA) goes to
+// at::conv2d with the original weight (the op carries it beside the packed one), which gives
+// ATen's bits and ATen's own error for arguments it refuses. The pass leaves convs deeper than
+// kMaxK as they are.
 #include <ATen/Parallel.h>
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/ir/ir.h>
@@ -61,16 +62,6 @@ bool pair_of(at::IntArrayRef v, int64_t out[2]) {
   return true;
 }
 
-// The weight [OC, IC, kh, kw] back from panels packed over [OC, kh, kw, IC].
-at::Tensor unpack_conv_weight(const at::Tensor& packed, int64_t oc, int64_t kh, int64_t kw) {
-  at::Tensor w = tsimpl::unpack_linear_weight(packed, oc);
-  // clone, not contiguous(): a permuted [OC, IC, 1, 1] view counts as contiguous with channels-last
-  // strides, which would send ATen down its channels-last path (other bits than the original's).
-  return w.view({oc, kh, kw, w.size(1) / std::max<int64_t>(1, kh * kw)})
-      .permute({0, 3, 1, 2})
-      .clone(at::MemoryFormat::Contiguous);
-}
-
 // rows x K matrix col (row r = output position (n, oh, ow), column (i, j, c) = x[n, c, oh*sh -
 // ph + i*dh, ow*sw - pw + j*dw], 0 outside) from a 4-D float tensor of any strides.
 void im2col(const at::Tensor& x, int64_t kh, int64_t kw, const int64_t s[2], const int64_t p[2], const int64_t d[2],
@@ -104,20 +95,20 @@ void im2col(const at::Tensor& x, int64_t kh, int64_t kw, const int64_t s[2], con
 }
 
 // torchspeed::conv2d_gemm; *fast says whether torchspeed's kernel ran (false: ATen's conv did).
-at::Tensor conv2d_gemm_impl(const at::Tensor& x, const at::Tensor& packed, const c10::optional<at::Tensor>& bias,
-                            int64_t oc, int64_t kh, int64_t kw, at::IntArrayRef stride, at::IntArrayRef padding,
+at::Tensor conv2d_gemm_impl(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& packed,
+                            const c10::optional<at::Tensor>& bias, at::IntArrayRef stride, at::IntArrayRef padding,
                             at::IntArrayRef dilation, bool relu, bool* fast) {
   constexpr int64_t kNR = tsimpl::kLinearPanel;
-  TORCH_CHECK(packed.dim() == 3 && packed.size(2) == kNR && oc >= 0 && kh > 0 && kw > 0 &&
-                  packed.size(0) == (oc + kNR - 1) / kNR && packed.size(1) % (kh * kw) == 0 && plain_float(packed) &&
-                  packed.is_contiguous(),
-              "torchspeed::conv2d_gemm: the packed weight [", packed.sizes(), "] does not hold ", oc, " output channels of ",
-              kh, "x", kw, " kernels in panels of ", kNR);
-  const int64_t K = packed.size(1), IC = K / (kh * kw);
+  TORCH_CHECK(weight.dim() == 4, "torchspeed::conv2d_gemm: the weight has ", weight.dim(), " dimensions, want 4");
+  const int64_t oc = weight.size(0), kh = weight.size(2), kw = weight.size(3), IC = weight.size(1), K = IC * kh * kw;
+  TORCH_CHECK(packed.dim() == 3 && packed.size(2) == kNR && packed.size(0) == (oc + kNR - 1) / kNR &&
+                  packed.size(1) == K && plain_float(packed) && packed.is_contiguous(),
+              "torchspeed::conv2d_gemm: the packed weight [", packed.sizes(), "] does not hold the weight [",
+              weight.sizes(), "] in panels of ", kNR);
   const at::Tensor* b = bias.has_value() && bias->defined() ? &*bias : nullptr;
   int64_t s[2], p[2], d[2];
   bool ok = tsfast::cpu_isa() != tsfast::Isa::Scalar && plain_float(x) && x.dim() == 4 && x.size(1) == IC &&
-            no_grad(x) && no_grad(packed) && pair_of(stride, s) && pair_of(padding, p) && pair_of(dilation, d) &&
+            no_grad(x) && no_grad(packed) && no_grad(weight) && kh > 0 && kw > 0 && pair_of(stride, s) && pair_of(padding, p) && pair_of(dilation, d) &&
             s[0] > 0 && s[1] > 0 && d[0] > 0 && d[1] > 0 && p[0] >= 0 && p[1] >= 0 && K <= kMaxK && oc > 0;
   if (ok && b != nullptr) ok = plain_float(*b) && b->dim() == 1 && b->size(0) == oc && b->is_contiguous() && no_grad(*b);
   int64_t N = 0, OH = 0, OW = 0;
@@ -133,7 +124,7 @@ at::Tensor conv2d_gemm_impl(const at::Tensor& x, const at::Tensor& packed, const
   if (ok) ok = N * OH * OW <= (direct ? kMaxDirectRows : kMaxRows);
   if (!ok) {
     *fast = false;
-    at::Tensor y = at::conv2d(x, unpack_conv_weight(packed, oc, kh, kw), bias, stride, padding, dilation, 1);
+    at::Tensor y = at::conv2d(x, weight, bias, stride, padding, dilation, 1);
     return relu ? at::relu(y) : y;
   }
   const int64_t rows = N * OH * OW;
@@ -161,16 +152,16 @@ at::Tensor tsimpl::pack_conv_weight(const at::Tensor& w) {
   return tsimpl::pack_linear_weight(w.permute({0, 2, 3, 1}).reshape({w.size(0), -1}));
 }
 
-at::Tensor tsimpl::conv2d_gemm(const at::Tensor& x, const at::Tensor& packed, const c10::optional<at::Tensor>& bias,
-                               int64_t oc, int64_t kh, int64_t kw, at::IntArrayRef stride, at::IntArrayRef padding,
+at::Tensor tsimpl::conv2d_gemm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& packed,
+                               const c10::optional<at::Tensor>& bias, at::IntArrayRef stride, at::IntArrayRef padding,
                                at::IntArrayRef dilation, bool relu) {
   bool fast = false;
-  return conv2d_gemm_impl(x, packed, bias, oc, kh, kw, stride, padding, dilation, relu, &fast);
+  return conv2d_gemm_impl(x, weight, packed, bias, stride, padding, dilation, relu, &fast);
 }
 
 TORCH_LIBRARY_FRAGMENT(torchspeed, m) {
   m.def(
-      "conv2d_gemm(Tensor x, Tensor packed, Tensor? bias, int oc, int kh, int kw, int[] stride, int[] padding, "
+      "conv2d_gemm(Tensor x, Tensor weight, Tensor packed, Tensor? bias, int[] stride, int[] padding, "
       "int[] dilation, bool relu) -> Tensor",
       &tsimpl::conv2d_gemm);
 }
@@ -227,7 +218,8 @@ bool swap_one(Node* node, Counts& counts) {
   static const auto sym = c10::Symbol::fromQualString("torchspeed::conv2d_gemm");
   const bool conv2d = node->kind() == c10::Symbol::fromQualString("aten::conv2d");
   auto w = tsimpl::constant_float(node->input(1));
-  if (!w || w->dim() != 4 || w->size(0) == 0) return false;
+  // A depth past kMaxK would always run ATen's convolution: left as it is.
+  if (!w || w->dim() != 4 || w->size(0) == 0 || w->size(1) * w->size(2) * w->size(3) > kMaxK) return false;
   c10::optional<at::Tensor> bias;
   if (!node->input(2)->type()->cast<c10::NoneType>()) {
     bias = tsimpl::constant_float(node->input(2));
@@ -258,11 +250,9 @@ bool swap_one(Node* node, Counts& counts) {
   torch::jit::WithInsertPoint guard(node);
   std::vector<Value*> args{
       node->input(0),
+      node->input(1),  // the original weight, for the fallback (ATen's bits there)
       graph->insertConstant(tsimpl::pack_conv_weight(*w)),
       bias ? graph->insertConstant(bias->contiguous()) : graph->insertConstant(c10::IValue()),
-      graph->insertConstant(w->size(0)),
-      graph->insertConstant(w->size(2)),
-      graph->insertConstant(w->size(3)),
       graph->insertConstant(*stride),
       graph->insertConstant(*padding),
       graph->insertConstant(*dilation),
@@ -339,9 +329,8 @@ ts_status* ts_tensor_conv2d(const ts_tensor* x, const ts_tensor* w, const ts_ten
     r = at::conv2d(x->t, w->t, bias, stride, padding, dilation, groups);
     if (relu) r = at::relu(r);
   } else {
-    const at::Tensor& wt = w->t;
-    r = conv2d_gemm_impl(x->t, tsimpl::pack_conv_weight(wt), bias, wt.size(0), wt.size(2), wt.size(3), stride, padding,
-                         dilation, relu != 0, &ran_fast);
+    r = conv2d_gemm_impl(x->t, w->t, tsimpl::pack_conv_weight(w->t), bias, stride, padding, dilation, relu != 0,
+                         &ran_fast);
   }
   if (fast != nullptr) *fast = ran_fast ? 1 : 0;
   *out = new ts_tensor{std::move(r)};

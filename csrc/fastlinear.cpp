@@ -172,11 +172,6 @@ at::Tensor tsimpl::pack_linear_weight(const at::Tensor& w) {
   return packed;
 }
 
-// The [N, K] weight back from its panels (the fallback's argument).
-at::Tensor tsimpl::unpack_linear_weight(const at::Tensor& packed, int64_t n) {
-  return packed.permute({0, 2, 1}).reshape({-1, packed.size(1)}).narrow(0, 0, n).contiguous();
-}
-
 bool tsimpl::gemm_packed(const float* x, int64_t lda, int64_t M, int64_t K, const float* packed, const float* bias,
                          float* y, int64_t n, bool relu) {
   const Isa isa = tsfast::cpu_isa();
@@ -187,7 +182,10 @@ bool tsimpl::gemm_packed(const float* x, int64_t lda, int64_t M, int64_t K, cons
 
 namespace {
 
-using tsimpl::unpack_linear_weight;
+// The [N, K] weight back from its panels (the fallback's argument).
+at::Tensor unpack_weight(const at::Tensor& packed, int64_t n) {
+  return packed.permute({0, 2, 1}).reshape({-1, packed.size(1)}).narrow(0, 0, n).contiguous();
+}
 
 bool plain_float(const at::Tensor& t) {
   return t.defined() && t.device().is_cpu() && t.layout() == at::kStrided && t.scalar_type() == at::kFloat;
@@ -197,7 +195,7 @@ bool no_grad(const at::Tensor& t) { return !(t.requires_grad() && at::GradMode::
 
 at::Tensor fallback(const at::Tensor& x, const at::Tensor& packed, const c10::optional<at::Tensor>& bias, int64_t n,
                     bool relu) {
-  at::Tensor y = at::linear(x, unpack_linear_weight(packed, n), bias);
+  at::Tensor y = at::linear(x, unpack_weight(packed, n), bias);
   return relu ? at::relu(y) : y;
 }
 

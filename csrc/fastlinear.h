@@ -20,15 +20,13 @@ at::Tensor linear_packed(const at::Tensor& x, const at::Tensor& packed, const c1
 // team. Returns false, computing nothing, on a CPU without AVX2+FMA (the caller runs ATen then).
 bool gemm_packed(const float* x, int64_t lda, int64_t M, int64_t K, const float* packed, const float* bias, float* y,
                  int64_t n, bool relu);
-// The [n, K] weight back from its panels.
-at::Tensor unpack_linear_weight(const at::Tensor& packed, int64_t n);
 // The panels torchspeed::conv2d_gemm reads (csrc/fastconv.cpp), from a weight [OC, IC, kh, kw].
 at::Tensor pack_conv_weight(const at::Tensor& w);
-// torchspeed::conv2d_gemm: conv2d(x, W, bias, stride, padding, dilation, groups 1) (then relu), W
-// packed by pack_conv_weight; the output channels-last.
-at::Tensor conv2d_gemm(const at::Tensor& x, const at::Tensor& packed, const c10::optional<at::Tensor>& bias, int64_t oc,
-                       int64_t kh, int64_t kw, at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation,
-                       bool relu);
+// torchspeed::conv2d_gemm: conv2d(x, weight, bias, stride, padding, dilation, groups 1) (then
+// relu), computed from packed = pack_conv_weight(weight) where it can; the output channels-last.
+at::Tensor conv2d_gemm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& packed,
+                       const c10::optional<at::Tensor>& bias, at::IntArrayRef stride, at::IntArrayRef padding,
+                       at::IntArrayRef dilation, bool relu);
 // The constant float32 CPU tensor (no grad) a graph value holds, if it is one.
 c10::optional<at::Tensor> constant_float(torch::jit::Value* v);
 // Swaps an aten::_transformer_encoder_layer_fwd node with constant weights for

@@ -255,11 +255,12 @@ TS_EXPORT ts_status* ts_module_fast_linear(const ts_module* m, ts_module** out, 
  * torchspeed::conv2d_gemm (csrc/fastconv.cpp: im2col, then torchspeed::linear_packed's GEMM over
  * the weight packed here; output channels-last) where they called aten::_convolution,
  * aten::convolution or aten::conv2d with a constant 4-D float weight, constant or no bias,
- * constant stride, padding and dilation, groups 1, not transposed; a relu that is the only use of
- * the result is fused. *convs gets how many convolutions were swapped, *relus how many took a
- * relu. Same values up to float rounding. Small convolutions only run torchspeed's kernel; the
- * op calls ATen's for larger ones and for anything else it does not cover. Nothing is swapped on
- * a CPU without AVX2 and FMA. The result runs only where libtorchspeed is loaded: do not save it
+ * constant stride, padding and dilation, groups 1, not transposed, and a depth IC x kh x kw the
+ * kernel takes (576 at most); a relu that is the only use of the result is fused. *convs gets how
+ * many convolutions were swapped, *relus how many took a relu. Same values up to float rounding.
+ * The op runs ATen's convolution on the original weight for inputs with more output positions
+ * than its kernel takes and for anything else it does not cover. Nothing is swapped on a CPU
+ * without AVX2 and FMA. The result runs only where libtorchspeed is loaded: do not save it
  * for stock PyTorch. */
 TS_EXPORT ts_status* ts_module_fast_conv(const ts_module* m, ts_module** out, int64_t* convs,
                                          int64_t* relus) TS_NOEXCEPT TS_MUST_CHECK;

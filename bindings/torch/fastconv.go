@@ -8,11 +8,12 @@ import "C"
 // FastConv returns a clone whose graphs (every method of the module and its submodules) call
 // torchspeed::conv2d_gemm where they called aten::_convolution, aten::convolution or aten::conv2d
 // with a constant 4-D float32 weight (and constant or no bias), constant stride, padding and
-// dilation, groups 1 and not transposed (a frozen graph's convolutions). The op is im2col into
-// rows of output positions followed by FastLinear's GEMM over the weight packed once here, bias
-// and a relu fused (a relu that is the conv's only use); its output is channels-last. Small
-// convolutions only run torchspeed's kernel: larger ones, grouped ones and anything else it does
-// not cover stay ATen's. It returns how many convolutions were swapped and how many of them took
+// dilation, groups 1 and not transposed (a frozen graph's convolutions), whose depth IC x kh x kw
+// the kernel takes (576 at most). The op is im2col into rows of output positions followed by
+// FastLinear's GEMM over the weight packed once here, bias and a relu fused (a relu that is the
+// conv's only use); its output is channels-last. Inputs with more output positions than the
+// kernel takes (256; 1024 for a 1x1 conv needing no im2col) run ATen's convolution on the
+// original weight; grouped and deeper convolutions are left as they are. It returns how many convolutions were swapped and how many of them took
 // a relu. Outputs equal the original's up to float rounding. On a CPU without AVX2 and FMA nothing
 // is swapped. The result runs only where this shim is loaded: never save it for stock PyTorch.
 func (m *Module) FastConv() (mod *Module, convs, relus int, err error) {
