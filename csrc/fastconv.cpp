@@ -6,9 +6,11 @@
 // elements as thnn_conv2d (_slow_conv2d_forward: im2col, then OpenBLAS's sgemm with Haswell's
 // kernels on Zen 5, and a per-call set-up cost that dominates at these sizes); the digits CNN
 // spent half its time there. Here the conv is im2col into rows = output positions (N*OH*OW rows,
-// K = kh*kw*IC in that order, channels innermost, so a channels-last input copies runs of IC
-// floats), then csrc/fastlinear.cpp's register-blocked kernel against the weight packed once at
-// pass time as [OC, kh, kw, IC], bias and relu fused. The GEMM writes [N*OH*OW, OC], which is
+// K = kh*kw*IC in that order, channels innermost, so a channels-last input copies runs of kw*IC
+// floats; an NCHW one is made channels-last first), built a block of rows at a time into a
+// buffer that stays in cache, each block then multiplied by csrc/fastlinear.cpp's
+// register-blocked kernel against the weight packed once at pass time as [OC, kh, kw, IC], bias
+// and relu fused. The GEMM writes [N*OH*OW, OC], which is
 // the output [N, OC, OH, OW] in channels-last memory: the op returns it with those strides (the
 // next torchspeed conv reads it with no copy; ATen's pooling and elementwise ops have
 // channels-last kernels). A 1x1 conv with stride 1 and no padding on a channels-last input needs
@@ -24,6 +26,8 @@
 #include <torch/csrc/jit/ir/ir.h>
 #include <torch/library.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <set>
 
@@ -34,15 +38,17 @@
 namespace {
 
 // Output positions (N*OH*OW) and depth (IC*kh*kw) past which ATen's convolution runs instead.
-// BenchmarkConv2d (bindings/torch/fastconv_test.go, 1 thread, Zen 5, loaded machine), ATen vs
-// this kernel with the weight packed once: digits' convs (64 rows, K 9 and 144) 1.2x and 1.5x,
-// 256 rows K 288/576 1.4x, a 1x1 on 784 rows K 64 (no im2col) 1.7x; but 196 rows K 1152 0.93x,
-// 196/49 rows K 2304/4608 1.0x (ATen's oneDNN there), 1024 rows K 288 0.36x, 4096 rows K 144 0.30x
-// and batch 4 x 256 rows K 144 0.73x (im2col's buffer outgrows the caches). Small convs only.
-constexpr int64_t kMaxRows = 256;
+// BenchmarkConv2d (bindings/torch/fastconv_test.go, 1 thread, Zen 5, a loaded 2-vCPU machine),
+// ATen vs this kernel with the weight packed once, NCHW / channels-last input: digits' convs (64
+// rows, K 9 and 144) 1.47x / 1.47x and 1.64x / 1.76x; 256 rows K 288 and 576 about 2x; 1024 rows
+// K 288 0.91x / 1.05x; batch 4 x 256 rows K 144 1.14x / 1.20x; 784 rows K 576 1.08x / 1.01x; a
+// 1x1 on 784 rows K 64 1.6x / 2.3x (no im2col on channels-last); but 4096 rows K 144 0.61x /
+// 0.69x, and from K 1152 on (ATen's oneDNN) 0.5x-1.2x, too noisy to call. Small convs only.
+constexpr int64_t kMaxRows = 1024;
 constexpr int64_t kMaxDirectRows = 1024;  // 1x1, stride 1, no padding, channels-last input: no im2col
 constexpr int64_t kMaxK = 576;
-constexpr int64_t kIm2colGrain = 1 << 14;  // floats per parallel im2col task
+constexpr int64_t kBlockFloats = 1 << 13;  // im2col rows built at once: 32 KB
+constexpr int64_t kTaskFlops = 1 << 21;    // FLOPs per parallel task, as csrc/fastlinear.cpp's
 
 bool plain_float(const at::Tensor& t) {
   return t.defined() && t.device().is_cpu() && t.layout() == at::kStrided && t.scalar_type() == at::kFloat;
@@ -62,36 +68,40 @@ bool pair_of(at::IntArrayRef v, int64_t out[2]) {
   return true;
 }
 
-// rows x K matrix col (row r = output position (n, oh, ow), column (i, j, c) = x[n, c, oh*sh -
-// ph + i*dh, ow*sw - pw + j*dw], 0 outside) from a 4-D float tensor of any strides.
+// Rows begin..end-1 of the im2col matrix into col ([end - begin, K]): row r = output position (n,
+// oh, ow), column (i, j, c) = x[n, c, oh*sh - ph + i*dh, ow*sw - pw + j*dw], 0 outside; x is a
+// 4-D float tensor whose channels are adjacent in memory (stride 1), any other strides.
 void im2col(const at::Tensor& x, int64_t kh, int64_t kw, const int64_t s[2], const int64_t p[2], const int64_t d[2],
-            int64_t OH, int64_t OW, float* col) {
+            int64_t OH, int64_t OW, int64_t begin, int64_t end, float* col) {
   const int64_t C = x.size(1), H = x.size(2), W = x.size(3);
-  const int64_t sn = x.stride(0), sc = x.stride(1), sh = x.stride(2), sw = x.stride(3);
-  const int64_t K = C * kh * kw, rows = x.size(0) * OH * OW;
+  const int64_t sn = x.stride(0), sh = x.stride(2), sw = x.stride(3);
+  const int64_t K = C * kh * kw;
   const float* src = x.data_ptr<float>();
-  at::parallel_for(0, rows, std::max<int64_t>(1, kIm2colGrain / std::max<int64_t>(1, K)), [&](int64_t begin, int64_t end) {
+  // Channels-last with dilation 1 in width: a kernel row's kw x C values are one run in memory.
+  const bool runs = sw == C && d[1] == 1;
+  {
     for (int64_t r = begin; r < end; r++) {
       const int64_t n = r / (OH * OW), oh = (r / OW) % OH, ow = r % OW;
-      float* dst = col + r * K;
+      float* dst = col + (r - begin) * K;
+      const int64_t iw0 = ow * s[1] - p[1];
       for (int64_t i = 0; i < kh; i++) {
         const int64_t ih = oh * s[0] - p[0] + i * d[0];
+        if (runs && ih >= 0 && ih < H && iw0 >= 0 && iw0 + kw <= W) {
+          std::memcpy(dst, src + n * sn + ih * sh + iw0 * sw, kw * C * sizeof(float));
+          dst += kw * C;
+          continue;
+        }
         for (int64_t j = 0; j < kw; j++, dst += C) {
           const int64_t iw = ow * s[1] - p[1] + j * d[1];
           if (ih < 0 || ih >= H || iw < 0 || iw >= W) {
             std::memset(dst, 0, C * sizeof(float));
             continue;
           }
-          const float* in = src + n * sn + ih * sh + iw * sw;
-          if (sc == 1) {
-            std::memcpy(dst, in, C * sizeof(float));
-          } else {
-            for (int64_t c = 0; c < C; c++) dst[c] = in[c * sc];
-          }
+          std::memcpy(dst, src + n * sn + ih * sh + iw * sw, C * sizeof(float));
         }
       }
     }
-  });
+  }
 }
 
 // torchspeed::conv2d_gemm; *fast says whether torchspeed's kernel ran (false: ATen's conv did).
@@ -130,16 +140,29 @@ at::Tensor conv2d_gemm_impl(const at::Tensor& x, const at::Tensor& weight, const
   const int64_t rows = N * OH * OW;
   at::Tensor y = at::empty({N, oc, OH, OW}, x.options().memory_format(at::MemoryFormat::ChannelsLast));
   const float* bp = b ? b->data_ptr<float>() : nullptr;
-  at::Tensor col;
-  const float* a = nullptr;
+  const float* pp = packed.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
   if (direct) {
-    a = x.data_ptr<float>();
+    *fast = tsimpl::gemm_packed(x.data_ptr<float>(), K, rows, K, pp, bp, yp, oc, relu);
   } else {
-    col = at::empty({rows, K}, x.options());
-    im2col(x, kh, kw, s, p, d, OH, OW, col.data_ptr<float>());
-    a = col.data_ptr<float>();
+    // im2col copies runs of channels: an NCHW input (more than one channel) is made channels-last
+    // first, in one vectorized pass, rather than gathered one float at a time.
+    at::Tensor xin = x.stride(1) == 1 || IC == 1 ? x : x.contiguous(at::MemoryFormat::ChannelsLast);
+    // Blocks of rows, each built into a buffer that stays in L1/L2 and multiplied at once.
+    const int64_t mb = std::clamp<int64_t>(kBlockFloats / K / 8 * 8, 8, 512);
+    const int64_t blocks = (rows + mb - 1) / mb;
+    const int64_t grain = std::max<int64_t>(1, kTaskFlops / std::max<int64_t>(1, 2 * mb * K * oc));
+    std::atomic<bool> ran{true};
+    at::parallel_for(0, blocks, grain, [&](int64_t b0, int64_t b1) {
+      std::vector<float> buf(mb * K);
+      for (int64_t blk = b0; blk < b1; blk++) {
+        const int64_t r0 = blk * mb, r1 = std::min(rows, r0 + mb);
+        im2col(xin, kh, kw, s, p, d, OH, OW, r0, r1, buf.data());
+        if (!tsimpl::gemm_packed(buf.data(), K, r1 - r0, K, pp, bp, yp + r0 * oc, oc, relu)) ran = false;
+      }
+    });
+    *fast = ran;
   }
-  *fast = tsimpl::gemm_packed(a, K, rows, K, packed.data_ptr<float>(), bp, y.data_ptr<float>(), oc, relu);
   TORCH_INTERNAL_ASSERT(*fast, "torchspeed::conv2d_gemm: no GEMM kernel on this CPU");  // checked above
   return y;
 }

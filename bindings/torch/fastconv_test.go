@@ -64,10 +64,11 @@ func TestFastConvMatchesATen(t *testing.T) {
 		{1, 5, 11, 9, 7, 3, 3, params(2, 1, 1)},   // odd channels, stride 2
 		{2, 3, 10, 10, 33, 3, 3, params(1, 2, 2)}, // batch 2, dilation 2, 33 outputs (two panels)
 		{1, 4, 12, 10, 40, 5, 3, torch.ConvParams{Stride: [2]int64{2, 1}, Padding: [2]int64{2, 0}, Dilation: [2]int64{1, 2}, Groups: 1}},
-		{2, 17, 6, 6, 64, 3, 3, params(1, 0, 1)}, // no padding, 17 channels
-		{1, 64, 7, 7, 64, 3, 3, params(1, 1, 1)}, // resnet18's last stage, narrower
-		{1, 3, 5, 5, 8, 7, 7, params(1, 3, 1)},   // kernel larger than the input, padding covers it
-		{1, 2, 4, 4, 3, 3, 3, params(3, 0, 1)},   // one output position
+		{2, 17, 6, 6, 64, 3, 3, params(1, 0, 1)},   // no padding, 17 channels
+		{1, 64, 7, 7, 64, 3, 3, params(1, 1, 1)},   // resnet18's last stage, narrower
+		{1, 3, 5, 5, 8, 7, 7, params(1, 3, 1)},     // kernel larger than the input, padding covers it
+		{1, 2, 4, 4, 3, 3, 3, params(3, 0, 1)},     // one output position
+		{2, 16, 16, 16, 24, 3, 3, params(1, 1, 1)}, // 512 rows: several im2col blocks
 	}
 	threads := min(2, torch.AvailableCPUs())
 	r := rand.New(rand.NewPCG(7, 8))
@@ -308,58 +309,68 @@ func BenchmarkConv2d(b *testing.B) {
 		{1, 16, 64, 64, 16, 3, 3, params(1, 1, 1)},
 		{4, 16, 16, 16, 32, 3, 3, params(1, 1, 1)},
 	} {
-		b.Run(fmt.Sprintf("%dx%dx%dx%d-oc%d-k%d", c.n, c.ic, c.h, c.w, c.oc, c.kh), func(b *testing.B) {
-			r := rand.New(rand.NewPCG(11, 12))
-			x, w, bias := convData(b, r, c, true)
-			// A linear weight of the same size: packing the conv's adds one permuted copy.
-			w2 := newTensor(b, randFloats(r, int(c.oc*c.ic*c.kh*c.kw)), c.oc, c.ic*c.kh*c.kw)
-			var aten, fast, pack []float64
-			ran := true
-			var err error
-			b.ResetTimer()
-			torch.Do(func() {
-				if err = torch.SetNumThreadsOnThisThread(1); err != nil {
-					return
-				}
-				for i := 0; i < b.N && err == nil; i++ {
-					for _, k := range []torch.ConvKernel{torch.ConvATen, torch.ConvFast} {
-						t0 := time.Now()
-						var y *torch.Tensor
-						var f bool
-						if y, f, err = torch.Conv2d(x, w, bias, c.p, true, k); err != nil {
-							return
-						}
-						d := float64(time.Since(t0).Nanoseconds())
-						y.Close()
-						if k == torch.ConvATen {
-							aten = append(aten, d)
-						} else {
-							fast = append(fast, d)
-							ran = ran && f
-						}
+		for _, cl := range []bool{false, true} {
+			b.Run(fmt.Sprintf("%dx%dx%dx%d-oc%d-k%d-cl%v", c.n, c.ic, c.h, c.w, c.oc, c.kh, cl), func(b *testing.B) {
+				r := rand.New(rand.NewPCG(11, 12))
+				x, w, bias := convData(b, r, c, true)
+				if cl {
+					xc, err := x.ChannelsLast()
+					if err != nil {
+						b.Fatal(err)
 					}
-					t0 := time.Now()
-					var p *torch.Tensor
-					if p, err = torch.PackLinear(w2); err != nil {
+					x = xc
+					b.Cleanup(func() { xc.Close() })
+				}
+				// A linear weight of the same size: packing the conv's adds one permuted copy.
+				w2 := newTensor(b, randFloats(r, int(c.oc*c.ic*c.kh*c.kw)), c.oc, c.ic*c.kh*c.kw)
+				var aten, fast, pack []float64
+				ran := true
+				var err error
+				b.ResetTimer()
+				torch.Do(func() {
+					if err = torch.SetNumThreadsOnThisThread(1); err != nil {
 						return
 					}
-					pack = append(pack, float64(time.Since(t0).Nanoseconds()))
-					p.Close()
+					for i := 0; i < b.N && err == nil; i++ {
+						for _, k := range []torch.ConvKernel{torch.ConvATen, torch.ConvFast} {
+							t0 := time.Now()
+							var y *torch.Tensor
+							var f bool
+							if y, f, err = torch.Conv2d(x, w, bias, c.p, true, k); err != nil {
+								return
+							}
+							d := float64(time.Since(t0).Nanoseconds())
+							y.Close()
+							if k == torch.ConvATen {
+								aten = append(aten, d)
+							} else {
+								fast = append(fast, d)
+								ran = ran && f
+							}
+						}
+						t0 := time.Now()
+						var p *torch.Tensor
+						if p, err = torch.PackLinear(w2); err != nil {
+							return
+						}
+						pack = append(pack, float64(time.Since(t0).Nanoseconds()))
+						p.Close()
+					}
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				a, f, pk := median(aten), median(fast), median(pack)
+				b.ReportMetric(a/1e3, "aten-us")
+				b.ReportMetric(f/1e3, "fast-us")
+				b.ReportMetric((f-pk)/1e3, "own-us")
+				if f > pk {
+					b.ReportMetric(a/(f-pk), "ratio")
+				}
+				if !ran {
+					b.Log("ATen's fallback ran for torchspeed's op")
 				}
 			})
-			if err != nil {
-				b.Fatal(err)
-			}
-			a, f, pk := median(aten), median(fast), median(pack)
-			b.ReportMetric(a/1e3, "aten-us")
-			b.ReportMetric(f/1e3, "fast-us")
-			b.ReportMetric((f-pk)/1e3, "own-us")
-			if f > pk {
-				b.ReportMetric(a/(f-pk), "ratio")
-			}
-			if !ran {
-				b.Log("ATen's fallback ran for torchspeed's op")
-			}
-		})
+		}
 	}
 }
