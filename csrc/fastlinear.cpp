@@ -31,7 +31,7 @@ using tsimpl::fail;
 
 namespace {
 
-constexpr int64_t kNR = 32;          // panel width: two zmm, four ymm
+constexpr int64_t kNR = tsimpl::kLinearPanel;  // panel width: two zmm, four ymm
 constexpr int64_t kMaxRows = 2048;   // rows of x past which at::linear runs instead (see README)
 constexpr int64_t kTaskFlops = 1 << 21;  // FLOPs per parallel task: smaller GEMMs stay on one thread
 
@@ -170,6 +170,14 @@ at::Tensor tsimpl::pack_linear_weight(const at::Tensor& w) {
     for (int64_t k = 0; k < K; k++) col[k * kNR] = src[n * K + k];
   }
   return packed;
+}
+
+bool tsimpl::gemm_packed(const float* x, int64_t lda, int64_t M, int64_t K, const float* packed, const float* bias,
+                         float* y, int64_t n, bool relu) {
+  const Isa isa = tsfast::cpu_isa();
+  if (isa == Isa::Scalar) return false;
+  gemm(isa, x, lda, M, K, packed, bias, y, n, relu);
+  return true;
 }
 
 namespace {

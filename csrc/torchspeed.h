@@ -55,8 +55,9 @@ extern "C" {
  * 14: ts_module_fast_qdq, ts_tensor_quantize_per_tensor, ts_tensor_dequantize.
  * 15: ts_module_fast_linear, ts_tensor_linear, ts_tensor_linear_pack, ts_tensor_linear_packed.
  * 16: ts_module_fast_qdq_v2 (also swaps quantized::add/add_relu, counts them), ts_tensor_qadd.
- * 17: ts_module_fuse_conv_add, ts_conv_add_unavailable, ts_tensor_qconv2d_add. */
-#define TS_API_VERSION 17
+ * 17: ts_module_fuse_conv_add, ts_conv_add_unavailable, ts_tensor_qconv2d_add.
+ * 18: ts_module_fast_conv, ts_tensor_conv2d. */
+#define TS_API_VERSION 18
 
 typedef struct ts_status ts_status;
 typedef struct ts_module ts_module;
@@ -168,6 +169,15 @@ TS_EXPORT ts_status* ts_tensor_linear_pack(const ts_tensor* w, ts_tensor** out /
  * is TS_CODE_MODEL_ERROR. */
 TS_EXPORT ts_status* ts_tensor_linear_packed(const ts_tensor* x, const ts_tensor* packed, const ts_tensor* b, int64_t n,
                                              int32_t relu, int32_t kernel, ts_tensor** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
+/* conv2d(x, w, b, stride, padding, dilation, groups) (b may be NULL), then relu when relu is 1
+ * (csrc/fastconv.cpp). kernel: 0 ATen's at::conv2d, 1 torchspeed::conv2d_gemm as fast_conv's
+ * graphs run it (w packed first; ATen for what it does not cover, and for groups != 1, which the
+ * pass leaves to ATen). *fast (may be NULL) gets 1 when torchspeed's kernel ran, 0 when ATen's
+ * conv did. Parallel only on inference threads. */
+TS_EXPORT ts_status* ts_tensor_conv2d(const ts_tensor* x, const ts_tensor* w, const ts_tensor* b, int64_t stride_h,
+                                      int64_t stride_w, int64_t pad_h, int64_t pad_w, int64_t dilation_h,
+                                      int64_t dilation_w, int64_t groups, int32_t relu, int32_t kernel,
+                                      ts_tensor** out /* new reference */, int32_t* fast) TS_NOEXCEPT TS_MUST_CHECK;
 /* quantized::add (relu = 0) or quantized::add_relu of two quantized tensors, output scale and zero
  * point given (csrc/fastqadd.cpp); kernel as for ts_tensor_quantize_per_tensor. What torchspeed's
  * kernels do not cover goes to ATen's op. */
@@ -241,6 +251,19 @@ TS_EXPORT ts_status* ts_module_fast_qdq(const ts_module* m, ts_module** out, int
  * libtorchspeed is loaded: do not save it for stock PyTorch. */
 TS_EXPORT ts_status* ts_module_fast_linear(const ts_module* m, ts_module** out, int64_t* linears,
                                            int64_t* relus) TS_NOEXCEPT TS_MUST_CHECK;
+/* A clone whose graphs (every method of the module and its submodules) call
+ * torchspeed::conv2d_gemm (csrc/fastconv.cpp: im2col, then torchspeed::linear_packed's GEMM over
+ * the weight packed here; output channels-last) where they called aten::_convolution,
+ * aten::convolution or aten::conv2d with a constant 4-D float weight, constant or no bias,
+ * constant stride, padding and dilation, groups 1, not transposed, and a depth IC x kh x kw the
+ * kernel takes (576 at most); a relu that is the only use of the result is fused. *convs gets how
+ * many convolutions were swapped, *relus how many took a relu. Same values up to float rounding.
+ * The op runs ATen's convolution on the original weight for inputs with more output positions
+ * than its kernel takes and for anything else it does not cover. Nothing is swapped on a CPU
+ * without AVX2 and FMA. The result runs only where libtorchspeed is loaded: do not save it
+ * for stock PyTorch. */
+TS_EXPORT ts_status* ts_module_fast_conv(const ts_module* m, ts_module** out, int64_t* convs,
+                                         int64_t* relus) TS_NOEXCEPT TS_MUST_CHECK;
 /* ts_module_fast_qdq, which also swaps quantized::add and quantized::add_relu for
  * torchspeed::add and torchspeed::add_relu (csrc/fastqadd.cpp: ATen 1.13's tensors bit for bit,
  * vectorized and parallel; only with libtorch 1.13 without FBGEMM); *adds gets how many. */

@@ -127,6 +127,10 @@ type Optimize struct {
 	// (weights packed at load time) by the fast_linear load-time pass; auto keeps it when it
 	// measures faster and its outputs agree with its base's.
 	FastLinear Toggle `mapstructure:"fast_linear" json:"fast_linear"`
+	// FastConv: FP32 models run their small constant-weight 2-D convolutions (groups 1) as
+	// im2col + torchspeed's GEMM by the fast_conv load-time pass; auto keeps it when it measures
+	// faster and its outputs agree with its base's.
+	FastConv Toggle `mapstructure:"fast_conv" json:"fast_conv"`
 	// FuseConvAdd: static INT8 models compute each quantized conv and the add (add_relu) after
 	// it as one oneDNN convolution, by the fuse_conv_add load-time pass; its outputs differ
 	// from the unfused model's by one rounding, so auto keeps it when it passes the validation
@@ -226,7 +230,7 @@ type Output struct {
 func Default() Config {
 	return Config{
 		Optimize: Optimize{
-			Freeze: true, FoldBN: true, OptimizeForInference: Auto, ChannelsLast: Auto, FastQDQ: Auto, FastLinear: Auto, FuseConvAdd: Auto,
+			Freeze: true, FoldBN: true, OptimizeForInference: Auto, ChannelsLast: Auto, FastQDQ: Auto, FastLinear: Auto, FastConv: Auto, FuseConvAdd: Auto,
 			MaxAbsError: 1e-3, MinCosine: 0.9999, MinSpeedup: 1.02,
 		},
 		Quantize: Quantize{

@@ -118,6 +118,7 @@ func TestLoadBadConfigs(t *testing.T) {
 		{"wrong type", strings.Replace(good, "threads: 2", "threads: many", 1), []string{"threads", "many"}},
 		{"bad toggle", strings.Replace(good, `channels_last: "false"`, "channels_last: sometimes", 1), []string{"optimize.channels_last", "sometimes", "auto, true or false"}},
 		{"bad fast_linear", strings.Replace(good, `channels_last: "false"`, "channels_last: \"false\"\n  fast_linear: maybe", 1), []string{"optimize.fast_linear", "maybe", "auto, true or false"}},
+		{"bad fast_conv", strings.Replace(good, `channels_last: "false"`, "channels_last: \"false\"\n  fast_conv: often", 1), []string{"optimize.fast_conv", "often", "auto, true or false"}},
 		{"bad dtype", strings.Replace(good, "dtype: float32", "dtype: complex64", 1), []string{"model.inputs[0].dtype", "complex64"}},
 		{"zero dim", strings.Replace(good, "[1, 3, 224, 224]", "[0, 3, 224, 224]", 1), []string{"model.inputs[0].shape", ">= 1"}},
 		{"no inputs", "model:\n  path: m.pt\n", []string{"model.inputs: missing"}},

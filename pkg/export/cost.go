@@ -143,6 +143,9 @@ func lostAtPlainLoad(m *torchspeed.Manifest, optimizedSaved bool) []string {
 	if slices.Contains(m.LoadPasses, torchspeed.PassFastLinear) {
 		lost = append(lost, "the server runs libtorch's own linears (its BLAS), not torchspeed's GEMM over packed weights")
 	}
+	if slices.Contains(m.LoadPasses, torchspeed.PassFastConv) {
+		lost = append(lost, "the server runs libtorch's own convolutions, not torchspeed's im2col + GEMM over packed weights")
+	}
 	if m.ChannelsLast {
 		lost = append(lost, "the server passes contiguous inputs, not the channels-last ones the artifact was measured with")
 	}

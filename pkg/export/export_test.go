@@ -377,6 +377,9 @@ func TestMeasureCost(t *testing.T) {
 	if slices.Contains(man.LoadPasses, torchspeed.PassFastLinear) && !strings.Contains(c.Sentence, "torchspeed's GEMM over packed weights") {
 		t.Errorf("manifest lists fast_linear, sentence does not say a server runs libtorch's linears: %q", c.Sentence)
 	}
+	if slices.Contains(man.LoadPasses, torchspeed.PassFastConv) && !strings.Contains(c.Sentence, "libtorch's own convolutions") {
+		t.Errorf("manifest lists fast_conv, sentence does not say a server runs libtorch's convolutions: %q", c.Sentence)
+	}
 	if len(man.LoadPasses) == 0 && !man.ChannelsLast && !strings.Contains(c.Sentence, "nothing torchspeed applies at load time is lost") {
 		t.Errorf("manifest has no load-time work, sentence: %q", c.Sentence)
 	}

@@ -46,7 +46,7 @@ func saveOptimized(a *Artifact, dst string) (why string, err error) {
 	// The saved graph is the result of the passes: torchspeed.Load must not apply them again,
 	// except those StockOps left out.
 	man.LoadPasses = []string{}
-	for _, p := range []string{torchspeed.PassFastLinear, torchspeed.PassFuseConvAdd, torchspeed.PassFastQDQ} {
+	for _, p := range []string{torchspeed.PassFastLinear, torchspeed.PassFastConv, torchspeed.PassFuseConvAdd, torchspeed.PassFastQDQ} {
 		if slices.Contains(m.Manifest.LoadPasses, p) {
 			man.LoadPasses = append(man.LoadPasses, p)
 		}

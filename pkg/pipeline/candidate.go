@@ -57,6 +57,7 @@ const (
 	kindINT8Fast // an INT8 candidate + fast_qdq (int8fast.go)
 	kindFP32Fast // a frozen FP32 candidate + fast_linear (fp32fast.go)
 	kindINT8Fuse // an INT8 candidate (or its fast_qdq variant) + fuse_conv_add (int8fuse.go)
+	kindFP32Conv // a frozen FP32 candidate (or its fast_linear variant) + fast_conv (fp32fast.go)
 )
 
 // candidate is one version of the model the pipeline may keep.
@@ -86,7 +87,7 @@ type candidate struct {
 	// meas is the measurement this candidate's stage row takes its timings from (the one
 	// its keep-or-reject decision was made on); nil: not timed.
 	meas *measurement
-	// base is the candidate a fast_linear or fuse_conv_add variant was built from (nil for the
+	// base is the candidate a fast_linear, fast_conv or fuse_conv_add variant was built from (nil for the
 	// others).
 	base *candidate
 	// quantizedOps counts the graph's quantized operators, by kind (quant.QuantizedOps).

@@ -5,48 +5,81 @@ import (
 	"math"
 	"slices"
 
+	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/pkg/config"
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
 	"github.com/torchspeed/torchspeed/pkg/validate"
 )
 
-// fastLinearRelTol bounds how far "<c> + fast_linear"'s outputs may be from c's: max abs diff
-// <= fastLinearRelTol x max(1, largest |output| of c). The kernel sums in another order than
-// BLAS, so the two differ by float rounding only (1e-6 on the transformer fixtures); anything
-// larger is a bug, whatever the config's own tolerance allows.
+// fastLinearRelTol bounds how far "<c> + fast_linear"'s and "<c> + fast_conv"'s outputs may be
+// from c's: max abs diff <= fastLinearRelTol x max(1, largest |output| of c). The kernel sums in
+// another order than BLAS (or ATen's convolution), so the two differ by float rounding only (1e-6
+// on the transformer fixtures); anything larger is a bug, whatever the config's own tolerance
+// allows.
 const fastLinearRelTol = 1e-4
 
+// fastPass is one of the FP32 load-time passes optimize builds variants with.
+type fastPass struct {
+	pass  string // the load pass (torchspeed.PassFastLinear, PassFastConv)
+	kind  kind
+	apply func(*torch.Module) (m *torch.Module, swapped, relus int, err error)
+	none  string // why a variant that swapped nothing is skipped
+	what  string // what it swaps, as "%d <what> swapped"
+}
+
+var (
+	fastLinearPass = fastPass{torchspeed.PassFastLinear, kindFP32Fast, (*torch.Module).FastLinear,
+		"the graph has no linear with a constant float weight (aten::linear, or aten::matmul by a constant 2-D tensor)",
+		"linear(s) swapped for torchspeed's GEMM"}
+	fastConvPass = fastPass{torchspeed.PassFastConv, kindFP32Conv, (*torch.Module).FastConv,
+		"the graph has no 2-D convolution with a constant float weight and groups 1",
+		"convolution(s) swapped for im2col + torchspeed's GEMM"}
+)
+
 // fp32Fast builds "<c> + fast_linear" for every frozen FP32 candidate c built so far (their
-// weights are graph constants, which the pass needs): the same module with its constant-weight
-// linears swapped for torchspeed's GEMM over weights packed once. They run in the FP32 stages'
-// shuffled rounds; measureStages keeps the one built on the chosen stage when it is faster.
-// The artifact saves c's module (stock PyTorch loads it) and lists the pass, which Load applies
-// after c's passes.
+// weights are graph constants, which the passes need): the same module with its constant-weight
+// linears swapped for torchspeed's GEMM over weights packed once; then "<c> + fast_conv" for those
+// candidates and their fast_linear variants (constant-weight convolutions as im2col + the same
+// GEMM). They run in the FP32 stages' shuffled rounds; measureStages keeps, on the chosen stage,
+// the fast_linear variant and then the fast_conv one built on what it kept, each when it is
+// faster. The artifact saves c's module (stock PyTorch loads it) and lists the passes, which Load
+// applies after c's passes (fast_linear, then fast_conv).
 func (r *run) fp32Fast() error {
-	if r.cfg.Optimize.FastLinear == config.Off {
-		return nil
-	}
 	var bases []*candidate
 	for _, c := range r.cands {
 		if c.status == stCandidate && slices.Contains(c.steps, "freeze") {
 			bases = append(bases, c)
 		}
 	}
-	if len(bases) > 0 {
-		r.logf("building fast_linear variants")
+	if r.cfg.Optimize.FastLinear != config.Off {
+		if len(bases) > 0 {
+			r.logf("building fast_linear variants")
+		}
+		n := len(bases)
+		for _, base := range bases[:n] {
+			if c := r.fastVariantOf(base, fastLinearPass); c != nil && c.status == stCandidate {
+				bases = append(bases, c)
+			}
+		}
 	}
-	for _, base := range bases {
-		r.fastLinearOf(base)
+	if r.cfg.Optimize.FastConv != config.Off {
+		if len(bases) > 0 {
+			r.logf("building fast_conv variants")
+		}
+		for _, base := range bases {
+			r.fastVariantOf(base, fastConvPass)
+		}
 	}
 	return nil
 }
 
-func (r *run) fastLinearOf(base *candidate) {
-	name := base.name + " + fast_linear"
-	steps := append(slices.Clone(base.steps), torchspeed.PassFastLinear)
+// fastVariantOf builds "<base> + <p.pass>" and checks its outputs against base's.
+func (r *run) fastVariantOf(base *candidate, p fastPass) *candidate {
+	name := base.name + " + " + p.pass
+	steps := append(slices.Clone(base.steps), p.pass)
 	swapped, relus := 0, 0
-	c := r.addCandidate(name, kindFP32Fast, steps, func() (*candidate, error) {
-		m, n, nr, err := base.mod.FastLinear()
+	c := r.addCandidate(name, p.kind, steps, func() (*candidate, error) {
+		m, n, nr, err := p.apply(base.mod)
 		if err != nil {
 			return nil, err
 		}
@@ -59,25 +92,25 @@ func (r *run) fastLinearOf(base *candidate) {
 		if len(passes) == 0 { // a frozen graph is re-frozen at load (final.go's manifest)
 			passes = []string{torchspeed.PassFreeze}
 		}
-		return &candidate{mod: m, save: save, passes: append(passes, torchspeed.PassFastLinear),
+		return &candidate{mod: m, save: save, passes: append(passes, p.pass),
 			channelsLast: base.channelsLast, base: base}, nil
 	})
 	if c == nil || c.status != stCandidate {
-		return
+		return c
 	}
 	if swapped == 0 {
-		c.status, c.reason = stSkipped, "the graph has no linear with a constant float weight (aten::linear, or aten::matmul by a constant 2-D tensor)"
-		return
+		c.status, c.reason = stSkipped, p.none
+		return c
 	}
 	want, err := outputsOf(base, r.checks)
 	if err != nil {
 		c.status, c.reason = stFailed, fmt.Sprintf("running %s for the comparison failed: %v", base.name, err)
-		return
+		return c
 	}
 	got, err := outputsOf(c, r.checks)
 	if err != nil {
 		c.status, c.reason = stFailed, fmt.Sprintf("running it failed: %v", err)
-		return
+		return c
 	}
 	scale := 1.0
 	for _, o := range want {
@@ -91,17 +124,28 @@ func (r *run) fastLinearOf(base *candidate) {
 	if err != nil || maxAbs > fastLinearRelTol*scale {
 		c.status, c.reason = stRejected, fmt.Sprintf("outputs differ from %s's by %.3g (allowed %.3g: float rounding only), %v", base.name, maxAbs, fastLinearRelTol*scale, err)
 		r.warn(fmt.Sprintf("%s: %s", name, c.reason))
-		return
+		return c
 	}
-	c.reason = fmt.Sprintf("%d linear(s) swapped for torchspeed's GEMM (%d with a fused relu); outputs within %.2g of %s's on %d check input set(s)", swapped, relus, maxAbs, base.name, len(r.checks))
+	c.reason = fmt.Sprintf("%d %s (%d with a fused relu); outputs within %.2g of %s's on %d check input set(s)", swapped, p.what, relus, maxAbs, base.name, len(r.checks))
+	return c
 }
 
 // decideFastLinear keeps best's fast_linear variant (on the stage measurement, p50) when it is
 // faster, or when optimize.fast_linear is on, and rejects the variants of stages not kept. It
 // returns the candidate that now stands for best.
 func (r *run) decideFastLinear(best *candidate, p50 map[string]float64) *candidate {
+	return r.decideFast(best, p50, kindFP32Fast, r.cfg.Optimize.FastLinear, "optimize.fast_linear")
+}
+
+// decideFastConv does as decideFastLinear for the fast_conv variants (optimize.fast_conv), on the
+// candidate decideFastLinear left standing for best.
+func (r *run) decideFastConv(best *candidate, p50 map[string]float64) *candidate {
+	return r.decideFast(best, p50, kindFP32Conv, r.cfg.Optimize.FastConv, "optimize.fast_conv")
+}
+
+func (r *run) decideFast(best *candidate, p50 map[string]float64, k kind, toggle config.Toggle, knob string) *candidate {
 	for _, c := range r.cands {
-		if c.kind != kindFP32Fast || c.status != stCandidate {
+		if c.kind != k || c.status != stCandidate {
 			continue
 		}
 		if c.base != best {
@@ -110,8 +154,8 @@ func (r *run) decideFastLinear(best *candidate, p50 map[string]float64) *candida
 		}
 		bp, fp := p50[best.name], p50[c.name]
 		switch {
-		case r.cfg.Optimize.FastLinear == config.On:
-			c.status, c.reason = stKept, fmt.Sprintf("optimize.fast_linear is on in the config (%.2fx vs %s, p50 %.3f vs %.3f ms); %s", bp/fp, best.name, fp, bp, c.reason)
+		case toggle == config.On:
+			c.status, c.reason = stKept, fmt.Sprintf("%s is on in the config (%.2fx vs %s, p50 %.3f vs %.3f ms); %s", knob, bp/fp, best.name, fp, bp, c.reason)
 		case fp > 0 && fp < bp:
 			c.status, c.reason = stKept, fmt.Sprintf("%.2fx faster than %s (p50 %.3f vs %.3f ms); %s", bp/fp, best.name, fp, bp, c.reason)
 		default:

@@ -121,3 +121,118 @@ func TestDecideFastLinear(t *testing.T) {
 		}
 	}
 }
+
+// With optimize.fast_linear and optimize.fast_conv on, the digits CNN gets "freeze + fast_conv"
+// and "freeze + fast_linear + fast_conv" rows, timed in the stage rounds; the second is kept (built
+// on the kept fast_linear variant), the first rejected (its base was not kept). The artifact is
+// the frozen model with ATen's ops and the freeze, fast_linear and fast_conv load passes;
+// torchspeed.Load swaps both convolutions (not with StockOps) and answers within 5e-5 of the saved
+// module (logits up to ~20; freeze + fast_linear alone is 1e-5 from the original). With fast_conv
+// off no such row is built.
+func TestFP32FastConv(t *testing.T) {
+	f := fixtures.Load(t).Get(t, "digits")
+	cfg := testConfig(t, f, t.TempDir())
+	cfg.Quantize.Mode = "none"
+	cfg.Optimize.OptimizeForInference = config.Off
+	cfg.Optimize.ChannelsLast = config.Off // one chain: freeze, then the fast variants
+	cfg.Optimize.FastLinear = config.On
+	cfg.Optimize.FastConv = config.On
+	rep, err := Run(context.Background(), cfg, testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const name = "freeze + fast_linear + fast_conv"
+	s := stageNamed(rep, name)
+	if s == nil {
+		t.Fatalf("no %q row: stages %+v", name, rep.Stages)
+	}
+	t.Logf("%s: %s, %s", name, s.Status, s.Reason)
+	if s.Status != report.StatusKept || !strings.Contains(s.Reason, "2 convolution(s) swapped") || !strings.Contains(s.Reason, "2 with a fused relu") {
+		t.Errorf("row %s, %q: want kept (fast_conv is on) with 2 convolutions, 2 relus", s.Status, s.Reason)
+	}
+	if s.Measurement == nil || *s.Measurement != "stages" || s.P50Ms == nil || s.MaxAbsErr == nil || *s.MaxAbsErr > 5e-5 {
+		t.Errorf("row not timed in the stage rounds or too far from the original: measurement %v, p50 %v, max abs err %v", deref(s.Measurement), deref(s.P50Ms), deref(s.MaxAbsErr))
+	}
+	if fc := stageNamed(rep, "freeze + fast_conv"); fc == nil || fc.Status != report.StatusRejected || !strings.Contains(fc.Reason, "freeze was not kept") {
+		t.Errorf("freeze + fast_conv row %+v: want rejected, its base superseded by fast_linear", fc)
+	}
+	if fl := stageNamed(rep, "freeze + fast_linear"); fl == nil || fl.Status != report.StatusSuperseded {
+		t.Errorf("freeze + fast_linear row %+v: want superseded", fl)
+	}
+	if !slices.ContainsFunc(rep.Decisions, func(d string) bool { return strings.HasPrefix(d, name+": optimize.fast_conv is on") }) {
+		t.Errorf("no decision line for %s: %q", name, rep.Decisions)
+	}
+	man, err := torchspeed.ParseManifest(mustExtra(t, *rep.Artifact))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{torchspeed.PassFreeze, torchspeed.PassFastLinear, torchspeed.PassFastConv}; !slices.Equal(man.LoadPasses, want) || man.Precision != "fp32" {
+		t.Fatalf("manifest: load passes %q, precision %q: want %q, fp32", man.LoadPasses, man.Precision, want)
+	}
+	raw, m := loadBoth(t, *rep.Artifact, "")
+	stock, err := torchspeed.Load(*rep.Artifact, torchspeed.LoadOptions{KeepThreads: true, StockOps: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stock.Close()
+	rawNodes, _ := raw.NodeCounts()
+	nodes, _ := m.Module().NodeCounts()
+	stockNodes, _ := stock.Module().NodeCounts()
+	const op = "torchspeed::conv2d_gemm"
+	if rawNodes[op] != 0 || nodes[op] != 2 || nodes["aten::_convolution"] != 0 || nodes["torchspeed::linear_packed"] != 2 || stockNodes[op] != 0 {
+		t.Errorf("conv2d_gemm calls: on disk %d, loaded %d (aten::_convolution %d, linear_packed %d), loaded with StockOps %d: want 0, 2 (0, 2), 0",
+			rawNodes[op], nodes[op], nodes["aten::_convolution"], nodes["torchspeed::linear_packed"], stockNodes[op])
+	}
+	w, g := firstOutputs(t, f, raw, m)
+	for i := range w {
+		if math.Abs(float64(g[i]-w[i])) > 5e-5 {
+			t.Fatalf("output element %d: %v with fast_conv, %v without", i, g[i], w[i])
+		}
+	}
+
+	cfg = testConfig(t, f, t.TempDir())
+	cfg.Quantize.Mode = "none"
+	cfg.Optimize.OptimizeForInference = config.Off
+	cfg.Optimize.FastConv = config.Off
+	rep, err = Run(context.Background(), cfg, testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range rep.Stages {
+		if strings.HasSuffix(s.Name, "fast_conv") {
+			t.Errorf("optimize.fast_conv false, yet a %q row (%s)", s.Name, s.Status)
+		}
+	}
+}
+
+// decideFastConv on given p50s: it judges the fast_conv variants against what decideFastLinear
+// left standing (the fast_linear variant when kept), keeps one only when faster (or on), and
+// rejects the variants of candidates not kept.
+func TestDecideFastConv(t *testing.T) {
+	for _, c := range []struct {
+		toggle       config.Toggle
+		lin, conv    float64 // p50 of freeze + fast_linear and of freeze + fast_linear + fast_conv
+		wantLinConv  state
+		wantBest     string
+		wantFreezeFC state
+	}{
+		{config.Auto, 0.10, 0.08, stKept, "freeze + fast_linear + fast_conv", stRejected},
+		{config.Auto, 0.10, 0.11, stRejected, "freeze + fast_linear", stRejected},
+		{config.On, 0.10, 0.11, stKept, "freeze + fast_linear + fast_conv", stRejected},
+		{config.Auto, 0.30, 0.08, stRejected, "freeze + fast_conv", stKept}, // fast_linear not kept
+	} {
+		cfg := config.Default()
+		cfg.Optimize.FastConv = c.toggle
+		freeze := &candidate{name: "freeze", kind: kindFreeze, status: stKept}
+		lin := &candidate{name: "freeze + fast_linear", kind: kindFP32Fast, status: stCandidate, base: freeze, reason: "2 linear(s) swapped"}
+		fc := &candidate{name: "freeze + fast_conv", kind: kindFP32Conv, status: stCandidate, base: freeze, reason: "2 convolution(s) swapped"}
+		lfc := &candidate{name: "freeze + fast_linear + fast_conv", kind: kindFP32Conv, status: stCandidate, base: lin, reason: "2 convolution(s) swapped"}
+		r := &run{cfg: &cfg, rep: &report.Report{}, cands: []*candidate{freeze, lin, fc, lfc}}
+		p50 := map[string]float64{"freeze": 0.20, lin.name: c.lin, fc.name: 0.15, lfc.name: c.conv}
+		got := r.decideFastConv(r.decideFastLinear(freeze, p50), p50)
+		if got.name != c.wantBest || lfc.status != c.wantLinConv || fc.status != c.wantFreezeFC {
+			t.Errorf("%s, p50 fast_linear %.2f, + fast_conv %.2f: best %s, %s %s (%q), %s %s (%q); want %s, %s, %s", c.toggle, c.lin, c.conv,
+				got.name, lfc.name, lfc.status, lfc.reason, fc.name, fc.status, fc.reason, c.wantBest, c.wantLinConv, c.wantFreezeFC)
+		}
+	}
+}

@@ -157,7 +157,7 @@ func SaveArtifact(mod *torch.Module, path string, man *Manifest) error {
 	if mod == nil || man == nil {
 		return fmt.Errorf("save artifact %q: no module or no manifest given", path)
 	}
-	// An artifact must load in stock PyTorch: PassFastQDQ's, PassFastLinear's and
+	// An artifact must load in stock PyTorch: PassFastQDQ's, PassFastLinear's, PassFastConv's and
 	// PassFuseConvAdd's operators exist only in the shim.
 	counts, err := mod.NodeCounts()
 	if err != nil {
@@ -165,7 +165,7 @@ func SaveArtifact(mod *torch.Module, path string, man *Manifest) error {
 	}
 	for kind := range counts {
 		if strings.HasPrefix(kind, "torchspeed::") {
-			return fmt.Errorf("save artifact %q: the module calls %s, which stock PyTorch cannot load: save it before %s, %s or %s and list that pass in the manifest's load passes", path, kind, PassFastQDQ, PassFastLinear, PassFuseConvAdd)
+			return fmt.Errorf("save artifact %q: the module calls %s, which stock PyTorch cannot load: save it before %s, %s, %s or %s and list that pass in the manifest's load passes", path, kind, PassFastQDQ, PassFastLinear, PassFastConv, PassFuseConvAdd)
 		}
 	}
 	man.RecordsSHA256 = ""

@@ -31,7 +31,7 @@ type LoadOptions struct {
 	// model.method and model.reset_method); an artifact's manifest names its own.
 	Method, ResetMethod string
 	// StockOps leaves out the load-time passes whose result runs only where torchspeed's shim
-	// is loaded (PassFastQDQ, PassFastLinear, PassFuseConvAdd): for a module that is saved again
+	// is loaded (PassFastQDQ, PassFastLinear, PassFastConv, PassFuseConvAdd): for a module that is saved again
 	// for stock libtorch.
 	StockOps bool
 }
@@ -116,7 +116,7 @@ func Load(path string, opts ...LoadOptions) (*Model, error) {
 	}
 	for _, pass := range man.LoadPasses {
 		switch pass {
-		case PassFastQDQ, PassFastLinear, PassFuseConvAdd: // last, below
+		case PassFastQDQ, PassFastLinear, PassFastConv, PassFuseConvAdd: // last, below
 		case PassFreeze:
 			fr, err := mod.Freeze(man.preserved()...)
 			if err != nil {
@@ -143,6 +143,15 @@ func Load(path string, opts ...LoadOptions) (*Model, error) {
 		if err != nil {
 			mod.Close()
 			return nil, fmt.Errorf("load artifact %q: re-applying %s: %w", path, PassFastLinear, err)
+		}
+		mod.Close()
+		mod = fast
+	}
+	if slices.Contains(man.LoadPasses, PassFastConv) && !o.StockOps {
+		fast, _, _, err := mod.FastConv()
+		if err != nil {
+			mod.Close()
+			return nil, fmt.Errorf("load artifact %q: re-applying %s: %w", path, PassFastConv, err)
 		}
 		mod.Close()
 		mod = fast

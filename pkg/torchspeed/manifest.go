@@ -35,6 +35,12 @@ const (
 	// float rounding. Load applies it after every other pass but fast_qdq. Like PassFastQDQ, its
 	// result runs only where torchspeed's shim is loaded.
 	PassFastLinear = "fast_linear"
+	// PassFastConv swaps the graph's 2-D, ungrouped convolutions with constant weights for
+	// torchspeed::conv2d_gemm (im2col, then PassFastLinear's GEMM over weights packed at load
+	// time; output channels-last), fusing a following relu: the same values up to float rounding.
+	// Load applies it right after PassFastLinear. Like PassFastQDQ, its result runs only where
+	// torchspeed's shim is loaded.
+	PassFastConv = "fast_conv"
 	// PassFuseConvAdd computes each quantized::conv2d whose only use is a quantized::add or
 	// add_relu as one oneDNN convolution that adds into the other operand's buffer
 	// (torchspeed::conv2d_add), where nothing reads that operand afterwards. Its outputs differ

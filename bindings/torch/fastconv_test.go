@@ -1,0 +1,376 @@
+package torch_test
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/torchspeed/torchspeed/bindings/torch"
+	"github.com/torchspeed/torchspeed/internal/fixtures"
+)
+
+// convCase is one convolution: input [n, ic, h, w], weight [oc, ic/groups, kh, kw].
+type convCase struct {
+	n, ic, h, w, oc, kh, kw int64
+	p                       torch.ConvParams
+}
+
+func (c convCase) String() string {
+	return fmt.Sprintf("x [%d,%d,%d,%d] w [%d,%d,%d,%d] stride %v pad %v dilation %v groups %d", c.n, c.ic, c.h, c.w,
+		c.oc, c.ic/c.p.Groups, c.kh, c.kw, c.p.Stride, c.p.Padding, c.p.Dilation, c.p.Groups)
+}
+
+func params(stride, pad, dil int64) torch.ConvParams {
+	return torch.ConvParams{Stride: [2]int64{stride, stride}, Padding: [2]int64{pad, pad}, Dilation: [2]int64{dil, dil}, Groups: 1}
+}
+
+// convOn runs Conv2d for ATen and for torchspeed's op in one trip to an inference thread.
+func convOn(threads int, x, w, b *torch.Tensor, p torch.ConvParams, relu bool) (want, got *torch.Tensor, fast bool, err error) {
+	torch.Do(func() {
+		if err = torch.SetNumThreadsOnThisThread(threads); err != nil {
+			return
+		}
+		if want, _, err = torch.Conv2d(x, w, b, p, relu, torch.ConvATen); err != nil {
+			return
+		}
+		if got, fast, err = torch.Conv2d(x, w, b, p, relu, torch.ConvFast); err != nil {
+			want.Close()
+		}
+	})
+	return want, got, fast, err
+}
+
+func convData(t testing.TB, r *rand.Rand, c convCase, bias bool) (x, w, b *torch.Tensor) {
+	x = newTensor(t, randFloats(r, int(c.n*c.ic*c.h*c.w)), c.n, c.ic, c.h, c.w)
+	w = newTensor(t, randFloats(r, int(c.oc*c.ic/c.p.Groups*c.kh*c.kw)), c.oc, c.ic/c.p.Groups, c.kh, c.kw)
+	if bias {
+		b = newTensor(t, randFloats(r, int(c.oc)), c.oc)
+	}
+	return x, w, b
+}
+
+// TestFastConvMatchesATen runs torchspeed::conv2d_gemm against at::conv2d (+ relu) over 1x1 and
+// 3x3 kernels, strides, padding, dilation, odd and wide channel counts, batch 2, rectangular
+// parameters, bias and relu on and off, each on an NCHW and on a channels-last input; every case
+// must run torchspeed's kernel, not the ATen fallback.
+func TestFastConvMatchesATen(t *testing.T) {
+	cases := []convCase{
+		{1, 1, 8, 8, 16, 3, 3, params(1, 1, 1)},   // digits conv1
+		{1, 16, 8, 8, 32, 3, 3, params(1, 1, 1)},  // digits conv2
+		{1, 8, 7, 7, 24, 1, 1, params(1, 0, 1)},   // 1x1: no im2col on a channels-last input
+		{1, 8, 9, 9, 24, 1, 1, params(2, 0, 1)},   // 1x1 stride 2
+		{1, 5, 11, 9, 7, 3, 3, params(2, 1, 1)},   // odd channels, stride 2
+		{2, 3, 10, 10, 33, 3, 3, params(1, 2, 2)}, // batch 2, dilation 2, 33 outputs (two panels)
+		{1, 4, 12, 10, 40, 5, 3, torch.ConvParams{Stride: [2]int64{2, 1}, Padding: [2]int64{2, 0}, Dilation: [2]int64{1, 2}, Groups: 1}},
+		{2, 17, 6, 6, 64, 3, 3, params(1, 0, 1)},   // no padding, 17 channels
+		{1, 64, 7, 7, 64, 3, 3, params(1, 1, 1)},   // resnet18's last stage, narrower
+		{1, 3, 5, 5, 8, 7, 7, params(1, 3, 1)},     // kernel larger than the input, padding covers it
+		{1, 2, 4, 4, 3, 3, 3, params(3, 0, 1)},     // one output position
+		{2, 16, 16, 16, 24, 3, 3, params(1, 1, 1)}, // 512 rows: several im2col blocks
+	}
+	threads := min(2, torch.AvailableCPUs())
+	r := rand.New(rand.NewPCG(7, 8))
+	n := 0
+	for i, c := range cases {
+		for _, cl := range []bool{false, true} {
+			relu, bias := (i+n)%2 == 0, n%3 != 2
+			n++
+			what := fmt.Sprintf("%v, channels-last %v, relu %v, bias %v", c, cl, relu, bias)
+			x, w, b := convData(t, r, c, bias)
+			if cl {
+				xc, err := x.ChannelsLast()
+				if err != nil {
+					t.Fatal(err)
+				}
+				x = xc
+				t.Cleanup(func() { xc.Close() })
+			}
+			want, got, fast, err := convOn(threads, x, w, b, c.p, relu)
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			if !fast {
+				t.Errorf("%s: ATen's convolution ran, not torchspeed's kernel", what)
+			}
+			closeTo(t, what, got, want, 1e-5+1e-6*float64(c.ic*c.kh*c.kw))
+			want.Close()
+			got.Close()
+		}
+	}
+}
+
+// TestFastConvFallbacks: what torchspeed's kernel does not take runs ATen's convolution (the
+// same bits): groups > 1, more output positions or a deeper K than the kernel takes; what ATen
+// refuses is refused the same way.
+func TestFastConvFallbacks(t *testing.T) {
+	threads := min(2, torch.AvailableCPUs())
+	r := rand.New(rand.NewPCG(9, 10))
+	for _, c := range []struct {
+		what string
+		c    convCase
+	}{
+		{"groups 2", convCase{1, 8, 8, 8, 16, 3, 3, torch.ConvParams{Stride: [2]int64{1, 1}, Padding: [2]int64{1, 1}, Dilation: [2]int64{1, 1}, Groups: 2}}},
+		{"depthwise", convCase{1, 8, 8, 8, 8, 3, 3, torch.ConvParams{Stride: [2]int64{1, 1}, Padding: [2]int64{1, 1}, Dilation: [2]int64{1, 1}, Groups: 8}}},
+		{"80x80 output positions", convCase{1, 3, 80, 80, 8, 3, 3, params(1, 1, 1)}},
+		{"1x1 on 40x40 output positions", convCase{1, 8, 40, 40, 8, 1, 1, params(1, 0, 1)}},
+		{"K 1152 (128 channels, 3x3)", convCase{1, 128, 4, 4, 16, 3, 3, params(1, 1, 1)}},
+	} {
+		x, w, b := convData(t, r, c.c, true)
+		want, got, fast, err := convOn(threads, x, w, b, c.c.p, true)
+		if err != nil {
+			t.Fatalf("%s: %v", c.what, err)
+		}
+		if fast {
+			t.Errorf("%s: torchspeed's kernel ran; want ATen's convolution", c.what)
+		}
+		sameBits(t, c.what, got, want)
+		want.Close()
+		got.Close()
+	}
+	w := newTensor(t, randFloats(r, 16*3*3*3), 16, 3, 3, 3)
+	x64, err := torch.NewTensor(make([]float64, 3*8*8), []int64{1, 3, 8, 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x64.Close()
+	bad := []struct {
+		what string
+		x, b *torch.Tensor
+	}{
+		{"4 input channels against 3", newTensor(t, randFloats(r, 4*8*8), 1, 4, 8, 8), nil},
+		{"bias of 15 for 16 channels", newTensor(t, randFloats(r, 3*8*8), 1, 3, 8, 8), newTensor(t, randFloats(r, 15), 15)},
+		{"input smaller than the kernel", newTensor(t, randFloats(r, 3*2*2), 1, 3, 2, 2), nil},
+		{"float64 input", x64, nil},
+	}
+	for _, c := range bad {
+		var errA, errF error
+		torch.Do(func() {
+			var y *torch.Tensor
+			if y, _, errA = torch.Conv2d(c.x, w, c.b, params(1, 0, 1), false, torch.ConvATen); errA == nil {
+				y.Close()
+			}
+			if y, _, errF = torch.Conv2d(c.x, w, c.b, params(1, 0, 1), false, torch.ConvFast); errF == nil {
+				y.Close()
+			}
+		})
+		if errA == nil {
+			t.Fatalf("%s: ATen accepts it: the case tests nothing", c.what)
+		}
+		if errF == nil {
+			t.Errorf("%s: torchspeed's conv accepts what ATen refuses", c.what)
+		}
+	}
+	x := newTensor(t, randFloats(r, 3*8*8), 1, 3, 8, 8)
+	if _, _, err := torch.Conv2d(x, w, nil, params(1, 0, 1), false, 5); !errors.Is(err, torch.InvalidArgument) {
+		t.Errorf("kernel 5: %v, want an InvalidArgument error", err)
+	}
+	if _, _, err := torch.Conv2d(nil, w, nil, params(1, 0, 1), false, torch.ConvFast); err == nil {
+		t.Error("nil input: no error")
+	}
+}
+
+// TestFastConvPassOnDigits: the frozen digits CNN (two 3x3 convs, each followed by a relu) gets
+// both convolutions swapped with their relus fused, alone and after fast_linear; outputs stay
+// within 1e-5 of the frozen model's and ATen runs no convolution.
+func TestFastConvPassOnDigits(t *testing.T) {
+	man := fixtures.Load(t)
+	f := man.Get(t, "digits")
+	m := loadFixture(t, f)
+	in := tensorsOf(t, f.InputArrays(t))
+	frozen, err := m.Freeze()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer frozen.Close()
+	want, err := frozen.Forward(in...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer torch.CloseOutputs(want)
+	lin, nl, _, err := frozen.FastLinear()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lin.Close()
+	if nl != 2 {
+		t.Fatalf("fast_linear swapped %d linears, want 2", nl)
+	}
+	for _, v := range []struct {
+		what  string
+		mod   *torch.Module
+		relus int // aten::relu left: fc1's, unless fast_linear fused it
+	}{{"frozen", frozen, 1}, {"frozen + fast_linear", lin, 0}} {
+		fast, nc, nr, err := v.mod.FastConv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		counts, err := fast.NodeCounts()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if nc != 2 || nr != 2 || counts["torchspeed::conv2d_gemm"] != 2 || counts["aten::_convolution"] != 0 || counts["aten::relu"] != v.relus {
+			t.Errorf("%s: %d convs (%d with relu) swapped, node counts %v; want 2 (2), %d relu(s) left", v.what, nc, nr, counts, v.relus)
+		}
+		work, err := fast.OpWork(in...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for op, w := range work {
+			if w.Calls > 0 && (op == "aten::convolution" || op == "aten::_convolution" || op == "aten::conv2d" || op == "aten::thnn_conv2d") {
+				t.Errorf("%s: ATen still runs %d %s call(s)", v.what, w.Calls, op)
+			}
+		}
+		got, err := fast.Forward(in...)
+		if err != nil {
+			t.Fatalf("%s: %v", v.what, err)
+		}
+		for i := range want {
+			closeTo(t, v.what+" output "+want[i].Name, got[i].Tensor, want[i].Tensor, 1e-5)
+		}
+		torch.CloseOutputs(got)
+		fast.Close()
+	}
+}
+
+// TestFastConvPassLeavesGroupedConvs: frozen mobilenet_v2 gets its ungrouped convolutions swapped,
+// but for the depthwise ones and those deeper than torchspeed's kernel takes (K = IC x kh x kw
+// past 576: three 1x1 convs on 960 channels), which stay ATen's; outputs within float rounding of
+// the frozen model's.
+func TestFastConvPassLeavesGroupedConvs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("mobilenet_v2 at 224x224: not in -short")
+	}
+	man := fixtures.Load(t)
+	f := man.Get(t, "mobilenet_v2")
+	m := loadFixture(t, f)
+	frozen, err := m.Freeze()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer frozen.Close()
+	before, err := frozen.NodeCounts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fast, nc, nr, err := frozen.FastConv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fast.Close()
+	after, err := fast.NodeCounts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// torchvision's mobilenet_v2: 52 convolutions, 17 of them depthwise, 3 with K 960; its
+	// activations are hardtanh (ReLU6), which the pass does not fuse.
+	if total := before["aten::_convolution"]; total != 52 || nc != 32 || nr != 0 || after["aten::_convolution"] != 20 ||
+		after["torchspeed::conv2d_gemm"] != 32 {
+		t.Fatalf("%d convs before; %d swapped (%d relus), %d left, %d torchspeed:: nodes; want 52, 32 (0), 20, 32", total, nc, nr,
+			after["aten::_convolution"], after["torchspeed::conv2d_gemm"])
+	}
+	in := tensorsOf(t, f.InputArrays(t))
+	want, err := frozen.Forward(in...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer torch.CloseOutputs(want)
+	got, err := fast.Forward(in...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer torch.CloseOutputs(got)
+	for i := range want {
+		closeTo(t, "mobilenet_v2 output "+want[i].Name, got[i].Tensor, want[i].Tensor, 1e-3)
+	}
+	var nilMod *torch.Module
+	if _, _, _, err := nilMod.FastConv(); err == nil {
+		t.Error("FastConv on a nil module: no error")
+	}
+}
+
+// BenchmarkConv2d times at::conv2d and torchspeed::conv2d_gemm (weight packed on each call, as
+// ts_tensor_conv2d does) and the packing alone, interleaved at one thread, on the digits CNN's
+// convolutions, resnet18-sized ones and sizes in between, and reports medians; own-us (fast -
+// pack) is what a graph that packed once pays. The limits in csrc/fastconv.cpp come from it.
+func BenchmarkConv2d(b *testing.B) {
+	for _, c := range []convCase{
+		{1, 1, 8, 8, 16, 3, 3, params(1, 1, 1)},
+		{1, 16, 8, 8, 32, 3, 3, params(1, 1, 1)},
+		{1, 32, 16, 16, 32, 3, 3, params(1, 1, 1)},
+		{1, 64, 16, 16, 64, 3, 3, params(1, 1, 1)},
+		{1, 32, 32, 32, 32, 3, 3, params(1, 1, 1)},
+		{1, 64, 28, 28, 64, 3, 3, params(1, 1, 1)},
+		{1, 64, 28, 28, 128, 1, 1, params(1, 0, 1)},
+		{1, 128, 14, 14, 128, 3, 3, params(1, 1, 1)},
+		{1, 256, 14, 14, 256, 3, 3, params(1, 1, 1)},
+		{1, 512, 7, 7, 512, 3, 3, params(1, 1, 1)},
+		{1, 16, 64, 64, 16, 3, 3, params(1, 1, 1)},
+		{4, 16, 16, 16, 32, 3, 3, params(1, 1, 1)},
+	} {
+		for _, cl := range []bool{false, true} {
+			b.Run(fmt.Sprintf("%dx%dx%dx%d-oc%d-k%d-cl%v", c.n, c.ic, c.h, c.w, c.oc, c.kh, cl), func(b *testing.B) {
+				r := rand.New(rand.NewPCG(11, 12))
+				x, w, bias := convData(b, r, c, true)
+				if cl {
+					xc, err := x.ChannelsLast()
+					if err != nil {
+						b.Fatal(err)
+					}
+					x = xc
+					b.Cleanup(func() { xc.Close() })
+				}
+				// A linear weight of the same size: packing the conv's adds one permuted copy.
+				w2 := newTensor(b, randFloats(r, int(c.oc*c.ic*c.kh*c.kw)), c.oc, c.ic*c.kh*c.kw)
+				var aten, fast, pack []float64
+				ran := true
+				var err error
+				b.ResetTimer()
+				torch.Do(func() {
+					if err = torch.SetNumThreadsOnThisThread(1); err != nil {
+						return
+					}
+					for i := 0; i < b.N && err == nil; i++ {
+						for _, k := range []torch.ConvKernel{torch.ConvATen, torch.ConvFast} {
+							t0 := time.Now()
+							var y *torch.Tensor
+							var f bool
+							if y, f, err = torch.Conv2d(x, w, bias, c.p, true, k); err != nil {
+								return
+							}
+							d := float64(time.Since(t0).Nanoseconds())
+							y.Close()
+							if k == torch.ConvATen {
+								aten = append(aten, d)
+							} else {
+								fast = append(fast, d)
+								ran = ran && f
+							}
+						}
+						t0 := time.Now()
+						var p *torch.Tensor
+						if p, err = torch.PackLinear(w2); err != nil {
+							return
+						}
+						pack = append(pack, float64(time.Since(t0).Nanoseconds()))
+						p.Close()
+					}
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				a, f, pk := median(aten), median(fast), median(pack)
+				b.ReportMetric(a/1e3, "aten-us")
+				b.ReportMetric(f/1e3, "fast-us")
+				b.ReportMetric((f-pk)/1e3, "own-us")
+				if f > pk {
+					b.ReportMetric(a/(f-pk), "ratio")
+				}
+				if !ran {
+					b.Log("ATen's fallback ran for torchspeed's op")
+				}
+			})
+		}
+	}
+}
