@@ -74,13 +74,19 @@ func TestFP32FastLinear(t *testing.T) {
 	// Off: no variant is built.
 	cfg = testConfig(t, f, t.TempDir())
 	cfg.Optimize.FastLinear = config.Off
-	rep, err = Run(context.Background(), cfg, testOptions())
+	noVariant(t, cfg, "fast_linear")
+}
+
+// noVariant runs optimize with cfg and fails if the stage table has a row of the pass.
+func noVariant(t *testing.T, cfg *config.Config, pass string) {
+	t.Helper()
+	rep, err := Run(context.Background(), cfg, testOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range rep.Stages {
-		if strings.HasSuffix(s.Name, "fast_linear") {
-			t.Errorf("optimize.fast_linear false, yet a %q row (%s)", s.Name, s.Status)
+		if strings.HasSuffix(s.Name, pass) {
+			t.Errorf("optimize.%s false, yet a %q row (%s)", pass, s.Name, s.Status)
 		}
 	}
 }
@@ -194,15 +200,7 @@ func TestFP32FastConv(t *testing.T) {
 	cfg.Quantize.Mode = "none"
 	cfg.Optimize.OptimizeForInference = config.Off
 	cfg.Optimize.FastConv = config.Off
-	rep, err = Run(context.Background(), cfg, testOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range rep.Stages {
-		if strings.HasSuffix(s.Name, "fast_conv") {
-			t.Errorf("optimize.fast_conv false, yet a %q row (%s)", s.Name, s.Status)
-		}
-	}
+	noVariant(t, cfg, "fast_conv")
 }
 
 // decideFastConv on given p50s: it judges the fast_conv variants against what decideFastLinear
