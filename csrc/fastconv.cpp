@@ -29,7 +29,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <set>
 
 #include "fastlinear.h"
 #include "fastq.h"
@@ -314,15 +313,9 @@ ts_status* ts_module_fast_conv(const ts_module* m, ts_module** out, int64_t* con
   h->m = m->m.clone();
   h->extra = m->extra;
   Counts counts;
-  std::set<torch::jit::Graph*> seen;  // submodules of one type share their methods' graphs
   if (tsfast::cpu_isa() != tsfast::Isa::Scalar) {  // without AVX2+FMA the clone is returned unchanged
     at::NoGradGuard guard;  // packed constants are plain tensors, not inference ones
-    for (const auto& sub : h->m.modules()) {
-      for (const auto& method : sub.get_methods()) {
-        auto graph = method.graph();
-        if (seen.insert(graph.get()).second) swap_block(graph->block(), counts);
-      }
-    }
+    tsimpl::for_each_method_graph(h->m, [&counts](torch::jit::Graph& g) { swap_block(g.block(), counts); });
   }
   *convs = counts.convs;
   *relus = counts.relus;

@@ -238,6 +238,16 @@ TORCH_LIBRARY_FRAGMENT(torchspeed, m) {
 }
 
 // The constant float tensor a value holds, if it is one.
+void tsimpl::for_each_method_graph(const torch::jit::Module& m, const std::function<void(torch::jit::Graph&)>& f) {
+  std::set<torch::jit::Graph*> seen;
+  for (const auto& sub : m.modules()) {
+    for (const auto& method : sub.get_methods()) {
+      auto graph = method.graph();
+      if (seen.insert(graph.get()).second) f(*graph);
+    }
+  }
+}
+
 c10::optional<at::Tensor> tsimpl::constant_float(torch::jit::Value* v) {
   auto iv = torch::jit::toIValue(v);
   if (!iv || !iv->isTensor()) return c10::nullopt;
@@ -351,15 +361,9 @@ ts_status* ts_module_fast_linear(const ts_module* m, ts_module** out, int64_t* l
   h->m = m->m.clone();
   h->extra = m->extra;
   Counts counts;
-  std::set<torch::jit::Graph*> seen;  // submodules of one type share their methods' graphs
   if (tsfast::cpu_isa() != Isa::Scalar) {  // without AVX2+FMA the clone is returned unchanged
     at::NoGradGuard guard;  // packed constants are plain tensors, not inference ones
-    for (const auto& sub : h->m.modules()) {
-      for (const auto& method : sub.get_methods()) {
-        auto graph = method.graph();
-        if (seen.insert(graph.get()).second) swap_block(graph->block(), counts);
-      }
-    }
+    tsimpl::for_each_method_graph(h->m, [&counts](torch::jit::Graph& g) { swap_block(g.block(), counts); });
   }
   *linears = counts.linears;
   *relus = counts.relus;

@@ -2,6 +2,8 @@
 // fastconv.cpp defines. Not part of the C ABI.
 #pragma once
 
+#include <functional>
+
 #include <torch/csrc/jit/ir/ir.h>
 #include <torch/script.h>
 
@@ -27,6 +29,9 @@ at::Tensor pack_conv_weight(const at::Tensor& w);
 at::Tensor conv2d_gemm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& packed,
                        const c10::optional<at::Tensor>& bias, at::IntArrayRef stride, at::IntArrayRef padding,
                        at::IntArrayRef dilation, bool relu);
+// Calls f once on each graph of m's methods and its submodules' (submodules of one type share
+// their methods' graphs): the walk of the fast_linear and fast_conv passes.
+void for_each_method_graph(const torch::jit::Module& m, const std::function<void(torch::jit::Graph&)>& f);
 // The constant float32 CPU tensor (no grad) a graph value holds, if it is one.
 c10::optional<at::Tensor> constant_float(torch::jit::Value* v);
 // Swaps an aten::_transformer_encoder_layer_fwd node with constant weights for
