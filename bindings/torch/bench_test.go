@@ -1,6 +1,7 @@
 package torch_test
 
 import (
+	"math/rand/v2"
 	"os"
 	"slices"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/internal/fixtures"
+	"golang.org/x/sys/unix"
 )
 
 func median(xs []float64) float64 {
@@ -126,4 +128,101 @@ func BenchmarkSoak(b *testing.B) {
 			b.Fatalf("resident memory grew %.1f MB over %d forwards", float64(growth)/(1<<20), n)
 		}
 	}
+}
+
+// BenchmarkForwardLoopTail calls Forward back to back from an ordinary goroutine, as a batch
+// loop or a stream does, with the caller's periodic yield to Go's scheduler on and off
+// (yieldIfDue), in blocks of at least 60 ms taking turns in shuffled rounds. It reports each
+// side's p50, p95/p50 and involuntary context switches of the process per 1000 calls; without
+// the yield, Go's sysmon preempts the inference thread once the caller's time slice is 10 ms
+// old. Cases: TORCHSPEED_TAIL_CASES (model:threads, comma-separated; default below).
+func BenchmarkForwardLoopTail(b *testing.B) {
+	cases := os.Getenv("TORCHSPEED_TAIL_CASES")
+	if cases == "" {
+		cases = "transformer_traced:1,digits:1,resnet18:2"
+	}
+	for _, c := range strings.Split(cases, ",") {
+		name, th, _ := strings.Cut(strings.TrimSpace(c), ":")
+		threads, err := strconv.Atoi(th)
+		if err != nil || threads < 1 {
+			b.Fatalf("TORCHSPEED_TAIL_CASES: %q: want model:threads", c)
+		}
+		if threads > torch.AvailableCPUs() {
+			continue
+		}
+		b.Run(name+"/threads="+th, func(b *testing.B) { benchLoopTail(b, name, threads) })
+	}
+}
+
+func benchLoopTail(b *testing.B, name string, threads int) {
+	f := fixtures.Load(b).Get(b, name)
+	m := loadFixture(b, f)
+	in := tensorsOf(b, f.InputArrays(b))
+	if err := torch.SetNumThreads(threads); err != nil {
+		b.Fatal(err)
+	}
+	defer torch.SetYield(true)
+	for i := 0; i < 20; i++ { // profiling runs
+		outs, err := m.Forward(in...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		torch.CloseOutputs(outs)
+	}
+	type side struct {
+		ns    []float64
+		invcs int64
+	}
+	sides := map[bool]*side{true: {}, false: {}}
+	order := []bool{true, false}
+	rng := rand.New(rand.NewPCG(7, uint64(threads)))
+	const block = 60 * time.Millisecond
+	b.ResetTimer()
+	for done := 0; done < b.N; {
+		rng.Shuffle(2, func(i, j int) { order[i], order[j] = order[j], order[i] })
+		for _, on := range order {
+			torch.SetYield(on)
+			s := sides[on]
+			cs0 := involuntarySwitches(b)
+			start := time.Now()
+			for time.Since(start) < block {
+				t0 := time.Now()
+				outs, err := m.Forward(in...)
+				el := time.Since(t0)
+				if err != nil {
+					b.Fatal(err)
+				}
+				torch.CloseOutputs(outs)
+				s.ns = append(s.ns, float64(el.Nanoseconds()))
+				done++
+			}
+			s.invcs += involuntarySwitches(b) - cs0
+		}
+	}
+	b.StopTimer()
+	for _, on := range []bool{true, false} {
+		s, tag := sides[on], map[bool]string{true: "yield", false: "noyield"}[on]
+		p50 := median(s.ns)
+		b.ReportMetric(p50/1e3, tag+"-p50-us")
+		b.ReportMetric(quantile(s.ns, 0.95)/p50, tag+"-p95/p50")
+		b.ReportMetric(1000*float64(s.invcs)/float64(len(s.ns)), tag+"-invcs/1k")
+	}
+}
+
+// involuntarySwitches is the process's count of involuntary context switches (all threads).
+func involuntarySwitches(b *testing.B) int64 {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return ru.Nivcsw
+}
+
+func quantile(xs []float64, q float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[min(len(s)-1, int(q*float64(len(s))))]
 }

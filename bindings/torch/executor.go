@@ -162,6 +162,7 @@ func (t *Thread) Forward(m *Module, inputs ...*Tensor) ([]Output, error) {
 		<-done
 		return outs, err
 	}
+	defer yieldIfDue()()
 	return m.call("forward", inputs, t.w, false)
 }
 
