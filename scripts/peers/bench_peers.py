@@ -27,6 +27,14 @@ Contenders:
       `torchspeed launch --artifact` as a Go service would be (the runtime optimize measured)
   ts-go-locked, ts-go-cxx (diagnostics, --diagnostics) -- the artifact called on the locked
       thread without the hop, and timed by the C++ loop: the per-call cost from Go
+  floor@ts-bench, floor@PEER (unless --no-floor) -- floor_worker.c: the same fixed work every
+      call, calibrated after the first round to last as long as ts-bench's and the fastest
+      peer's calls, at their thread counts. Its p95/p50 is the spread the machine alone gives
+      a call of that length (interrupts, the hypervisor taking a vCPU, a slow CPU at a barrier)
+
+p95/p50 is given with a 95% bootstrap interval over rounds (whole rounds: a slow stretch of the
+machine lands on whole blocks), and each torchspeed contender's p95/p50 minus the best peer's
+with an interval from the same rounds resampled in pairs.
 
 For each block it reads /proc/stat and the CPU time of its own process tree: what other
 processes used during the block is reported, and a warning is printed when it is more than
@@ -385,6 +393,83 @@ def contenders(args, entry):
     return out, skipped, summary
 
 
+# ---------------------------------------------------------------- the machine's floor
+
+
+def floor_targets(args, live, procs, kinds, medians):
+    """(name, target ns, threads) of the floor contenders: fixed work lasting as long as a call
+    of ts-bench (at its threads) and of the fastest peer (at --threads), by their medians in the
+    first round."""
+    out = []
+    if medians.get("ts-bench"):
+        thr = int((procs["ts-bench"][0].ready or {}).get("threads") or args.threads)
+        out.append(("floor@ts-bench", medians["ts-bench"][0], max(1, thr)))
+    peers = [c for c in live if kinds[c] == "peer" and medians.get(c)]
+    if peers:
+        fast = min(peers, key=lambda c: medians[c][0])
+        out.append((f"floor@{fast}", medians[fast][0], args.threads))
+    return out
+
+
+def start_floor(args, model, name, target_ns, threads, logs, workers, skipped):
+    """Starts --processes floor workers; [] (and a skipped entry) when they do not start."""
+    argv = [args.floor_worker, str(max(1, int(target_ns))), str(threads)]
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    started = []
+    for p in range(args.processes):
+        w = Worker(name, argv, os.path.join(logs, f"{model}.{name}.{p + 1}.log"), env=env)
+        workers.append(w)
+        if not w.wait_ready(args.ready_timeout):
+            log(f"{model}: {name} process {p + 1} FAILED: {w.error}")
+            w.close()
+            skipped.append({"contender": name, "why": w.error})
+            return []
+        w.pause()
+        started.append(w)
+    log(f"{model}: {name} ready {json.dumps(started[0].ready)}")
+    return started
+
+
+def _tail_ratio(arrays, idx):
+    import numpy as np
+    v = np.concatenate([arrays[i] for i in idx])
+    p50, p95 = np.percentile(v, [50, 95])
+    return float(p95 / p50) if p50 > 0 else math.nan
+
+
+def tail_ci(rounds, rng, n=400):
+    """95% bootstrap interval of p95/p50 over rounds (whole rounds resampled: a slow stretch of
+    the machine lands on whole blocks, so samples within a round are not independent)."""
+    import numpy as np
+    arrays = [np.asarray(r, dtype=float) for r in rounds if r]
+    if len(arrays) < 4:
+        return [math.nan, math.nan]
+    g = np.random.default_rng(rng.randrange(2**32))
+    k = len(arrays)
+    b = sorted(_tail_ratio(arrays, g.integers(0, k, k)) for _ in range(n))
+    return [b[int(0.025 * n)], b[int(0.975 * n) - 1]]
+
+
+def tail_vs(a_rounds, b_rounds, rng, n=400):
+    """a's p95/p50 minus b's, with a 95% bootstrap interval over rounds resampled in pairs (the
+    same rounds for both: they ran side by side); worse when the whole interval is above 0."""
+    import numpy as np
+    pairs = [(np.asarray(a, dtype=float), np.asarray(b, dtype=float)) for a, b in zip(a_rounds, b_rounds) if a and b]
+    if len(pairs) < 4:
+        return {"diff": math.nan, "ci95": [math.nan, math.nan], "worse": False, "better": False}
+    A, B = [p[0] for p in pairs], [p[1] for p in pairs]
+    k = len(pairs)
+    obs = _tail_ratio(A, range(k)) - _tail_ratio(B, range(k))
+    g = np.random.default_rng(rng.randrange(2**32))
+    d = []
+    for _ in range(n):
+        idx = g.integers(0, k, k)
+        d.append(_tail_ratio(A, idx) - _tail_ratio(B, idx))
+    d.sort()
+    lo, hi = d[int(0.025 * n)], d[int(0.975 * n) - 1]
+    return {"diff": obs, "ci95": [lo, hi], "worse": bool(lo > 0), "better": bool(hi < 0)}
+
+
 # ---------------------------------------------------------------- timing
 
 
@@ -437,6 +522,7 @@ def bench_model(args, entry, rng):
         samples = {c: [] for c in live}
         proc_samples = {c: [[] for _ in procs[c]] for c in live}
         round_medians = {c: [] for c in live}
+        round_samples = {c: [] for c in live}
         other = {c: [] for c in live}
         me = os.getpid()
         for r in range(args.rounds):
@@ -477,8 +563,20 @@ def bench_model(args, entry, rng):
                 for i, ns in got[c]:
                     samples[c].extend(ns)
                     proc_samples[c][i].extend(ns)
-                round_medians[c].append(quantile([x for _, ns in got[c] for x in ns], 0.5))
+                pooled = [x for _, ns in got[c] for x in ns]
+                round_medians[c].append(quantile(pooled, 0.5))
+                round_samples[c].append(pooled)
             log(f"{name}: round {r + 1}/{args.rounds} done (load {loadavg()[0]:.2f})")
+            if r == 0 and args.floor and args.rounds > 1:
+                # The floors join from round 2, calibrated to the first round's medians.
+                for c, target, thr in floor_targets(args, live, procs, kinds, round_medians):
+                    fl = start_floor(args, name, c, target, thr, logs, workers, skipped)
+                    if fl:
+                        kinds[c], procs[c] = "floor", fl
+                        live.append(c)
+                        ks[c] = int(min(args.max_block, max(args.min_block, args.block_s / (target / 1e9) / len(fl))))
+                        samples[c], proc_samples[c], other[c] = [], [[] for _ in fl], []
+                        round_medians[c], round_samples[c] = [], []
     finally:
         for w in workers:
             w.close()
@@ -496,6 +594,8 @@ def bench_model(args, entry, rng):
             "rounds": len(round_medians[c]), "processes": len(procs[c]),
             "p50_ms": quantile(s, 0.5), "p95_ms": quantile(s, 0.95), "p99_ms": quantile(s, 0.99),
             "min_ms": min(s), "mean_ms": sum(s) / len(s),
+            "p95_over_p50": quantile(s, 0.95) / quantile(s, 0.5),
+            "p95_over_p50_ci95": tail_ci(round_samples[c], rng),
             "process_p50_ms": pp50,
             "process_spread": max(pp50) / min(pp50) if pp50 and min(pp50) > 0 else float("nan"),
             "other_cpu_median": quantile(oc, 0.5), "other_cpu_max": max(oc),
@@ -505,13 +605,15 @@ def bench_model(args, entry, rng):
     peers = [n for n in stats if stats[n]["kind"] == "peer"]
     best = min(peers, key=lambda n: stats[n]["p50_ms"]) if peers else None
     for n, st in stats.items():
-        if best and st["kind"] != "peer":
+        if best and st["kind"] in ("torchspeed", "diagnostic"):
             ratios = [a / b for a, b in zip(round_medians[n], round_medians[best])]
             lo, hi = median_ci(ratios)
             st["ratio_to_best"] = st["p50_ms"] / stats[best]["p50_ms"]
             st["ratio_rounds_median"] = quantile(ratios, 0.5)
             st["ratio_ci95"] = [lo, hi]
-            st["p95_over_p50"] = st["p95_ms"] / st["p50_ms"]
+            st["tail_vs_best"] = tail_vs(round_samples[n], round_samples[best], rng)
+        if st["kind"] == "floor":
+            st["floor_for"] = st["contender"].split("@", 1)[1]
         result["contenders"].append(st)
     result["best_peer"] = best
     if best:
@@ -532,7 +634,7 @@ def markdown(doc):
              f"CPU {m['model']} ({', '.join(m['isa'])}), {m['usable_cpus']} usable CPUs; batch 1, "
              f"{doc['threads']} CPUs (thread count: {doc.get('thread_choice', 'fixed')}); {doc['rounds']} rounds, shuffled; load average before "
              f"{doc['load_before']}, after {doc['load_after']}.", "",
-             "| model | contender | threads | p50 ms | p95 ms | p95/p50 | vs best peer (p50) | 95% CI | p50 per process | others' CPU (median/max) | cosine vs FP32 |",
+             "| model | contender | threads | p50 ms | p95 ms | p95/p50 [95% CI] | vs best peer (p50) | 95% CI | p50 per process | others' CPU (median/max) | cosine vs FP32 |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in doc["models"]:
         for c in sorted(r["contenders"], key=lambda c: c["p50_ms"]):
@@ -543,11 +645,14 @@ def markdown(doc):
             cos = (c.get("ready") or {}).get("cosine_vs_fp32")
             thr = (c.get("ready") or {}).get("threads", "-")
             lines.append(f"| {r['model']} | {c['contender']}{best} | {thr} | {fmt(c['p50_ms'])} | {fmt(c['p95_ms'])} | "
-                         f"{c['p95_ms'] / c['p50_ms']:.2f} | {ratio} | {ci} | "
+                         f"{tail_cell(c)} | {ratio} | {ci} | "
                          f"{' / '.join(fmt(x) for x in c.get('process_p50_ms', []))} | "
                          f"{c['other_cpu_median']:.2f}/{c['other_cpu_max']:.2f} | {fmt(cos, 4)} |")
         for s in r["skipped"]:
             lines.append(f"| {r['model']} | {s['contender']} | not run: {s['why']} | | | | | | | | |")
+    tails = tail_lines(doc)
+    if tails:
+        lines += ["", "## p95/p50 against the best peer's, and the machine's floor", ""] + tails
     lines += ["", "Ratios: torchspeed contender p50 / best peer p50 over all runs; the CI is over per-round "
               "ratios. 'p50 per process': each contender runs in several processes that take separate turns; "
               "their spread is noise no single-process figure shows. 'others' CPU' is what processes outside this benchmark used during the contender's "
@@ -555,6 +660,51 @@ def markdown(doc):
     if doc["warnings"]:
         lines += [""] + [f"- warning: {w}" for w in doc["warnings"]]
     return "\n".join(lines) + "\n"
+
+
+def tail_cell(c):
+    ci = c.get("p95_over_p50_ci95") or [math.nan, math.nan]
+    r = c["p95_ms"] / c["p50_ms"]
+    return f"{r:.2f} [{fmt(ci[0], 2)}, {fmt(ci[1], 2)}]" if not math.isnan(ci[0]) else f"{r:.2f}"
+
+
+def tail_lines(doc):
+    """One line per torchspeed contender: its p95/p50 minus the best peer's with the paired
+    interval, and the floor's p95/p50 at its duration and at the peer's."""
+    out = []
+    for r in doc["models"]:
+        by = {c["contender"]: c for c in r["contenders"]}
+        best = by.get(r.get("best_peer"))
+        if not best:
+            continue
+        floors = {c["floor_for"]: c for c in r["contenders"] if c["kind"] == "floor"}
+        peer_floor = next((f for k, f in floors.items() if by.get(k, {}).get("kind") == "peer"), None)
+        for c in r["contenders"]:
+            tv = c.get("tail_vs_best")
+            if c["kind"] != "torchspeed" or not tv:
+                continue
+            verdict = ("worse (the whole interval is above 0)" if tv["worse"] else
+                       "better (the whole interval is below 0)" if tv["better"] else "no difference the rounds can show")
+            line = (f"- {r['model']} {c['contender']}: p95/p50 {c['p95_ms'] / c['p50_ms']:.2f} vs {best['contender']} "
+                    f"{best['p95_ms'] / best['p50_ms']:.2f}: difference {tv['diff']:+.2f} "
+                    f"[{fmt(tv['ci95'][0], 2)}, {fmt(tv['ci95'][1], 2)}], {verdict}")
+            fl = floors.get(c["contender"]) if c["contender"] == "ts-bench" else None
+            parts = []
+            if fl:
+                parts.append(f"fixed work at {fl['p50_ms']:.3f} ms ({(fl.get('ready') or {}).get('threads', '?')} thr) "
+                             f"{fl['p95_ms'] / fl['p50_ms']:.2f}")
+            if peer_floor:
+                parts.append(f"at {peer_floor['p50_ms']:.3f} ms ({(peer_floor.get('ready') or {}).get('threads', '?')} thr) "
+                             f"{peer_floor['p95_ms'] / peer_floor['p50_ms']:.2f}")
+            if parts:
+                line += "; the machine's floor: " + ", ".join(parts)
+            out.append(line)
+    if out:
+        out += ["", "The difference's interval resamples whole rounds in pairs (both ran in the same rounds). "
+                "The floor is floor_worker: the same fixed work every call (a multiply-add chain in OpenMP "
+                "regions, no memory traffic), calibrated to last as long as a contender's median call in the first round and timed "
+                "in the same rounds; its p95/p50 is what the machine alone adds at that duration."]
+    return out
 
 
 def write(doc, out):
@@ -591,6 +741,9 @@ def main():
     ap.add_argument("--out", help="JSON result (default WORK/peers.json; Markdown beside it)")
     ap.add_argument("--torchspeed", default=os.path.join(ROOT, "build", "torchspeed"))
     ap.add_argument("--goworker", default=os.path.join(ROOT, "build", "peers", "goworker"))
+    ap.add_argument("--floor-worker", default=os.path.join(ROOT, "build", "peers", "floor_worker"))
+    ap.add_argument("--no-floor", dest="floor", action="store_false",
+                    help="do not time the machine's floor (fixed work as long as ts-bench's and the fastest peer's calls)")
     ap.add_argument("--diagnostics", action="store_true", help="also time ts-go-locked and ts-go-cxx")
     ap.add_argument("--contenders", help="only these contenders (comma-separated names, e.g. ts-bench,ts-bench-default)")
     ap.add_argument("--reoptimize", action="store_true", help="re-run torchspeed optimize even if its report is newer")
@@ -602,7 +755,10 @@ def main():
     args = ap.parse_args()
     if args.processes < 1:
         sys.exit(f"bench-peers: --processes {args.processes}: want 1 or more")
-    for tool, hint in ((args.torchspeed, "make build"), (args.goworker, "make bench-peers builds it")):
+    tools = [(args.torchspeed, "make build"), (args.goworker, "make bench-peers builds it")]
+    if args.floor:
+        tools.append((args.floor_worker, "make bench-peers builds it, or pass --no-floor"))
+    for tool, hint in tools:
         if not os.access(tool, os.X_OK):
             sys.exit(f"bench-peers: {tool} missing: {hint}")
     if not os.path.isdir(os.path.join(HERE, "node_modules", "onnxruntime-node")):
@@ -619,6 +775,7 @@ def main():
         os.sched_setaffinity(0, cpus[:args.threads])
         log(f"confined to CPUs {cpus[:args.threads]} (--threads {args.threads}, --thread-choice measured)")
     args.torchspeed, args.goworker = os.path.abspath(args.torchspeed), os.path.abspath(args.goworker)
+    args.floor_worker = os.path.abspath(args.floor_worker)
     os.makedirs(args.work, exist_ok=True)
     args.fixtures = os.path.abspath(args.fixtures)
     man = load_manifest(args.fixtures)
