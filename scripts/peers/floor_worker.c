@@ -3,13 +3,18 @@
 //   floor_worker TARGET_NS THREADS [REGION_NS]
 //
 // A call is fixed work and nothing else: REGIONS OpenMP parallel regions (GNU OpenMP, as
-// libtorch uses) in which each of THREADS threads runs the same dependent FMA chain, no memory
-// traffic, no allocation. Its work is calibrated at start so that the median call lasts
-// TARGET_NS; REGIONS is TARGET_NS / REGION_NS (default 100 us, about one convolution of the CNN
-// fixtures), at least 1. Every call does the same work, so whatever spread its latencies show
-// (p95/p50) comes from the machine: interrupts, the hypervisor taking the vCPU, another process,
-// one slow CPU holding the team at a barrier. bench-peers times it at a contender's p50 in the
-// same rounds as the contenders, as the floor their p95/p50 can be read against.
+// libtorch uses) in which each of THREADS threads reads its share of a weight buffer once and
+// runs the same dependent FMA chain; no allocation. The buffer is what a model's weights are
+// to an inference, read once per call: TARGET_NS x 4 bytes/ns (about a quarter of the call at
+// this machine's read bandwidth from L3), between 64 KiB and 64 MiB. A floor without it
+// missed the stretches in which the host's other tenants evict caches: FMA alone ran at its
+// median while the models beside it ran 1.3-1.6x slower for whole blocks. The FMA steps are
+// calibrated at start so that the median call lasts TARGET_NS; REGIONS is TARGET_NS /
+// REGION_NS (default 100 us, about one convolution of the CNN fixtures), at least 1. Every
+// call does the same work, so whatever spread its latencies show (p95/p50) comes from the
+// machine: interrupts, the hypervisor taking the vCPU, another tenant's cache and memory
+// traffic, one slow CPU holding the team at a barrier. bench-peers times it at a contender's
+// p50 in the same rounds as the contenders, as the floor their p95/p50 can be read against.
 //
 // Protocol of the other workers: "ready {json}", then "run K" -> "ns" and K latencies in
 // nanoseconds, "quit" stops it.
@@ -38,16 +43,30 @@ static double chain(int64_t n, double a) {
 static int threads = 1;
 static int64_t regions = 1;
 static int64_t steps = 1000;
+static float* weights = NULL;  // read once per call, a slice per region and thread
+static int64_t slice = 0;      // floats per region and thread
+
+// One thread's read of its slice in region r: a sum, so the loads cannot be skipped.
+static double read_slice(int64_t r, int t) {
+  const float* p = weights + (r * threads + t) * slice;
+  float acc[16] = {0};
+  for (int64_t i = 0; i + 16 <= slice; i += 16)
+    for (int k = 0; k < 16; k++) acc[k] += p[i + k];
+  double s = 0;
+  for (int k = 0; k < 16; k++) s += acc[k];
+  return s;
+}
 
 static int64_t call_once(void) {
   int64_t t0 = now_ns();
   for (int64_t r = 0; r < regions; r++) {
     if (threads == 1) {
-      sink = chain(steps, (double)r);
+      sink = chain(steps, read_slice(r, 0));
     } else {
 #pragma omp parallel num_threads(threads)
       {
-        double v = chain(steps, (double)(r + omp_get_thread_num()));
+        int t = omp_get_thread_num();
+        double v = chain(steps, read_slice(r, t) + (double)t);
         if (v == 12345.0) sink = v;  // never true: keeps the chain live
       }
     }
@@ -100,6 +119,18 @@ int main(int argc, char** argv) {
   threads = (int)th;
   regions = target / region;
   if (regions < 1) regions = 1;
+  int64_t bytes = target * 4;
+  if (bytes < (64 << 10)) bytes = 64 << 10;
+  if (bytes > (64 << 20)) bytes = 64 << 20;
+  slice = bytes / (int64_t)sizeof(float) / (regions * threads) / 16 * 16;
+  if (slice < 16) slice = 16;
+  weights = malloc((size_t)(slice * regions * threads) * sizeof(float));
+  if (weights == NULL) {
+    printf("error floor_worker: out of memory for %lld bytes of weights\n", (long long)bytes);
+    fflush(stdout);
+    return 2;
+  }
+  for (int64_t i = 0; i < slice * regions * threads; i++) weights[i] = (float)(i % 1000) * 1e-3f;
   // Calibrate: scale the steps until the median call is within 2% of the target.
   (void)median_of(5);
   int64_t m = 0;
@@ -112,8 +143,10 @@ int main(int argc, char** argv) {
     steps = next < 1 ? 1 : next;
   }
   m = median_of(21);
-  printf("ready {\"threads\": %d, \"target_ns\": %lld, \"calibrated_ns\": %lld, \"regions\": %lld, \"steps\": %lld}\n",
-         threads, (long long)target, (long long)m, (long long)regions, (long long)steps);
+  printf("ready {\"threads\": %d, \"target_ns\": %lld, \"calibrated_ns\": %lld, \"regions\": %lld, \"steps\": %lld, "
+         "\"weight_bytes\": %lld}\n",
+         threads, (long long)target, (long long)m, (long long)regions, (long long)steps,
+         (long long)(slice * regions * threads * (int64_t)sizeof(float)));
   fflush(stdout);
   char line[128];
   int64_t* ns = NULL;
@@ -140,5 +173,6 @@ int main(int argc, char** argv) {
     fflush(stdout);
   }
   free(ns);
+  free(weights);
   return 0;
 }
