@@ -194,6 +194,28 @@ func BenchmarkRuntimeSettings(b *testing.B) {
 				len(samples[1]), tail, ratio, lo, hi, map[bool]string{true: "holds", false: "does NOT hold"}[tail <= 1.3 && lo <= 1])
 			b.Logf("U test: %s", cmp.Verdict)
 			if nproc > 1 {
+				// The interval above treats every latency as independent; latencies of one
+				// process share its luck. Resampling whole processes gives the interval the
+				// criterion is judged on when there are several.
+				clusters := func(side int) [][]float64 {
+					var cs [][]float64
+					for _, lat := range perProc[side*nproc : (side+1)*nproc] {
+						c := make([]float64, len(lat))
+						for i, d := range lat {
+							c[i] = float64(d)
+						}
+						cs = append(cs, c)
+					}
+					return cs
+				}
+				_, plo, phi, err := bench.RatioOfMediansClusterCI(clusters(0), clusters(1), 0.95, bench.DefaultResamples, 1)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(plo, "torchspeed/default-p50-lo-by-process")
+				b.ReportMetric(phi, "torchspeed/default-p50-hi-by-process")
+				b.Logf("p50 ratio %.3f with processes resampled as clusters: [95%% CI %.3f, %.3f]: %s", ratio, plo, phi,
+					map[bool]string{true: "not slower beyond the processes' own spread", false: "SLOWER beyond the processes' own spread"}[plo <= 1])
 				for side := range 2 {
 					var p50s []string
 					for _, lat := range perProc[side*nproc : (side+1)*nproc] {

@@ -367,6 +367,72 @@ func RatioOfMediansCI(base, other []float64, confidence float64, resamples int, 
 	return ratio, Percentile(ratios, tail), Percentile(ratios, 1-tail), nil
 }
 
+// RatioOfMediansClusterCI is RatioOfMediansCI for samples that come in clusters, such as the
+// latencies of several processes of one side: the same program and settings can run several
+// percent faster or slower from one process to the next, so samples of one process are not
+// independent draws. Each resample draws whole clusters with replacement, then samples within
+// each drawn cluster, so the interval carries the spread between processes as well as within
+// them. With few clusters it is wide: that is how little a few processes can tell.
+func RatioOfMediansClusterCI(base, other [][]float64, confidence float64, resamples int, seed uint64) (ratio, lo, hi float64, err error) {
+	flat := func(cs [][]float64) (out []float64, n int) {
+		for _, c := range cs {
+			if len(c) > 0 {
+				out = append(out, c...)
+				n++
+			}
+		}
+		return out, n
+	}
+	fb, nb := flat(base)
+	fo, no := flat(other)
+	if nb == 0 || no == 0 {
+		return 0, 0, 0, errors.New("ratio of medians: empty sample")
+	}
+	if resamples < 1 {
+		return 0, 0, 0, fmt.Errorf("ratio of medians: resamples = %d: must be positive", resamples)
+	}
+	if confidence <= 0 || confidence >= 1 {
+		return 0, 0, 0, fmt.Errorf("ratio of medians: confidence = %v: must be in (0, 1)", confidence)
+	}
+	mb := median(slices.Clone(fb))
+	if mb <= 0 {
+		return 0, 0, 0, fmt.Errorf("ratio of medians: baseline median is %v; latencies must be positive", mb)
+	}
+	ratio = median(slices.Clone(fo)) / mb
+	nonEmpty := func(cs [][]float64) [][]float64 {
+		return slices.DeleteFunc(slices.Clone(cs), func(c []float64) bool { return len(c) == 0 })
+	}
+	base, other = nonEmpty(base), nonEmpty(other)
+	rng := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
+	draw := func(cs [][]float64, buf []float64) []float64 {
+		buf = buf[:0]
+		for range cs {
+			c := cs[rng.IntN(len(cs))]
+			for range c {
+				buf = append(buf, c[rng.IntN(len(c))])
+			}
+		}
+		return buf
+	}
+	var bufA, bufB []float64
+	ratios := make([]float64, 0, resamples)
+	for r := 0; r < resamples; r++ {
+		bufA = draw(base, bufA)
+		bufB = draw(other, bufB)
+		ma := median(bufA)
+		if ma <= 0 {
+			continue
+		}
+		ratios = append(ratios, median(bufB)/ma)
+	}
+	if len(ratios) == 0 {
+		return ratio, 0, 0, errors.New("ratio of medians: every resampled baseline median was 0")
+	}
+	slices.Sort(ratios)
+	tail := (1 - confidence) / 2
+	return ratio, Percentile(ratios, tail), Percentile(ratios, 1-tail), nil
+}
+
 // median returns the median of xs, reordering xs (quickselect: the
 // bootstrap takes thousands of medians of large samples).
 func median(xs []float64) float64 {

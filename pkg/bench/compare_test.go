@@ -2,6 +2,7 @@ package bench
 
 import (
 	"math"
+	"math/rand/v2"
 	"reflect"
 	"strings"
 	"testing"
@@ -279,5 +280,60 @@ func TestCompareLargeSamples(t *testing.T) {
 	p := c.Pairs[0]
 	if p.Resamples != 200 || !p.Significant || p.RatioLo > 1.02 || p.RatioHi < 1.02 {
 		t.Errorf("resamples %d, ratio %.4f [%.4f, %.4f], verdict %q", p.Resamples, p.Ratio, p.RatioLo, p.RatioHi, p.Verdict)
+	}
+}
+
+// Three processes per side whose medians differ by 10% from one another, the other side 4.5%
+// slower throughout: pooled as independent samples the shift looks certain; with the
+// processes as clusters it is within what three processes can tell apart. A shift that every
+// process shows stays certain either way.
+func TestRatioOfMediansClusterCI(t *testing.T) {
+	cluster := func(center float64, n int, seed uint64) []float64 {
+		r := rand.New(rand.NewPCG(seed, 1))
+		out := make([]float64, n)
+		for i := range out {
+			out[i] = center * (1 + 0.01*r.NormFloat64())
+		}
+		return out
+	}
+	spread := func(scale float64, seed uint64) [][]float64 {
+		return [][]float64{cluster(90*scale, 240, seed), cluster(100*scale, 240, seed+1), cluster(110*scale, 240, seed+2)}
+	}
+	base, other := spread(1, 10), spread(1.045, 20)
+	flat := func(cs [][]float64) (out []float64) {
+		for _, c := range cs {
+			out = append(out, c...)
+		}
+		return out
+	}
+	_, lo, _, err := RatioOfMediansCI(flat(base), flat(other), 0.95, 1000, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lo <= 1 {
+		t.Fatalf("pooled interval's low end %.3f: the test data should look certain to the independent bootstrap", lo)
+	}
+	r, clo, chi, err := RatioOfMediansClusterCI(base, other, 0.95, 1000, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r < 1.03 || r > 1.06 {
+		t.Errorf("ratio %.3f, want about 1.045", r)
+	}
+	if clo > 1 || chi < 1.045 {
+		t.Errorf("cluster interval [%.3f, %.3f]: want it to reach 1 and the observed shift", clo, chi)
+	}
+	// Every process 4.5% slower, with no spread between processes: certain either way.
+	same := [][]float64{cluster(100, 240, 30), cluster(100, 240, 31), cluster(100, 240, 32)}
+	slower := [][]float64{cluster(104.5, 240, 40), cluster(104.5, 240, 41), cluster(104.5, 240, 42)}
+	if _, lo, hi, err := RatioOfMediansClusterCI(same, slower, 0.95, 1000, 1); err != nil || lo <= 1.03 || hi >= 1.06 {
+		t.Errorf("uniform shift: interval [%.3f, %.3f], err %v: want it tight around 1.045", lo, hi, err)
+	}
+	// Empty clusters are ignored; all-empty sides are an error.
+	if _, _, _, err := RatioOfMediansClusterCI([][]float64{{}, {}}, slower, 0.95, 100, 1); err == nil {
+		t.Error("all-empty base: want an error")
+	}
+	if _, _, _, err := RatioOfMediansClusterCI(append(same, nil), slower, 0.95, 100, 1); err != nil {
+		t.Errorf("an empty cluster beside full ones: %v", err)
 	}
 }
