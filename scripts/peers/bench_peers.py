@@ -28,8 +28,8 @@ Contenders:
   ts-go-locked, ts-go-cxx (diagnostics, --diagnostics) -- the artifact called on the locked
       thread without the hop, and timed by the C++ loop: the per-call cost from Go
   floor@ts-bench, floor@PEER (unless --no-floor) -- floor_worker.c: the same fixed work every
-      call, calibrated after the first round to last as long as ts-bench's and the fastest
-      peer's calls, at their thread counts. Its p95/p50 is the spread the machine alone gives
+      call (the model file's size read once, multiply-add chains), calibrated after the first
+      round to last as long as ts-bench's and the fastest peer's calls, at their thread counts. Its p95/p50 is the spread the machine alone gives
       a call of that length (interrupts, the hypervisor taking a vCPU, a slow CPU at a barrier)
 
 p95/p50 is given with a 95% bootstrap interval over rounds (whole rounds: a slow stretch of the
@@ -396,24 +396,40 @@ def contenders(args, entry):
 # ---------------------------------------------------------------- the machine's floor
 
 
+def weight_bytes(args, entry, ts_info, contender):
+    """Bytes of weights a contender reads per call: the size of the model file it runs (the
+    artifact, the ONNX export, the fixture; a quarter of the fixture for quantize_jit's INT8)."""
+    try:
+        if contender.startswith("ts-"):
+            return os.path.getsize(ts_info["artifact"]) if ts_info else 0
+        if contender == "ort-fp32":
+            return os.path.getsize(os.path.join(args.work, f"{entry['name']}.onnx"))
+        size = os.path.getsize(os.path.join(args.fixtures, entry["file"]))
+        return size // 4 if contender == "py-int8" else size
+    except OSError:
+        return 0
+
+
 def floor_targets(args, live, procs, kinds, medians):
-    """(name, target ns, threads) of the floor contenders: fixed work lasting as long as a call
-    of ts-bench (at its threads) and of the fastest peer (at --threads), by their medians in the
-    first round."""
+    """(name, target ns, threads, contender) of the floor contenders: fixed work lasting as long
+    as a call of ts-bench (at its threads) and of the fastest peer (at --threads), by their
+    medians in the first round."""
     out = []
     if medians.get("ts-bench"):
         thr = int((procs["ts-bench"][0].ready or {}).get("threads") or args.threads)
-        out.append(("floor@ts-bench", medians["ts-bench"][0], max(1, thr)))
+        out.append(("floor@ts-bench", medians["ts-bench"][0], max(1, thr), "ts-bench"))
     peers = [c for c in live if kinds[c] == "peer" and medians.get(c)]
     if peers:
         fast = min(peers, key=lambda c: medians[c][0])
-        out.append((f"floor@{fast}", medians[fast][0], args.threads))
+        out.append((f"floor@{fast}", medians[fast][0], args.threads, fast))
     return out
 
 
-def start_floor(args, model, name, target_ns, threads, logs, workers, skipped):
+def start_floor(args, model, name, target_ns, threads, nbytes, logs, workers, skipped):
     """Starts --processes floor workers; [] (and a skipped entry) when they do not start."""
-    argv = [args.floor_worker, str(max(1, int(target_ns))), str(threads)]
+    argv = [args.floor_worker, str(max(1, int(target_ns))), str(threads), "100000"]
+    if nbytes > 0:
+        argv.append(str(nbytes))
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     started = []
     for p in range(args.processes):
@@ -569,8 +585,9 @@ def bench_model(args, entry, rng):
             log(f"{name}: round {r + 1}/{args.rounds} done (load {loadavg()[0]:.2f})")
             if r == 0 and args.floor and args.rounds > 1:
                 # The floors join from round 2, calibrated to the first round's medians.
-                for c, target, thr in floor_targets(args, live, procs, kinds, round_medians):
-                    fl = start_floor(args, name, c, target, thr, logs, workers, skipped)
+                for c, target, thr, of in floor_targets(args, live, procs, kinds, round_medians):
+                    fl = start_floor(args, name, c, target, thr, weight_bytes(args, entry, ts_info, of),
+                                     logs, workers, skipped)
                     if fl:
                         kinds[c], procs[c] = "floor", fl
                         live.append(c)
@@ -690,19 +707,21 @@ def tail_lines(doc):
                     f"[{fmt(tv['ci95'][0], 2)}, {fmt(tv['ci95'][1], 2)}], {verdict}")
             fl = floors.get(c["contender"]) if c["contender"] == "ts-bench" else None
             parts = []
+            def floor_part(f, lead):
+                rd = f.get("ready") or {}
+                return (f"{lead}{f['p50_ms']:.3f} ms ({rd.get('threads', '?')} thr, "
+                        f"{rd.get('weight_bytes', 0) / 1e6:.1f} MB read) {f['p95_ms'] / f['p50_ms']:.2f}")
             if fl:
-                parts.append(f"fixed work at {fl['p50_ms']:.3f} ms ({(fl.get('ready') or {}).get('threads', '?')} thr) "
-                             f"{fl['p95_ms'] / fl['p50_ms']:.2f}")
+                parts.append(floor_part(fl, "fixed work at "))
             if peer_floor:
-                parts.append(f"at {peer_floor['p50_ms']:.3f} ms ({(peer_floor.get('ready') or {}).get('threads', '?')} thr) "
-                             f"{peer_floor['p95_ms'] / peer_floor['p50_ms']:.2f}")
+                parts.append(floor_part(peer_floor, "at "))
             if parts:
                 line += "; the machine's floor: " + ", ".join(parts)
             out.append(line)
     if out:
         out += ["", "The difference's interval resamples whole rounds in pairs (both ran in the same rounds). "
-                "The floor is floor_worker: the same fixed work every call (a multiply-add chain in OpenMP "
-                "regions, no memory traffic), calibrated to last as long as a contender's median call in the first round and timed "
+                "The floor is floor_worker: the same fixed work every call (a buffer the size of the model file "
+                "read once and multiply-add chains, in OpenMP regions), calibrated to last as long as a contender's median call in the first round and timed "
                 "in the same rounds; its p95/p50 is what the machine alone adds at that duration."]
     return out
 

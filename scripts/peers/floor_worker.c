@@ -1,12 +1,13 @@
 // floor_worker: the machine's own latency spread, for `make bench-peers`.
 //
-//   floor_worker TARGET_NS THREADS [REGION_NS]
+//   floor_worker TARGET_NS THREADS [REGION_NS [WEIGHT_BYTES]]
 //
 // A call is fixed work and nothing else: REGIONS OpenMP parallel regions (GNU OpenMP, as
 // libtorch uses) in which each of THREADS threads reads its share of a weight buffer once and
 // runs the same dependent FMA chain; no allocation. The buffer is what a model's weights are
-// to an inference, read once per call: TARGET_NS x 4 bytes/ns (about a quarter of the call at
-// this machine's read bandwidth from L3), between 64 KiB and 64 MiB. A floor without it
+// to an inference, read once per call: WEIGHT_BYTES (bench-peers passes the size of the model
+// file the contender runs), by default TARGET_NS x 4 bytes/ns, between 64 KiB and 1 GiB; when
+// reading it alone takes longer than TARGET_NS the calls last as long as that. A floor without it
 // missed the stretches in which the host's other tenants evict caches: FMA alone ran at its
 // median while the models beside it ran 1.3-1.6x slower for whole blocks. The FMA steps are
 // calibrated at start so that the median call lasts TARGET_NS; REGIONS is TARGET_NS /
@@ -101,13 +102,14 @@ static int parse_pos(const char* s, const char* what, int64_t* out) {
 
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOFBF, 1 << 16);
-  if (argc < 3 || argc > 4) {
-    printf("error usage: floor_worker TARGET_NS THREADS [REGION_NS]\n");
+  if (argc < 3 || argc > 5) {
+    printf("error usage: floor_worker TARGET_NS THREADS [REGION_NS [WEIGHT_BYTES]]\n");
     return 2;
   }
-  int64_t target, th, region = 100000;
+  int64_t target, th, region = 100000, bytes = 0;
   if (parse_pos(argv[1], "TARGET_NS", &target) || parse_pos(argv[2], "THREADS", &th) ||
-      (argc == 4 && parse_pos(argv[3], "REGION_NS", &region))) {
+      (argc >= 4 && parse_pos(argv[3], "REGION_NS", &region)) ||
+      (argc == 5 && parse_pos(argv[4], "WEIGHT_BYTES", &bytes))) {
     fflush(stdout);
     return 2;
   }
@@ -119,9 +121,9 @@ int main(int argc, char** argv) {
   threads = (int)th;
   regions = target / region;
   if (regions < 1) regions = 1;
-  int64_t bytes = target * 4;
+  if (bytes == 0) bytes = target * 4;
   if (bytes < (64 << 10)) bytes = 64 << 10;
-  if (bytes > (64 << 20)) bytes = 64 << 20;
+  if (bytes > (1LL << 30)) bytes = 1LL << 30;
   slice = bytes / (int64_t)sizeof(float) / (regions * threads) / 16 * 16;
   if (slice < 16) slice = 16;
   weights = malloc((size_t)(slice * regions * threads) * sizeof(float));
@@ -131,16 +133,23 @@ int main(int argc, char** argv) {
     return 2;
   }
   for (int64_t i = 0; i < slice * regions * threads; i++) weights[i] = (float)(i % 1000) * 1e-3f;
-  // Calibrate: scale the steps until the median call is within 2% of the target.
+  // Calibrate: the call without FMA work (the reads, the regions) is fixed; size the FMA
+  // chain for the rest of the target, then correct it until within 2%.
+  steps = 1;
   (void)median_of(5);
-  int64_t m = 0;
-  for (int it = 0; it < 12; it++) {
-    m = median_of(it < 6 ? 5 : 15);
-    double f = (double)target / (double)(m > 0 ? m : 1);
-    if (f > 0.98 && f < 1.02) break;
-    if (f > 50) f = 50;
-    int64_t next = (int64_t)((double)steps * f);
-    steps = next < 1 ? 1 : next;
+  int64_t base = median_of(15);
+  int64_t m = base;
+  if (base < target) {
+    steps = 20000;
+    m = median_of(15);
+    for (int it = 0; it < 8; it++) {
+      double f = (double)(target - base) / (double)(m > base ? m - base : 1);
+      if (f > 0.98 && f < 1.02) break;
+      if (f > 100) f = 100;
+      int64_t next = (int64_t)((double)steps * f);
+      steps = next < 1 ? 1 : next;
+      m = median_of(15);
+    }
   }
   m = median_of(21);
   printf("ready {\"threads\": %d, \"target_ns\": %lld, \"calibrated_ns\": %lld, \"regions\": %lld, \"steps\": %lld, "
