@@ -42,14 +42,7 @@ func BenchmarkForwardOverhead(b *testing.B) {
 			b.ResetTimer()
 			for done := 0; done < b.N; done += round {
 				for i := 0; i < round; i++ {
-					t0 := time.Now()
-					outs, err := m.Forward(in...)
-					el := time.Since(t0)
-					if err != nil {
-						b.Fatal(err)
-					}
-					torch.CloseOutputs(outs)
-					goNs = append(goNs, float64(el.Nanoseconds()))
+					goNs = append(goNs, timedForward(b, m, in))
 				}
 				var err error
 				torch.Do(func() {
@@ -186,14 +179,7 @@ func benchLoopTail(b *testing.B, name string, threads int) {
 			cs0 := involuntarySwitches(b)
 			start := time.Now()
 			for time.Since(start) < block {
-				t0 := time.Now()
-				outs, err := m.Forward(in...)
-				el := time.Since(t0)
-				if err != nil {
-					b.Fatal(err)
-				}
-				torch.CloseOutputs(outs)
-				s.ns = append(s.ns, float64(el.Nanoseconds()))
+				s.ns = append(s.ns, timedForward(b, m, in))
 				done++
 			}
 			s.invcs += involuntarySwitches(b) - cs0
@@ -207,6 +193,18 @@ func benchLoopTail(b *testing.B, name string, threads int) {
 		b.ReportMetric(quantile(s.ns, 0.95)/p50, tag+"-p95/p50")
 		b.ReportMetric(1000*float64(s.invcs)/float64(len(s.ns)), tag+"-invcs/1k")
 	}
+}
+
+// timedForward runs m.Forward once from the calling goroutine and returns its time in ns.
+func timedForward(b *testing.B, m *torch.Module, in []*torch.Tensor) float64 {
+	t0 := time.Now()
+	outs, err := m.Forward(in...)
+	el := time.Since(t0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	torch.CloseOutputs(outs)
+	return float64(el.Nanoseconds())
 }
 
 // involuntarySwitches is the process's count of involuntary context switches (all threads).

@@ -328,43 +328,18 @@ func toFloats(ds []time.Duration) []float64 {
 // replacement independently, resamples times, with a generator seeded by
 // seed, so the same data always gives the same interval.
 func RatioOfMediansCI(base, other []float64, confidence float64, resamples int, seed uint64) (ratio, lo, hi float64, err error) {
-	if len(base) == 0 || len(other) == 0 {
-		return 0, 0, 0, errors.New("ratio of medians: empty sample")
-	}
-	if resamples < 1 {
-		return 0, 0, 0, fmt.Errorf("ratio of medians: resamples = %d: must be positive", resamples)
-	}
-	if confidence <= 0 || confidence >= 1 {
-		return 0, 0, 0, fmt.Errorf("ratio of medians: confidence = %v: must be in (0, 1)", confidence)
-	}
-	mb := median(slices.Clone(base))
-	if mb <= 0 {
-		return 0, 0, 0, fmt.Errorf("ratio of medians: baseline median is %v; latencies must be positive", mb)
-	}
-	ratio = median(slices.Clone(other)) / mb
 	rng := rand.New(rand.NewPCG(seed, 0xda3e39cb94b95bdb))
 	bufA := make([]float64, len(base))
 	bufB := make([]float64, len(other))
-	ratios := make([]float64, 0, resamples)
-	for r := 0; r < resamples; r++ {
+	return bootstrapRatio(base, other, confidence, resamples, func() ([]float64, []float64) {
 		for i := range bufA {
 			bufA[i] = base[rng.IntN(len(base))]
 		}
 		for i := range bufB {
 			bufB[i] = other[rng.IntN(len(other))]
 		}
-		ma := median(bufA)
-		if ma <= 0 {
-			continue
-		}
-		ratios = append(ratios, median(bufB)/ma)
-	}
-	if len(ratios) == 0 {
-		return ratio, 0, 0, errors.New("ratio of medians: every resampled baseline median was 0")
-	}
-	slices.Sort(ratios)
-	tail := (1 - confidence) / 2
-	return ratio, Percentile(ratios, tail), Percentile(ratios, 1-tail), nil
+		return bufA, bufB
+	})
 }
 
 // RatioOfMediansClusterCI is RatioOfMediansCI for samples that come in clusters, such as the
@@ -372,33 +347,9 @@ func RatioOfMediansCI(base, other []float64, confidence float64, resamples int, 
 // percent faster or slower from one process to the next, so samples of one process are not
 // independent draws. Each resample draws whole clusters with replacement, then samples within
 // each drawn cluster, so the interval carries the spread between processes as well as within
-// them. With few clusters it is wide: that is how little a few processes can tell.
+// them. With few clusters it is wide: that is how little a few processes can tell. Empty
+// clusters are left out.
 func RatioOfMediansClusterCI(base, other [][]float64, confidence float64, resamples int, seed uint64) (ratio, lo, hi float64, err error) {
-	flat := func(cs [][]float64) (out []float64, n int) {
-		for _, c := range cs {
-			if len(c) > 0 {
-				out = append(out, c...)
-				n++
-			}
-		}
-		return out, n
-	}
-	fb, nb := flat(base)
-	fo, no := flat(other)
-	if nb == 0 || no == 0 {
-		return 0, 0, 0, errors.New("ratio of medians: empty sample")
-	}
-	if resamples < 1 {
-		return 0, 0, 0, fmt.Errorf("ratio of medians: resamples = %d: must be positive", resamples)
-	}
-	if confidence <= 0 || confidence >= 1 {
-		return 0, 0, 0, fmt.Errorf("ratio of medians: confidence = %v: must be in (0, 1)", confidence)
-	}
-	mb := median(slices.Clone(fb))
-	if mb <= 0 {
-		return 0, 0, 0, fmt.Errorf("ratio of medians: baseline median is %v; latencies must be positive", mb)
-	}
-	ratio = median(slices.Clone(fo)) / mb
 	nonEmpty := func(cs [][]float64) [][]float64 {
 		return slices.DeleteFunc(slices.Clone(cs), func(c []float64) bool { return len(c) == 0 })
 	}
@@ -415,15 +366,37 @@ func RatioOfMediansClusterCI(base, other [][]float64, confidence float64, resamp
 		return buf
 	}
 	var bufA, bufB []float64
+	return bootstrapRatio(slices.Concat(base...), slices.Concat(other...), confidence, resamples, func() ([]float64, []float64) {
+		bufA, bufB = draw(base, bufA), draw(other, bufB)
+		return bufA, bufB
+	})
+}
+
+// bootstrapRatio checks the arguments and returns median(other)/median(base) with the
+// percentile interval of the same ratio over resamples pairs that resample draws.
+func bootstrapRatio(base, other []float64, confidence float64, resamples int, resample func() (a, b []float64)) (ratio, lo, hi float64, err error) {
+	if len(base) == 0 || len(other) == 0 {
+		return 0, 0, 0, errors.New("ratio of medians: empty sample")
+	}
+	if resamples < 1 {
+		return 0, 0, 0, fmt.Errorf("ratio of medians: resamples = %d: must be positive", resamples)
+	}
+	if confidence <= 0 || confidence >= 1 {
+		return 0, 0, 0, fmt.Errorf("ratio of medians: confidence = %v: must be in (0, 1)", confidence)
+	}
+	mb := median(slices.Clone(base))
+	if mb <= 0 {
+		return 0, 0, 0, fmt.Errorf("ratio of medians: baseline median is %v; latencies must be positive", mb)
+	}
+	ratio = median(slices.Clone(other)) / mb
 	ratios := make([]float64, 0, resamples)
 	for r := 0; r < resamples; r++ {
-		bufA = draw(base, bufA)
-		bufB = draw(other, bufB)
-		ma := median(bufA)
+		a, b := resample()
+		ma := median(a)
 		if ma <= 0 {
 			continue
 		}
-		ratios = append(ratios, median(bufB)/ma)
+		ratios = append(ratios, median(b)/ma)
 	}
 	if len(ratios) == 0 {
 		return ratio, 0, 0, errors.New("ratio of medians: every resampled baseline median was 0")
