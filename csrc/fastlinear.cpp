@@ -237,7 +237,6 @@ TORCH_LIBRARY_FRAGMENT(torchspeed, m) {
   m.def("linear_packed(Tensor x, Tensor packed, Tensor? bias, int n, bool relu) -> Tensor", &tsimpl::linear_packed);
 }
 
-// The constant float tensor a value holds, if it is one.
 void tsimpl::for_each_method_graph(const torch::jit::Module& m, const std::function<void(torch::jit::Graph&)>& f) {
   std::set<torch::jit::Graph*> seen;
   for (const auto& sub : m.modules()) {
@@ -248,6 +247,7 @@ void tsimpl::for_each_method_graph(const torch::jit::Module& m, const std::funct
   }
 }
 
+// The constant float tensor a value holds, if it is one.
 c10::optional<at::Tensor> tsimpl::constant_float(torch::jit::Value* v) {
   auto iv = torch::jit::toIValue(v);
   if (!iv || !iv->isTensor()) return c10::nullopt;
