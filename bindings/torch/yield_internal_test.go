@@ -1,6 +1,7 @@
 package torch
 
 import (
+	"runtime"
 	"testing"
 	"time"
 
@@ -48,7 +49,7 @@ func TestForwardYieldBookkeeping(t *testing.T) {
 			t.Fatal(err)
 		}
 		lastYield.Store(0) // the epoch: the first call is due
-		before := yieldCallers.Load()
+		before, yielded := yieldCallers.Load(), yields.Load()
 		outs, err := m.Forward(in)
 		if err != nil {
 			t.Fatal(err)
@@ -57,8 +58,23 @@ func TestForwardYieldBookkeeping(t *testing.T) {
 		if got := yieldCallers.Load(); got != before {
 			t.Errorf("%d threads: %d callers counted after the call, want %d", threads, got, before)
 		}
-		if lastYield.Load() == 0 {
-			t.Errorf("%d threads: no yield recorded though the slice was due", threads)
+		if lastYield.Load() == 0 || yields.Load() != yielded+1 {
+			t.Errorf("%d threads: no yield though the slice was due (turn taken %v, yields %d -> %d)",
+				threads, lastYield.Load() != 0, yielded, yields.Load())
+		}
+		// A caller locked to its thread takes the turn without yielding.
+		lastYield.Store(0)
+		yielded = yields.Load()
+		runtime.LockOSThread()
+		outs, err = m.Forward(in)
+		runtime.UnlockOSThread()
+		if err != nil {
+			t.Fatal(err)
+		}
+		CloseOutputs(outs)
+		if lastYield.Load() == 0 || yields.Load() != yielded {
+			t.Errorf("%d threads, locked caller: turn taken %v, yields %d -> %d; want the turn taken without a yield",
+				threads, lastYield.Load() != 0, yielded, yields.Load())
 		}
 		yieldOff.Store(true)
 		lastYield.Store(0)
@@ -71,6 +87,26 @@ func TestForwardYieldBookkeeping(t *testing.T) {
 		if lastYield.Load() != 0 {
 			t.Errorf("%d threads: a yield recorded with the yield off", threads)
 		}
+	}
+}
+
+// lockedToThread follows runtime.LockOSThread, nested calls included.
+func TestLockedToThread(t *testing.T) {
+	if lockedToThread() {
+		t.Fatal("a test goroutine reported locked before LockOSThread")
+	}
+	runtime.LockOSThread()
+	runtime.LockOSThread()
+	if !lockedToThread() {
+		t.Error("not reported locked after LockOSThread")
+	}
+	runtime.UnlockOSThread()
+	if !lockedToThread() {
+		t.Error("not reported locked after one of two UnlockOSThread calls")
+	}
+	runtime.UnlockOSThread()
+	if lockedToThread() {
+		t.Error("reported locked after UnlockOSThread")
 	}
 }
 
