@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -159,6 +160,72 @@ func TestLoadBadConfigs(t *testing.T) {
 	if _, err := Load(filepath.Join(t.TempDir(), "none.yaml"), nil, nil); err == nil || !strings.Contains(err.Error(), "file not found") {
 		t.Fatalf("missing file: %v", err)
 	}
+}
+
+// Every toggle takes YAML's plain true and false, as the README writes them
+// (optimize_for_inference: true), not only the quoted strings.
+func TestTogglesTakeYAMLBooleans(t *testing.T) {
+	withCPUs(t, 8)
+	var keys []string // "section.key" of every Toggle field
+	cfg := reflect.TypeOf(Config{})
+	for i := 0; i < cfg.NumField(); i++ {
+		sec := cfg.Field(i)
+		if sec.Type.Kind() != reflect.Struct {
+			continue
+		}
+		for j := 0; j < sec.Type.NumField(); j++ {
+			if f := sec.Type.Field(j); f.Type == reflect.TypeOf(Toggle("")) {
+				keys = append(keys, tagName(sec)+"."+tagName(f))
+			}
+		}
+	}
+	if len(keys) < 8 {
+		t.Fatalf("found only the toggles %v", keys)
+	}
+	for _, val := range []Toggle{On, Off} {
+		sections := map[string][]string{}
+		var order []string
+		for _, k := range keys {
+			sec, key, _ := strings.Cut(k, ".")
+			if sections[sec] == nil {
+				order = append(order, sec)
+			}
+			sections[sec] = append(sections[sec], "  "+key+": "+string(val)) // unquoted: a YAML bool
+		}
+		body := strings.Replace(good, "optimize:\n  channels_last: \"false\"\n", "", 1)
+		for _, sec := range order {
+			body += sec + ":\n" + strings.Join(sections[sec], "\n") + "\n"
+		}
+		if sections["runtime"] != nil { // good has a runtime section of its own
+			body = strings.Replace(body, "runtime:\n  threads: 2\n", "", 1)
+			body = strings.Replace(body, "runtime:\n", "runtime:\n  threads: 2\n", 1)
+		}
+		c, err := Load(write(t, body), nil, nil)
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", val, err, body)
+		}
+		v := reflect.ValueOf(*c)
+		for _, k := range keys {
+			sec, key, _ := strings.Cut(k, ".")
+			if got := fieldByTag(fieldByTag(v, sec), key).Interface().(Toggle); got != val {
+				t.Errorf("%s: %s, want %s", k, got, val)
+			}
+		}
+	}
+}
+
+func tagName(f reflect.StructField) string {
+	name, _, _ := strings.Cut(f.Tag.Get("mapstructure"), ",")
+	return name
+}
+
+func fieldByTag(v reflect.Value, name string) reflect.Value {
+	for i := 0; i < v.NumField(); i++ {
+		if tagName(v.Type().Field(i)) == name {
+			return v.Field(i)
+		}
+	}
+	panic("no field " + name)
 }
 
 // The example configs in configs/ must load (their model paths need not exist).

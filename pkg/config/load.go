@@ -79,6 +79,7 @@ func LoadValues(path string, flags *pflag.FlagSet, aliases map[string]string, fu
 			mapstructure.StringToTimeDurationHookFunc(),
 			mapstructure.StringToSliceHookFunc(","),
 			wholeNumberHook,
+			toggleHook,
 		)
 	}
 	if err := v.Unmarshal(&cfg, dc); err != nil {
@@ -132,6 +133,19 @@ func wholeNumberHook(from, to reflect.Type, data any) (any, error) {
 		return nil, fmt.Errorf("%v is not a whole number in range: give an integer", data)
 	}
 	return int64(f), nil
+}
+
+// toggleHook reads YAML's booleans as the Toggle values they spell: `fast_qdq: false` is a
+// bool to the YAML parser, and the weakly typed decoding would turn it into "0", which
+// Validate then refused ("0 is not allowed: auto, true or false").
+func toggleHook(from, to reflect.Type, data any) (any, error) {
+	if b, ok := data.(bool); ok && to == reflect.TypeOf(Toggle("")) {
+		if b {
+			return On, nil
+		}
+		return Off, nil
+	}
+	return data, nil
 }
 
 func orDefaults(path string) string {
