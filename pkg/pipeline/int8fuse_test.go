@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"math"
 	"slices"
 	"strings"
@@ -82,34 +83,92 @@ func TestINT8FuseConvAdd(t *testing.T) {
 	}
 }
 
-// pickFuse on given p50s: auto keeps the fused variant only when it is faster, true keeps it
-// anyway; a kept variant supersedes the fast_qdq candidate it was built on.
-func TestPickFuse(t *testing.T) {
-	for _, c := range []struct {
-		toggle   config.Toggle
-		fuse     time.Duration
-		want     state
-		inReason string
-	}{
-		{config.Auto, 3 * time.Millisecond, stKept, "1.33x faster than INT8 static + fast_qdq"},
-		{config.Auto, 4 * time.Millisecond, stRejected, "not faster than INT8 static + fast_qdq"},
-		{config.Auto, 5 * time.Millisecond, stRejected, "not faster than INT8 static + fast_qdq"},
-		{config.On, 5 * time.Millisecond, stKept, "optimize.fuse_conv_add is on"},
-	} {
-		cfg := config.Default()
-		cfg.Optimize.FuseConvAdd = c.toggle
-		fast := &candidate{name: "INT8 static + fast_qdq", kind: kindINT8Fast, status: stCandidate}
-		fuse := &candidate{name: fast.name + " + fuse_conv_add", kind: kindINT8Fuse, status: stCandidate, base: fast, reason: "8 conv + add pair(s) fused"}
-		r := &run{cfg: &cfg, rep: &report.Report{}, cands: []*candidate{fast, fuse}}
-		m := &measurement{cmp: &bench.Comparison{Results: []*bench.Result{
-			{Name: fast.name, Stats: bench.Summary{P50: 4 * time.Millisecond}}, {Name: fuse.name, Stats: bench.Summary{P50: c.fuse}}}}}
-		got := r.pickFuse(m, fast, fuse)
-		if c.want == stKept {
-			if got != fuse || fuse.status != stCandidate || !strings.Contains(fuse.reason, c.inReason) || fast.status != stSuperseded {
-				t.Errorf("%s, p50 %v vs 4ms: picked %s; fused %s %q, base %s: want the fused one with %q, its base superseded", c.toggle, c.fuse, got.name, fuse.status, fuse.reason, fast.status, c.inReason)
-			}
-		} else if got != fast || fuse.status != stRejected || !strings.Contains(fuse.reason, c.inReason) || fast.status != stCandidate {
-			t.Errorf("%s, p50 %v vs 4ms: picked %s; fused %s %q, base %s: want rejected with %q", c.toggle, c.fuse, got.name, fuse.status, fuse.reason, fast.status, c.inReason)
+// pickFuse keeps the fused variant on auto only when it is faster beyond doubt: from the
+// shared measurement when its interval excludes 1, else from timing the two alone (confirm),
+// and rejects it when that is not clear either or fails; true keeps it without asking. A kept
+// variant supersedes the fast_qdq candidate it was built on.
+func TestPickFuseNeedsAnInterval(t *testing.T) {
+	// spread gives n samples around med, evenly from med*(1-w) to med*(1+w), shuffled by a
+	// fixed stride so that round order does not sort them.
+	spread := func(med time.Duration, w float64, n int) []time.Duration {
+		out := make([]time.Duration, n)
+		for i := range out {
+			k := (i * 7) % n
+			out[i] = time.Duration(float64(med) * (1 - w + 2*w*float64(k)/float64(n-1)))
 		}
+		return out
+	}
+	ms := time.Millisecond
+	for _, c := range []struct {
+		name       string
+		toggle     config.Toggle
+		fuse       []time.Duration
+		confirm    *pairResult // nil: confirm must not be asked
+		confirmErr error
+		want       state
+		inReason   []string
+	}{
+		{"clearly faster", config.Auto, spread(3*ms, 0.01, 30), nil, nil, stKept,
+			[]string{"1.33x faster than INT8 static + fast_qdq", "in INT8 vs FP32"}},
+		{"clearly slower", config.Auto, spread(5*ms, 0.01, 30), nil, nil, stRejected,
+			[]string{"not faster than INT8 static + fast_qdq beyond doubt", "in INT8 vs FP32"}},
+		{"overlapping, then faster alone", config.Auto, spread(3900*time.Microsecond, 0.12, 30), &pairResult{0.95, 0.93, 0.97, 120}, nil, stKept,
+			[]string{"1.05x faster than INT8 static + fast_qdq", "timed alone against it, 120 runs each"}},
+		{"overlapping, still alike alone", config.Auto, spread(3900*time.Microsecond, 0.12, 30), &pairResult{0.99, 0.96, 1.02, 120}, nil, stRejected,
+			[]string{"not faster than INT8 static + fast_qdq beyond doubt", "0.960-1.020", "timed alone"}},
+		{"overlapping, timing alone fails", config.Auto, spread(3900*time.Microsecond, 0.12, 30), &pairResult{}, errors.New("boom"), stRejected,
+			[]string{"could not be told apart", "timing the two alone failed: boom"}},
+		{"on", config.On, spread(5*ms, 0.01, 30), nil, nil, stKept, []string{"optimize.fuse_conv_add is on"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := config.Default()
+			cfg.Optimize.FuseConvAdd = c.toggle
+			fast := &candidate{name: "INT8 static + fast_qdq", kind: kindINT8Fast, status: stCandidate}
+			fuse := &candidate{name: fast.name + " + fuse_conv_add", kind: kindINT8Fuse, status: stCandidate, base: fast, reason: "8 conv + add pair(s) fused"}
+			asked := 0
+			r := &run{cfg: &cfg, rep: &report.Report{}, cands: []*candidate{fast, fuse},
+				confirmPair: func(base, v *candidate) (pairResult, error) {
+					asked++
+					if base != fast || v != fuse {
+						t.Errorf("confirm asked for %s vs %s", v.name, base.name)
+					}
+					if c.confirm == nil {
+						return pairResult{}, errors.New("not expected")
+					}
+					return *c.confirm, c.confirmErr
+				}}
+			base := spread(4*ms, 0.12, 30)
+			if c.confirm == nil {
+				base = spread(4*ms, 0.01, 30)
+			}
+			result := func(name string, xs []time.Duration) *bench.Result {
+				s, err := bench.Summarize(xs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return &bench.Result{Name: name, Samples: xs, Stats: s}
+			}
+			m := &measurement{name: "INT8 vs FP32", cmp: &bench.Comparison{Results: []*bench.Result{result(fast.name, base), result(fuse.name, c.fuse)}}}
+			got := r.pickFuse(m, fast, fuse)
+			wantAsked := 0
+			if c.confirm != nil {
+				wantAsked = 1
+			}
+			if asked != wantAsked {
+				t.Errorf("confirm asked %d time(s), want %d (once, only when the shared measurement cannot decide)", asked, wantAsked)
+			}
+			for _, w := range c.inReason {
+				if !strings.Contains(fuse.reason, w) {
+					t.Errorf("reason %q lacks %q", fuse.reason, w)
+				}
+			}
+			if c.want == stKept {
+				if got != fuse || fuse.status != stCandidate || fast.status != stSuperseded {
+					t.Errorf("picked %s; fused %s, base %s: want the fused one, its base superseded", got.name, fuse.status, fast.status)
+				}
+			} else if got != fast || fuse.status != stRejected || fast.status != stCandidate {
+				t.Errorf("picked %s; fused %s, base %s: want the fused one rejected", got.name, fuse.status, fast.status)
+			}
+		})
 	}
 }

@@ -69,14 +69,16 @@ func (e *ValidationError) Error() string {
 }
 
 type run struct {
-	ctx    context.Context
-	cfg    *config.Config
-	opts   Options
-	rep    *report.Report
-	call   *caller           // how the model is called: method, constants, state reset
-	inputs []*torch.Tensor   // bench inputs (batch as configured): the tensor arguments
-	checks [][]*torch.Tensor // input sets for output agreement, in call order
-	ref    [][]float64       // the original's outputs on checks
+	ctx context.Context
+	// confirmPair, if set, stands in for timing a variant alone against its base (tests).
+	confirmPair func(base, v *candidate) (pairResult, error)
+	cfg         *config.Config
+	opts        Options
+	rep         *report.Report
+	call        *caller           // how the model is called: method, constants, state reset
+	inputs      []*torch.Tensor   // bench inputs (batch as configured): the tensor arguments
+	checks      [][]*torch.Tensor // input sets for output agreement, in call order
+	ref         [][]float64       // the original's outputs on checks
 	// stream: checks are the configured input data's ordered calls (model.inputs[].data),
 	// which validation replays when no validation data is named.
 	stream bool
