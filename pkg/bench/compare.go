@@ -252,7 +252,7 @@ func ComparePair(base, other *Result, resamples int, seed uint64) (Pair, error) 
 	if base == nil || other == nil {
 		return Pair{}, errors.New("compare: nil result")
 	}
-	a, b := toFloats(base.Samples), toFloats(other.Samples)
+	a, b := Floats(base.Samples), Floats(other.Samples)
 	if len(a) == 0 || len(b) == 0 {
 		return Pair{}, fmt.Errorf("compare %q with %q: a target has no samples", base.Name, other.Name)
 	}
@@ -315,7 +315,8 @@ func formatP(p float64) string {
 	return fmt.Sprintf("%.3f", p)
 }
 
-func toFloats(ds []time.Duration) []float64 {
+// Floats converts durations to float64 nanoseconds, for the statistics that take floats.
+func Floats(ds []time.Duration) []float64 {
 	xs := make([]float64, len(ds))
 	for i, d := range ds {
 		xs[i] = float64(d)

@@ -67,7 +67,7 @@ func (r *ProcessResult) blockMedians() ([][]float64, error) {
 			if len(b) == 0 {
 				return nil, fmt.Errorf("%s: process %d round %d has no latencies", r.Name, p+1, i+1)
 			}
-			out[p][i] = median(toFloats(b))
+			out[p][i] = median(Floats(b))
 		}
 	}
 	return out, nil

@@ -157,7 +157,7 @@ func ChooseThreadsWith(counts []int, set func(n int) error, run func() error, o 
 func decide(ch *ThreadChoice, counts []int, samples map[int][]time.Duration, blockMed map[int][]float64, tie float64) bool {
 	med := map[int]float64{}
 	for _, n := range counts {
-		xs := toFloats(samples[n])
+		xs := Floats(samples[n])
 		slices.Sort(xs)
 		med[n] = Percentile(xs, 0.5)
 	}

@@ -3,7 +3,6 @@ package pipeline
 import (
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/pkg/bench"
@@ -102,7 +101,7 @@ func (r *run) pickVariant(m *measurement, base, v *candidate, on bool, knob stri
 		return r.recordVariant(v, base)
 	}
 	where := "in " + m.name
-	ratio, lo, hi, err := bench.RatioOfMediansCI(floatsOf(a.Samples), floatsOf(b.Samples), 0.95, bench.DefaultResamples, r.cfg.Bench.Seed)
+	ratio, lo, hi, err := bench.RatioOfMediansCI(bench.Floats(a.Samples), bench.Floats(b.Samples), 0.95, bench.DefaultResamples, r.cfg.Bench.Seed)
 	if err != nil || (lo <= 1 && hi >= 1) {
 		p, cerr := r.confirm(base, v)
 		if cerr != nil {
@@ -164,11 +163,3 @@ func (r *run) confirm(base, v *candidate) (pairResult, error) {
 // four times the stage runs, at least 60 (a 3% difference at this VM's 5-10% spread per run
 // needs about that many for an interval of the median ratio that excludes 1).
 func confirmRuns(stageRuns int) int { return max(60, 4*stageRuns) }
-
-func floatsOf(ds []time.Duration) []float64 {
-	xs := make([]float64, len(ds))
-	for i, d := range ds {
-		xs[i] = float64(d)
-	}
-	return xs
-}
