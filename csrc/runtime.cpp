@@ -22,6 +22,8 @@
 #include <mutex>
 #include <string>
 
+#include <time.h>
+
 #include "internal.h"
 #include "spin.h"
 
@@ -465,6 +467,54 @@ ts_status* ts_set_handoff_spin(int64_t serve_ns, int64_t wait_ns) noexcept {
 void ts_get_handoff_spin(int64_t* serve_ns, int64_t* wait_ns) noexcept {
   if (serve_ns != nullptr) *serve_ns = g_serve_spin_ns.load(std::memory_order_relaxed);
   if (wait_ns != nullptr) *wait_ns = g_wait_spin_ns.load(std::memory_order_relaxed);
+}
+
+// The loop reads the monotonic clock back to back; a read that comes more than threshold_ns
+// after the previous one means the thread did not run in between. Nothing else happens in the
+// loop (no allocation, no system call besides the clock's, which is the vDSO's on Linux), so
+// what it records is what the machine takes from any thread on that CPU.
+ts_status* ts_measure_gaps(int64_t duration_ns, int64_t threshold_ns, int64_t* at_ns, int64_t* len_ns, size_t cap,
+                           ts_gap_totals* totals) noexcept {
+  TS_API_BEGIN
+  TS_CHECK_ARG(duration_ns > 0 && duration_ns <= 60000000000LL, "measure_gaps",
+               "duration must be in (0, 60 s], got " + std::to_string(duration_ns) + " ns");
+  TS_CHECK_ARG(threshold_ns > 0, "measure_gaps", "threshold must be > 0 ns, got " + std::to_string(threshold_ns));
+  TS_CHECK_ARG(cap == 0 || (at_ns != nullptr && len_ns != nullptr), "measure_gaps",
+               "at_ns and len_ns must hold cap entries");
+  TS_CHECK_NOT_NULL(totals, "measure_gaps");
+  auto now = [] {
+    timespec t{};
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return static_cast<int64_t>(t.tv_sec) * 1000000000LL + t.tv_nsec;
+  };
+  const int64_t start = now();
+  const int64_t end = start + duration_ns;
+  int64_t prev = start, reads = 0, count = 0, lost = 0, longest = 0;
+  size_t kept = 0;
+  for (;;) {
+    const int64_t t = now();
+    ++reads;
+    const int64_t gap = t - prev;
+    if (gap > threshold_ns) {
+      ++count;
+      lost += gap;
+      longest = std::max(longest, gap);
+      if (kept < cap) {
+        at_ns[kept] = prev - start;
+        len_ns[kept] = gap;
+        ++kept;
+      }
+    }
+    prev = t;
+    if (t >= end) break;
+  }
+  totals->elapsed_ns = prev - start;
+  totals->reads = reads;
+  totals->count = count;
+  totals->kept = static_cast<int64_t>(kept);
+  totals->lost_ns = lost;
+  totals->longest_ns = longest;
+  TS_API_END("measure_gaps")
 }
 
 int32_t ts_worker_serve(ts_worker* w) noexcept {

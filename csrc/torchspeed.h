@@ -56,8 +56,9 @@ extern "C" {
  * 15: ts_module_fast_linear, ts_tensor_linear, ts_tensor_linear_pack, ts_tensor_linear_packed.
  * 16: ts_module_fast_qdq_v2 (also swaps quantized::add/add_relu, counts them), ts_tensor_qadd.
  * 17: ts_module_fuse_conv_add, ts_conv_add_unavailable, ts_tensor_qconv2d_add.
- * 18: ts_module_fast_conv, ts_tensor_conv2d. */
-#define TS_API_VERSION 18
+ * 18: ts_module_fast_conv, ts_tensor_conv2d.
+ * 19: ts_measure_gaps. */
+#define TS_API_VERSION 19
 
 typedef struct ts_status ts_status;
 typedef struct ts_module ts_module;
@@ -356,6 +357,21 @@ TS_EXPORT ts_status* ts_worker_forward(ts_worker* w, const ts_module* m, ts_tens
 TS_EXPORT ts_status* ts_set_handoff_spin(int64_t serve_ns, int64_t wait_ns) TS_NOEXCEPT TS_MUST_CHECK;
 /* Reads them (either pointer may be NULL). */
 TS_EXPORT void ts_get_handoff_spin(int64_t* serve_ns, int64_t* wait_ns) TS_NOEXCEPT;
+/* What the machine takes from a thread: spins on the calling thread for duration_ns (at most
+ * 60 s), reading the monotonic clock back to back, and records every gap longer than
+ * threshold_ns between two reads (interrupts, the hypervisor, other threads on the CPU). The
+ * first cap gaps go to at_ns (offset from the start) and len_ns; totals get the counts of all.
+ * Pin the thread to one CPU first to measure that CPU. */
+typedef struct ts_gap_totals {
+  int64_t elapsed_ns; /* time spent in the loop */
+  int64_t reads;      /* clock reads */
+  int64_t count;      /* gaps longer than the threshold (may exceed cap) */
+  int64_t kept;       /* gaps written to at_ns/len_ns: min(count, cap) */
+  int64_t lost_ns;    /* the sum of all of them */
+  int64_t longest_ns;
+} ts_gap_totals;
+TS_EXPORT ts_status* ts_measure_gaps(int64_t duration_ns, int64_t threshold_ns, int64_t* at_ns, int64_t* len_ns,
+                                     size_t cap, ts_gap_totals* totals) TS_NOEXCEPT TS_MUST_CHECK;
 /* Work off the inference threads (tensor copies and conversions, loads, saves, graph passes,
  * quantization) runs with a one-thread OpenMP team on any thread but one that has called
  * ts_worker_serve: each thread that runs an OpenMP region keeps a pool of threads, and libgomp

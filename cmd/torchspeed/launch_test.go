@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/pkg/cpu"
@@ -149,6 +150,20 @@ func testProbeCommand(t *testing.T, bin string) {
 	// Where libtorch calls OpenBLAS (Debian's build), the probe reports it.
 	if b, err := torch.BLAS(); err == nil && b.Library != "" && (p.Torch == nil || p.Torch.BLAS == nil || p.Torch.BLAS.Config != b.Config) {
 		t.Errorf("probe does not report the BLAS %+v: %+v", b, p.Torch)
+	}
+	// The interruptions were measured on the usable CPUs, by default for 500 ms.
+	if in := p.Interruptions; in == nil || len(in.CPUs) != p.Usable.Count || in.Duration < 500*time.Millisecond || in.Threshold <= 0 || len(in.Floors) == 0 {
+		t.Errorf("live probe's interruptions: %+v (usable %+v)", in, p.Usable)
+	}
+	out, errOut, code = runBin(t, bin, "probe", "--interrupts", "0", "--json")
+	if code != 0 || strings.Contains(out, `"interruptions"`) {
+		t.Errorf("--interrupts 0: exit %d, %s", code, errOut)
+	}
+	for _, args := range [][]string{{"--interrupts", "5ms"}, {"--interrupts", "2m"}, {"--interrupts", "100ms", "--root", "."}} {
+		_, errOut, code = runBin(t, bin, append([]string{"probe"}, args...)...)
+		if code != 2 || !strings.Contains(errOut, "interrupts") {
+			t.Errorf("probe %v: exit %d, want 2 and a message naming --interrupts: %s", args, code, errOut)
+		}
 	}
 	root := filepath.Join("..", "..", "pkg", "cpu", "testdata", "xeon-2s")
 	out, errOut, code = runBin(t, bin, "probe", "--root", root)

@@ -23,6 +23,7 @@ type probeCmd struct {
 	asJSON  bool
 	peak    bool
 	peakDur time.Duration
+	intrDur time.Duration
 }
 
 func newProbeCmd(u *ui) *cobra.Command {
@@ -32,7 +33,12 @@ func newProbeCmd(u *ui) *cobra.Command {
 		Short: "Show what this machine offers to inference: ISA, cores, NUMA, cgroup limits, OpenMP, libtorch, and what hurts",
 		Long: `probe reads the CPU (cpuid), the topology, NUMA nodes and caches (/sys), the cgroup CPU
 quota and cpuset, the affinity mask, huge page settings, the OpenMP runtime and allocator
-loaded, and libtorch's build, and ends with findings: each a problem and what to do.`,
+loaded, and libtorch's build, and ends with findings: each a problem and what to do.
+
+On the live machine it also spins one thread on each usable CPU for --interrupts (500ms) and
+reports what the machine takes from them: interruptions per second, the share of time lost,
+their lengths, and the p95/p50 those alone give a call of fixed work of 0.1, 1 and 10 ms. On
+a VM this is the floor under any model's tail.`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error { return p.run(c) },
 	}
@@ -42,12 +48,21 @@ loaded, and libtorch's build, and ends with findings: each a problem and what to
 	f.BoolVar(&p.asJSON, "json", false, "print JSON")
 	f.BoolVar(&p.peak, "peak", false, "also measure this machine's FP32 FMA and INT8 peaks and memory bandwidth (pkg/kernels)")
 	f.DurationVar(&p.peakDur, "peak-duration", 200*time.Millisecond, "time spent on each peak figure")
+	f.DurationVar(&p.intrDur, "interrupts", 500*time.Millisecond, "time spent measuring the interruptions of the usable CPUs, all busy at once (0: skip; 10ms to 1m)")
 	return c
 }
 
 func (p *probeCmd) run(c *cobra.Command) error {
 	opts := cpu.Options{Root: p.root}
 	live := filepath.Clean(p.root) == "/"
+	if c.Flags().Changed("interrupts") && p.intrDur != 0 {
+		if !live {
+			return exitcode.Usagef("probe --interrupts measures this machine: it cannot be combined with --root")
+		}
+		if p.intrDur < 10*time.Millisecond || p.intrDur > time.Minute {
+			return exitcode.Usagef("--interrupts %v: want 0 (skip) or 10ms to 1m", p.intrDur)
+		}
+	}
 	if live && !p.noTorch {
 		// libtorch is linked into this binary, so its OpenMP runtime is already mapped
 		// when the probe scans /proc/self/maps.
@@ -63,6 +78,23 @@ func (p *probeCmd) run(c *cobra.Command) error {
 			return exitcode.New(exitcode.Usage, err)
 		}
 		return err
+	}
+	if p.intrDur != 0 && (live || c.Flags().Changed("interrupts")) {
+		// As many busy threads as the process may run at once: more would meet the cgroup's
+		// CPU quota, and its throttling is not the machine's.
+		cpus := pr.Usable.CPUs
+		if n := pr.Usable.Count; n > 0 && n < len(cpus) {
+			cpus = cpus[:n]
+		}
+		fmt.Fprintf(p.ui.logOrDiscard(c.ErrOrStderr()), "probe: measuring interruptions on CPUs %v for %v...\n", cpu.CPUSet(cpus), p.intrDur)
+		in, err := cpu.MeasureInterruptions(cpu.InterruptOptions{CPUs: cpus, Duration: p.intrDur}, torch.MeasureGaps)
+		if err != nil {
+			return err
+		}
+		opts.Interruptions = in
+		if pr, err = cpu.Detect(opts); err != nil {
+			return err
+		}
 	}
 	var peak *kernels.PeakResult
 	if p.peak {

@@ -184,6 +184,9 @@ func findings(p *Probe) []Finding {
 				"the quantized engine is qnnpack, 4-5x slower than onednn on x86")
 		}
 	}
+	if f := interruptFinding(p.Interruptions); f != nil {
+		out = append(out, *f)
+	}
 	if len(p.Allocators) == 0 && p.Source == "live" {
 		add(Info, "allocator-default", "try torchspeed launch --allocator jemalloc (apt-get install libjemalloc2) and compare",
 			"the process uses glibc malloc; jemalloc or tcmalloc often cut allocation cost and fragmentation for inference servers")

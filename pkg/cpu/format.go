@@ -89,6 +89,9 @@ func (p *Probe) WriteText(w io.Writer) error {
 			pf("BLAS        %s, %s, %d thread(s)\n", orUnknown(b.Config), orUnknown(b.Threading), b.Threads)
 		}
 	}
+	if in := p.Interruptions; in != nil {
+		in.writeText(pf)
+	}
 	if len(p.Env) > 0 {
 		keys := make([]string, 0, len(p.Env))
 		for k := range p.Env {

@@ -29,6 +29,8 @@ type Options struct {
 	Env []string
 	// Torch is libtorch's build information, filled by a caller that has loaded it.
 	Torch *TorchInfo
+	// Interruptions is what MeasureInterruptions saw, filled by a caller that measured it.
+	Interruptions *Interruptions
 }
 
 // Probe is what the machine offers to this process.
@@ -55,6 +57,8 @@ type Probe struct {
 	Libc Libc `json:"libc"`
 	// Torch is libtorch's build information when the caller supplied it.
 	Torch *TorchInfo `json:"torch,omitempty"`
+	// Interruptions is what the machine takes from running threads, when the caller measured it.
+	Interruptions *Interruptions `json:"interruptions,omitempty"`
 	// Env holds the environment variables that steer threading and allocation.
 	Env      map[string]string `json:"env"`
 	Findings []Finding         `json:"findings"`
@@ -193,7 +197,7 @@ func Detect(opts Options) (*Probe, error) {
 	}
 	live := !opts.FromFiles && filepath.Clean(root) == "/"
 	r := &reader{root: root}
-	p := &Probe{Source: "live", Env: map[string]string{}, Torch: opts.Torch}
+	p := &Probe{Source: "live", Env: map[string]string{}, Torch: opts.Torch, Interruptions: opts.Interruptions}
 	if !live {
 		p.Source = "files:" + root
 	}
