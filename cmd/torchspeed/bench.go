@@ -40,6 +40,7 @@ type benchCmd struct {
 	benchfmt string
 	plotDir  string
 	runtime  string // "torchspeed" (computed settings) or "default" (libtorch's own)
+	intrDur  time.Duration
 	// instances > 0 measures throughput with that many pinned processes (see runInstances).
 	instances int
 	// serve keeps the models loaded and times rounds on request (see benchrun.ServeRounds).
@@ -119,6 +120,7 @@ thread count when none is given.`,
 	f.IntSliceVar(&b.sweepS, "sweep-streams", nil, "stream counts to sweep")
 	f.DurationVar(&b.budget, "latency-budget", 0, "p99 budget for the sweep's throughput recommendation, e.g. 20ms")
 	f.StringVar(&b.order, "order", "interleaved", "order of models within a round: interleaved or shuffled")
+	f.DurationVar(&b.intrDur, "interrupts", 300*time.Millisecond, "after latency runs, measure for at least this long (longer for slow models, up to 5s) what the machine takes from the CPUs in use, and report the p95/p50 that alone gives fixed work as long as each model's p50 (0: skip; 10ms to 1m)")
 	f.Uint64("seed", 1, "seed for random inputs, shuffled order and the bootstrap (bench.seed)")
 	f.BoolVar(&b.asJSON, "json", false, "print the report as JSON instead of a table")
 	f.StringVar(&b.benchfmt, "benchfmt", "", "also write the Go benchmark format (for benchstat) to this file")

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/pkg/bench"
@@ -69,6 +70,11 @@ func (b *benchCmd) measure(rep *bench.RunReport, models []*benchrun.Loaded, spec
 	if err != nil {
 		return err
 	}
+	if b.intrDur > 0 {
+		if err := b.measureInterruptions(rep, log); err != nil {
+			return err
+		}
+	}
 	if plans != nil {
 		for i, r := range rep.LatencyResults() {
 			r.Load = models[i].LoadTime
@@ -88,6 +94,29 @@ func (b *benchCmd) measure(rep *bench.RunReport, models []*benchrun.Loaded, spec
 	rep.Roofline = benchrun.Rooflines(timed, inputs, rep.Environment.Threads, func(name string, err error) {
 		fmt.Fprintf(log, "bench: no roofline for %s: %v\n", name, err)
 	})
+	return nil
+}
+
+// measureInterruptions measures, after the timed runs, what the machine takes from as many
+// of the run's CPUs as it ran threads, all busy at once (the others left as idle as in the
+// runs), and adds the floor that gives each model's tail: long enough for its slowest p50 to
+// fit cpu.FloorFits times (up to 5 s), at least --interrupts.
+func (b *benchCmd) measureInterruptions(rep *bench.RunReport, log io.Writer) error {
+	d := b.intrDur
+	for _, r := range rep.LatencyResults() {
+		d = max(d, min(5*time.Second, time.Duration(cpu.FloorFits+10)*r.Stats.P50))
+	}
+	cpus := rep.Environment.CPUsUsed
+	if n := rep.Environment.Threads; n > 0 && n < len(cpus) {
+		cpus = cpus[:n]
+	}
+	fmt.Fprintf(log, "bench: measuring interruptions on CPUs %v for %v...\n", cpu.CPUSet(cpus), d.Round(time.Millisecond))
+	in, err := cpu.MeasureInterruptions(cpu.InterruptOptions{CPUs: cpus, Duration: d}, torch.MeasureGaps)
+	if err != nil {
+		return err
+	}
+	rep.Interruptions = in
+	rep.AddResultFloors(rep.Environment.Threads)
 	return nil
 }
 

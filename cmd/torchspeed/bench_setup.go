@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -75,6 +76,8 @@ func (b *benchCmd) validate(c *cobra.Command) error {
 		return exitcode.Usagef("bench: --streams %d: must be 1 or more", b.streams)
 	case b.budget < 0:
 		return exitcode.Usagef("bench: --latency-budget %v: must be positive", b.budget)
+	case b.intrDur != 0 && (b.intrDur < 10*time.Millisecond || b.intrDur > time.Minute):
+		return exitcode.Usagef("bench: --interrupts %v: want 0 (skip) or 10ms to 1m", b.intrDur)
 	}
 	if _, err := bench.ParseOrder(b.order); err != nil {
 		return exitcode.Usagef("bench: --order: %v", err)

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/internal/exitcode"
@@ -75,6 +76,24 @@ func TestBenchSingleJSON(t *testing.T) {
 	}
 	if rep.Settings["input-shape"] != "1x1x8x8" || rep.Settings["runs"] != "30" {
 		t.Errorf("settings %v", rep.Settings)
+	}
+	// After the runs, the machine's interruptions on as many of the CPUs in use as the run had
+	// threads (300 ms by default), with the tail they alone give fixed work as long as the
+	// model's p50 on its one thread.
+	in := rep.Interruptions
+	if in == nil || len(in.CPUs) != 1 || in.CPUs[0].CPU != e.CPUsUsed[0] || in.Duration < 300*time.Millisecond {
+		t.Fatalf("interruptions %+v on CPUs %v", in, e.CPUsUsed)
+	}
+	var found bool
+	for _, f := range in.Floors {
+		found = found || f.Length == r.Stats.P50 && f.Threads == 1 && f.P95P50 >= 1
+	}
+	if !found {
+		t.Errorf("no floor at the p50 %v: %+v", r.Stats.P50, in.Floors)
+	}
+	out, _, err = runBench(t, "-m", model, "--input-shape", "1x1x8x8", "--runs", "5", "--warmup", "0", "--threads", "1", "--interrupts", "0", "--json")
+	if err != nil || strings.Contains(out, `"interruptions": {`) || !strings.Contains(out, `"interruptions": null`) {
+		t.Errorf("--interrupts 0: %v\n%.3000s", err, out)
 	}
 }
 
@@ -173,6 +192,7 @@ func TestBenchBadInput(t *testing.T) {
 		{"no inputs", []string{"-m", model}, true, []string{"--input-shape"}},
 		{"missing model", []string{"-m", filepath.Join(dir, "nope.pt"), "--input-shape", "1"}, true, []string{"nope.pt", "no such file"}},
 		{"zero duration", append(base, "--duration", "0s"), true, []string{"--duration 0s: must be positive"}},
+		{"short interrupts", append(base, "--interrupts", "1ms"), true, []string{"--interrupts 1ms: want 0 (skip) or 10ms to 1m"}},
 		{"zero runs", append(base, "--runs", "0"), true, []string{"--runs (bench.runs): 0 is not allowed"}},
 		{"runs and duration", append(base, "--runs", "5", "--duration", "1s"), true, []string{"choose one"}},
 		{"bad shape", []string{"-m", model, "--input-shape", "1xax8"}, true, []string{`--input-shape "1xax8"`}},

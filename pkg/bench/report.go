@@ -15,6 +15,7 @@ import (
 	"unicode"
 
 	"github.com/torchspeed/torchspeed/internal/safefile"
+	"github.com/torchspeed/torchspeed/pkg/cpu"
 	"github.com/torchspeed/torchspeed/pkg/roofline"
 )
 
@@ -32,6 +33,40 @@ type RunReport struct {
 	Sweep      *SweepResult      `json:"sweep,omitempty"`
 	// Roofline places each latency result against the measured compute peak (pkg/roofline).
 	Roofline []*roofline.Roofline `json:"roofline,omitempty"`
+	// Interruptions is what the machine took from the CPUs in use, measured just before the
+	// timed runs; its Floors include one at each latency result's p50 (AddResultFloors).
+	Interruptions *cpu.Interruptions `json:"interruptions,omitempty"`
+}
+
+// AddResultFloors adds to r.Interruptions the p95/p50 its gaps alone give fixed work as long
+// as each latency result's p50 on threads threads (at most as many as CPUs were measured).
+func (r *RunReport) AddResultFloors(threads int) {
+	in := r.Interruptions
+	if in == nil {
+		return
+	}
+	threads = max(1, min(threads, len(in.CPUs)))
+	for _, res := range r.LatencyResults() {
+		if r.floorAt(res.Stats.P50) != nil {
+			continue
+		}
+		if f, ok := in.Floor(res.Stats.P50, threads); ok {
+			in.Floors = append(in.Floors, cpu.TailFloor{Length: res.Stats.P50, Threads: threads, P95P50: f})
+		}
+	}
+}
+
+// floorAt is the floor for calls of length d, nil when there is none.
+func (r *RunReport) floorAt(d time.Duration) *cpu.TailFloor {
+	if r.Interruptions == nil {
+		return nil
+	}
+	for i, f := range r.Interruptions.Floors {
+		if f.Length == d {
+			return &r.Interruptions.Floors[i]
+		}
+	}
+	return nil
 }
 
 // LatencyResults returns every per-target latency result, single or compared.
@@ -114,6 +149,16 @@ func (r *RunReport) WriteTable(w io.Writer) error {
 		}
 		if err := tw.Flush(); err != nil {
 			return err
+		}
+		if in := r.Interruptions; in != nil {
+			fmt.Fprintf(bw, "\nmachine: CPUs in use interrupted %.0f times a second, %.1f%% of their time lost (longest %s), measured for %s after the runs\n",
+				in.PerSecond, 100*in.LostFraction, FormatDuration(in.Longest), FormatDuration(in.Duration))
+			for _, res := range rs {
+				if f := r.floorAt(res.Stats.P50); f != nil && res.Stats.P50 > 0 {
+					fmt.Fprintf(bw, "tail floor %s: p95/p50 %.2f measured; %.2f from the interruptions alone for fixed work of %s on %d thread(s)\n",
+						res.Name, float64(res.Stats.P95)/float64(res.Stats.P50), f.P95P50, FormatDuration(f.Length), f.Threads)
+				}
+			}
 		}
 	}
 	if c := r.Comparison; c != nil {
@@ -204,6 +249,7 @@ type reportJSON struct {
 	Throughput    *ThroughputResult    `json:"throughput"`
 	Sweep         *SweepResult         `json:"sweep"`
 	Roofline      []*roofline.Roofline `json:"roofline"`
+	Interruptions *cpu.Interruptions   `json:"interruptions"`
 }
 
 type comparisonJSON struct {
@@ -216,7 +262,7 @@ type comparisonJSON struct {
 // MarshalJSON writes bench.json (see reportJSON).
 func (r RunReport) MarshalJSON() ([]byte, error) {
 	out := reportJSON{SchemaVersion: SchemaVersion, Environment: r.Environment, Settings: settingsJSON(r.Settings),
-		Models: []json.RawMessage{}, Throughput: r.Throughput, Sweep: r.Sweep, Roofline: r.Roofline}
+		Models: []json.RawMessage{}, Throughput: r.Throughput, Sweep: r.Sweep, Roofline: r.Roofline, Interruptions: r.Interruptions}
 	if out.Roofline == nil {
 		out.Roofline = []*roofline.Roofline{}
 	}
@@ -246,7 +292,7 @@ func (r *RunReport) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &in); err != nil {
 		return err
 	}
-	*r = RunReport{Environment: in.Environment, Throughput: in.Throughput, Sweep: in.Sweep, Roofline: in.Roofline}
+	*r = RunReport{Environment: in.Environment, Throughput: in.Throughput, Sweep: in.Sweep, Roofline: in.Roofline, Interruptions: in.Interruptions}
 	if len(in.Settings) > 0 && string(in.Settings) != "null" {
 		dec := json.NewDecoder(bytes.NewReader(in.Settings))
 		dec.UseNumber()

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/torchspeed/torchspeed/internal/safefile"
 	"github.com/torchspeed/torchspeed/internal/schemacheck"
+	"github.com/torchspeed/torchspeed/pkg/cpu"
 )
 
 func sampleReport(t *testing.T) *RunReport {
@@ -300,6 +302,31 @@ func TestBenchJSONSchema(t *testing.T) {
 	single := sampleReport(t)
 	single.Results, single.Comparison, single.Sweep = single.Comparison.Results[:1], nil, nil
 	single.Results[0].Load = 0 // not timed: null
+	// A gap of 40 µs every millisecond on one CPU, measured for 2 s.
+	tr := cpu.GapTrace{CPU: 0, Elapsed: 2 * time.Second, Threshold: 2 * time.Microsecond, Reads: 1e8}
+	for at := time.Duration(0); at < 2*time.Second; at += time.Millisecond {
+		tr.Gaps = append(tr.Gaps, cpu.Gap{At: at, Len: 40 * time.Microsecond})
+		tr.Count, tr.Lost, tr.Longest = tr.Count+1, tr.Lost+40*time.Microsecond, 40*time.Microsecond
+	}
+	var err error
+	if single.Interruptions, err = cpu.SummarizeGaps([]cpu.GapTrace{tr}); err != nil {
+		t.Fatal(err)
+	}
+	p50 := single.Results[0].Stats.P50
+	single.AddResultFloors(4)         // more threads than CPUs measured: one
+	single.AddResultFloors(1)         // once per p50
+	fl := single.Interruptions.Floors // 0.1, 1 and 10 ms, then the p50's
+	if n := len(fl); n != 4 || fl[3].Length != p50 || fl[3].Threads != 1 {
+		t.Fatalf("floors after AddResultFloors: %+v (p50 %v)", single.Interruptions.Floors, p50)
+	}
+	var table bytes.Buffer
+	if err := single.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("from the interruptions alone for fixed work of %s on 1 thread(s)", FormatDuration(p50)); !strings.Contains(table.String(), want) ||
+		!strings.Contains(table.String(), "interrupted 1000 times a second, 4.0% of their time lost") {
+		t.Errorf("table lacks the machine's floor (%q):\n%s", want, table.String())
+	}
 	for name, r := range map[string]*RunReport{"comparison": cmp, "single": single, "empty": {Settings: map[string]string{}}} {
 		var b bytes.Buffer
 		if err := r.WriteJSON(&b); err != nil {
@@ -314,6 +341,9 @@ func TestBenchJSONSchema(t *testing.T) {
 		}
 		if !reflect.DeepEqual(back.Settings, r.Settings) && len(r.Settings) > 0 {
 			t.Errorf("%s: settings %v, read back %v", name, r.Settings, back.Settings)
+		}
+		if (back.Interruptions == nil) != (r.Interruptions == nil) || r.Interruptions != nil && len(back.Interruptions.Floors) != len(r.Interruptions.Floors) {
+			t.Errorf("%s: interruptions %+v, read back %+v", name, r.Interruptions, back.Interruptions)
 		}
 		if len(back.LatencyResults()) != len(r.LatencyResults()) {
 			t.Errorf("%s: %d models read back, want %d", name, len(back.LatencyResults()), len(r.LatencyResults()))
