@@ -87,6 +87,32 @@ def cpu_info():
             "usable_cpus": len(os.sched_getaffinity(0))}
 
 
+def interruptions(args):
+    """What the machine takes from busy CPUs, from `torchspeed probe --interrupts`: per CPU
+    gaps a second, the share of time lost, the gaps' median length, and the p95/p50 they alone
+    give fixed work of 0.1 ms on one thread. None when probe fails (the table still runs)."""
+    try:
+        out = subprocess.run([args.torchspeed, "probe", "--json", "--quiet", "--interrupts", "1s"],
+                             capture_output=True, text=True, timeout=120, check=True).stdout
+        intr = json.loads(out).get("interruptions")
+    except (OSError, subprocess.SubprocessError, ValueError) as e:
+        log(f"no interruption measurement: {e}")
+        return None
+    if not intr:
+        return None
+    floor = next((f["p95_over_p50"] for f in intr.get("floors") or []
+                  if f["length_ns"] == 100000 and f["threads"] == 1), None)
+    return {"per_second": intr["per_second"], "lost_fraction": intr["lost_fraction"],
+            "p50_us": intr["p50_ns"] / 1e3, "floor_100us_1thread": floor}
+
+
+def interruption_text(i):
+    if not i:
+        return "not measured"
+    fl = f", p95/p50 {i['floor_100us_1thread']:.2f} for 0.1 ms on 1 thread" if i.get("floor_100us_1thread") else ""
+    return f"{i['per_second']:.0f}/s per CPU, {100 * i['lost_fraction']:.1f}% of the time lost, gap p50 {i['p50_us']:.0f} us{fl}"
+
+
 def loadavg():
     with open("/proc/loadavg") as f:
         return [float(x) for x in f.read().split()[:3]]
@@ -651,6 +677,8 @@ def markdown(doc):
              f"CPU {m['model']} ({', '.join(m['isa'])}), {m['usable_cpus']} usable CPUs; batch 1, "
              f"{doc['threads']} CPUs (thread count: {doc.get('thread_choice', 'fixed')}); {doc['rounds']} rounds, shuffled; load average before "
              f"{doc['load_before']}, after {doc['load_after']}.", "",
+             "Machine interruptions (`torchspeed probe --interrupts 1s`, all usable CPUs busy): before "
+             f"{interruption_text(doc.get('interruptions_before'))}; after {interruption_text(doc.get('interruptions_after'))}.", "",
              "| model | contender | threads | p50 ms | p95 ms | p95/p50 [95% CI] | vs best peer (p50) | 95% CI | p50 per process | others' CPU (median/max) | cosine vs FP32 |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in doc["models"]:
@@ -811,6 +839,7 @@ def main():
     doc = {"schema_version": SCHEMA_VERSION, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
            "machine": cpu_info(), "threads": args.threads, "thread_choice": args.thread_choice, "batch": 1, "rounds": args.rounds,
            "block_s": args.block_s, "noise_cpu_threshold": args.noise_cpu, "load_before": loadavg(),
+           "interruptions_before": interruptions(args),
            "fixtures": args.fixtures, "models": [], "warnings": []}
     out = args.out_path
     for n in names:
@@ -832,6 +861,8 @@ def main():
         if r["interrupted"]:
             log("interrupted: the remaining models were not measured")
             break
+    doc["interruptions_after"] = interruptions(args)
+    md = write(doc, out)
     print(md)
     for w in doc["warnings"]:
         log("warning: " + w)
