@@ -87,13 +87,15 @@ func (p *probeCmd) run(c *cobra.Command) error {
 			cpus = cpus[:n]
 		}
 		fmt.Fprintf(p.ui.logOrDiscard(c.ErrOrStderr()), "probe: measuring interruptions on CPUs %v for %v...\n", cpu.CPUSet(cpus), p.intrDur)
-		in, err := cpu.MeasureInterruptions(cpu.InterruptOptions{CPUs: cpus, Duration: p.intrDur}, torch.MeasureGaps)
-		if err != nil {
-			return err
-		}
+		// A machine that refuses the measurement (no pinning in a sandbox) still gets the rest
+		// of the probe, with a note saying what is missing.
+		in, ierr := cpu.MeasureInterruptions(cpu.InterruptOptions{CPUs: cpus, Duration: p.intrDur}, torch.MeasureGaps)
 		opts.Interruptions = in
 		if pr, err = cpu.Detect(opts); err != nil {
 			return err
+		}
+		if ierr != nil {
+			pr.Notes = append(pr.Notes, "interruptions not measured: "+ierr.Error())
 		}
 	}
 	var peak *kernels.PeakResult

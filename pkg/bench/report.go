@@ -56,6 +56,15 @@ func (r *RunReport) AddResultFloors(threads int) {
 	}
 }
 
+// busierNote explains a floor above the tail it is the floor of: the interruptions are measured
+// after the runs, and the machine changes.
+func busierNote(floor, got float64) string {
+	if floor > got {
+		return " (above the runs' own: the machine was interrupted more while this was measured than during the runs)"
+	}
+	return ""
+}
+
 // floorAt is the floor for calls of length d, nil when there is none.
 func (r *RunReport) floorAt(d time.Duration) *cpu.TailFloor {
 	if r.Interruptions == nil {
@@ -155,8 +164,9 @@ func (r *RunReport) WriteTable(w io.Writer) error {
 				in.PerSecond, 100*in.LostFraction, FormatDuration(in.Longest), FormatDuration(in.Duration))
 			for _, res := range rs {
 				if f := r.floorAt(res.Stats.P50); f != nil && res.Stats.P50 > 0 {
-					fmt.Fprintf(bw, "tail floor %s: p95/p50 %.2f measured; %.2f from the interruptions alone for fixed work of %s on %d thread(s)\n",
-						res.Name, float64(res.Stats.P95)/float64(res.Stats.P50), f.P95P50, FormatDuration(f.Length), f.Threads)
+					got := float64(res.Stats.P95) / float64(res.Stats.P50)
+					fmt.Fprintf(bw, "tail floor %s: p95/p50 %.2f measured; %.2f from the interruptions alone for fixed work of %s on %d thread(s)%s\n",
+						res.Name, got, f.P95P50, FormatDuration(f.Length), f.Threads, busierNote(f.P95P50, got))
 				}
 			}
 		}

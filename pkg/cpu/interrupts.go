@@ -45,6 +45,8 @@ type InterruptOptions struct {
 	// CPUs are measured at once, one pinned thread each (all CPUs busy, as in a run that uses
 	// them all). Empty means the process's affinity mask.
 	CPUs []int
+	// Count, when above 0, measures only the first Count of them (a run with that many threads).
+	Count int
 	// Duration of the measurement; 0 means 500 ms.
 	Duration time.Duration
 	// Threshold is the shortest gap counted; 0 means 2 µs (a clock read takes 20-50 ns).
@@ -107,6 +109,9 @@ func MeasureInterruptions(o InterruptOptions, measure GapMeasurer) (*Interruptio
 	if len(cpus) == 0 {
 		return nil, errors.New("interruptions: no CPU to measure (the affinity mask is unreadable)")
 	}
+	if o.Count > 0 && o.Count < len(cpus) {
+		cpus = cpus[:o.Count]
+	}
 	d := o.Duration
 	if d == 0 {
 		d = 500 * time.Millisecond
@@ -152,6 +157,13 @@ func MeasureInterruptions(o InterruptOptions, measure GapMeasurer) (*Interruptio
 		return nil, err
 	}
 	return SummarizeGaps(traces)
+}
+
+// DurationFor is how long to measure for Floor to answer at call length p50: enough for
+// FloorFits+10 calls, at least atLeast, at most 5 s (longer calls get no floor: at 0.1 s and
+// more the gaps this measures hardly move a p95).
+func DurationFor(p50, atLeast time.Duration) time.Duration {
+	return max(atLeast, min(5*time.Second, time.Duration(FloorFits+10)*p50))
 }
 
 // floorLengths are the call lengths Interruptions.Floors reports.

@@ -13,6 +13,7 @@ import (
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/pkg/bench"
 	"github.com/torchspeed/torchspeed/pkg/config"
+	"github.com/torchspeed/torchspeed/pkg/cpu"
 	"github.com/torchspeed/torchspeed/pkg/report"
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
 	"github.com/torchspeed/torchspeed/pkg/version"
@@ -65,6 +66,7 @@ func (r *run) finalBench() error {
 		b.SpeedupLo, b.SpeedupHi = 1/p.RatioHi, 1/p.RatioLo
 	}
 	b.Verdict, b.Significant = report.Verdict(b.Speedup, b.SpeedupLo, b.SpeedupHi, p.UTest.P)
+	r.interruptions(b, n.P50, m.threads)
 	r.rep.Bench = b
 	for _, w := range append(p.Warnings, n.Warnings...) {
 		r.rep.Warnings = append(r.rep.Warnings, "final benchmark: "+w)
@@ -74,6 +76,21 @@ func (r *run) finalBench() error {
 	r.rep.Settings = settingsOf(r.opts.Settings, m.threads)
 	r.roofline()
 	return nil
+}
+
+// interruptions measures, after the final benchmark, what the machine takes from as many of
+// the process's CPUs as the benchmark ran threads, and adds the p95/p50 that alone gives fixed
+// work as long as the optimized p50. A machine that refuses it (no pinning) gets a log line.
+func (r *run) interruptions(b *report.Bench, p50 time.Duration, threads int) {
+	in, err := cpu.MeasureInterruptions(cpu.InterruptOptions{Count: threads, Duration: cpu.DurationFor(p50, 300*time.Millisecond)}, torch.MeasureGaps)
+	if err != nil {
+		r.logf("the machine's interruptions were not measured: %v", err)
+		return
+	}
+	if f, ok := in.Floor(p50, max(1, min(threads, len(in.CPUs)))); ok {
+		in.Floors = append(in.Floors, cpu.TailFloor{Length: p50, Threads: max(1, min(threads, len(in.CPUs))), P95P50: f})
+	}
+	b.Interruptions = in
 }
 
 // settingsOf types the runtime settings the caller applied at start (Options.Settings) and

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
+	"time"
 )
 
 // WriteJSON writes the whole report. Non-finite figures become null and are listed in
@@ -312,6 +313,16 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		p("| original | %s | | %s | |\n", ms(b.OriginalP50), ms(b.OriginalP95))
 		p("| optimized | %s | %s | %s | %s |\n\n", ms(b.OptimizedP50), ms(b.OptimizedP90), ms(b.OptimizedP95), ms(b.OptimizedP99))
 		p("Speedup %.2fx (95%% CI %.2f to %.2f); %s; throughput %.1f inferences/s from one caller.\n", RoundedSpeedup(b.OriginalP50, b.OptimizedP50), b.SpeedupLo, b.SpeedupHi, b.Verdict, b.Throughput)
+		if f, ok := b.Floor(); ok && b.OptimizedP50 > 0 {
+			in := b.Interruptions
+			got := b.OptimizedP95 / b.OptimizedP50
+			busier := ""
+			if f.P95P50 > got {
+				busier = " The machine was interrupted more while this was measured than during the runs."
+			}
+			p("\nThe machine's own tail: fixed work as long as the optimized p50 on %d thread(s) gets p95/p50 %.2f from the machine's interruptions alone (the optimized model: %.2f). Its CPUs were interrupted %.0f times a second, %.1f%% of their time lost (measured for %s after the runs).%s\n",
+				f.Threads, f.P95P50, got, in.PerSecond, 100*in.LostFraction, in.Duration.Round(time.Millisecond), busier)
+		}
 	}
 	if rf := r.Roofline; rf != nil {
 		p("\n## Roofline\n\n%s.\n\n", rf.Summary())

@@ -3,6 +3,7 @@ package report
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/torchspeed/torchspeed/internal/schemacheck"
 	"github.com/torchspeed/torchspeed/pkg/config"
+	"github.com/torchspeed/torchspeed/pkg/cpu"
 )
 
 func f(v float64) *float64 { return &v }
@@ -79,12 +81,66 @@ func TestRenderings(t *testing.T) {
 	if back["artifact"] != "out/m.torchspeed.pt" || len(back["stages"].([]any)) != 3 || back["schema_version"] != float64(SchemaVersion) {
 		t.Errorf("json: %v", back)
 	}
+	if b := back["bench"].(map[string]any); b["interruptions"] != nil {
+		t.Errorf("interruptions not measured: %v, want null", b["interruptions"])
+	}
 	// Not measured is null, not 0 or -1.
 	failed := back["stages"].([]any)[2].(map[string]any)
 	for _, k := range []string{"p50_ms", "speedup", "threads", "cosine"} {
 		if v, ok := failed[k]; !ok || v != nil {
 			t.Errorf("failed stage %s = %v (present %v), want null", k, v, ok)
 		}
+	}
+}
+
+// With the machine's interruptions measured, the final benchmark states the p95/p50 they
+// alone give fixed work as long as the optimized p50, beside the model's own.
+func TestRenderMachineFloor(t *testing.T) {
+	r := sample()
+	tr := cpu.GapTrace{CPU: 0, Elapsed: 2 * time.Second, Threshold: 2 * time.Microsecond, Reads: 1e8}
+	for at := time.Duration(0); at < 2*time.Second; at += 10 * time.Millisecond {
+		tr.Gaps = append(tr.Gaps, cpu.Gap{At: at, Len: 400 * time.Microsecond}) // 4%, one call in 7 hit
+		tr.Count, tr.Lost, tr.Longest = tr.Count+1, tr.Lost+400*time.Microsecond, 400*time.Microsecond
+	}
+	in, err := cpu.SummarizeGaps([]cpu.GapTrace{tr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p50 := time.Duration(r.Bench.OptimizedP50 * 1e6)
+	fl, ok := in.Floor(p50, 1)
+	if !ok || fl < 1.25 || fl > 1.35 {
+		t.Fatalf("floor at %v: %.3f, %v; want 1.31 (one call in 7 waits 0.4 ms)", p50, fl, ok)
+	}
+	in.Floors = append(in.Floors, cpu.TailFloor{Length: p50, Threads: 1, P95P50: fl})
+	r.Bench.Interruptions = in
+	var md, js bytes.Buffer
+	if err := r.WriteMarkdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("fixed work as long as the optimized p50 on 1 thread(s) gets p95/p50 %.2f from the machine's interruptions alone (the optimized model: 1.38). Its CPUs were interrupted 100 times a second, 4.0%% of their time lost", fl)
+	if !strings.Contains(md.String(), want) {
+		t.Errorf("markdown lacks %q:\n%s", want, md.String())
+	}
+	if err := r.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	if err := schemacheck.Check("report.schema.json", js.Bytes()); err != nil {
+		t.Error(err)
+	}
+	if strings.Contains(md.String(), "interrupted more while") {
+		t.Error("a floor below the model's tail was called busier")
+	}
+	// A floor above the model's own tail comes from a busier stretch, and says so.
+	r.Bench.OptimizedP95 = 1.4
+	md.Reset()
+	if err := r.WriteMarkdown(&md); err != nil || !strings.Contains(md.String(), "(the optimized model: 1.08)") ||
+		!strings.Contains(md.String(), "The machine was interrupted more while this was measured than during the runs.") {
+		t.Errorf("floor above the tail not explained (%v):\n%s", err, md.String())
+	}
+	r.Bench.Interruptions.Floors = nil // measured, but no floor at this length: no sentence
+	md.Reset()
+	if err := r.WriteMarkdown(&md); err != nil || strings.Contains(md.String(), "machine's own tail") {
+		t.Errorf("a floor without one at the p50 was stated (%v)", err)
 	}
 }
 

@@ -252,6 +252,24 @@ type Bench struct {
 	Significant bool    `json:"significant"`
 	Verdict     string  `json:"verdict"`
 	Throughput  float64 `json:"throughput_per_s"`
+	// Interruptions is what the machine took from the CPUs in use, measured after the runs;
+	// its Floors hold the one at OptimizedP50 (nil: not measured).
+	Interruptions *cpu.Interruptions `json:"interruptions"`
+}
+
+// Floor is the p95/p50 the machine alone gives fixed work as long as the optimized p50, and
+// the thread count it was replayed on; false when not measured.
+func (b *Bench) Floor() (cpu.TailFloor, bool) {
+	if b == nil || b.Interruptions == nil {
+		return cpu.TailFloor{}, false
+	}
+	p50 := time.Duration(b.OptimizedP50 * 1e6)
+	for _, f := range b.Interruptions.Floors {
+		if f.Length == p50 {
+			return f, true
+		}
+	}
+	return cpu.TailFloor{}, false
 }
 
 // Settings are the runtime settings the final benchmark ran with.

@@ -734,6 +734,7 @@ def tail_lines(doc):
                     f"{best['p95_ms'] / best['p50_ms']:.2f}: difference {tv['diff']:+.2f} "
                     f"[{fmt(tv['ci95'][0], 2)}, {fmt(tv['ci95'][1], 2)}], {verdict}")
             fl = floors.get(c["contender"]) if c["contender"] == "ts-bench" else None
+            ts_floor = floors.get("ts-bench")
             parts = []
             def floor_part(f, lead):
                 rd = f.get("ready") or {}
@@ -745,12 +746,19 @@ def tail_lines(doc):
                 parts.append(floor_part(peer_floor, "at "))
             if parts:
                 line += "; the machine's floor: " + ", ".join(parts)
+            if ts_floor and peer_floor and c["contender"] in ("ts-bench", "ts-go"):
+                # How much each adds to what the machine gives a call of its own length: a
+                # faster call has the higher floor, so the plain difference can favour the slower.
+                ex_ts = c["p95_ms"] / c["p50_ms"] - ts_floor["p95_ms"] / ts_floor["p50_ms"]
+                ex_peer = best["p95_ms"] / best["p50_ms"] - peer_floor["p95_ms"] / peer_floor["p50_ms"]
+                line += f"; above the floor at its own length: {ex_ts:+.2f}, {best['contender']} {ex_peer:+.2f}"
             out.append(line)
     if out:
         out += ["", "The difference's interval resamples whole rounds in pairs (both ran in the same rounds). "
                 "The floor is floor_worker: the same fixed work every call (a buffer the size of the model file "
                 "read once and multiply-add chains, in OpenMP regions), calibrated to last as long as a contender's median call in the first round and timed "
-                "in the same rounds; its p95/p50 is what the machine alone adds at that duration."]
+                "in the same rounds; its p95/p50 is what the machine alone adds at that duration. 'Above the floor' "
+                "is a contender's p95/p50 minus the floor's at its own duration (ts-bench's floor for both torchspeed contenders)."]
     return out
 
 
