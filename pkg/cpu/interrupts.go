@@ -93,8 +93,13 @@ type TailFloor struct {
 	P95P50  float64       `json:"p95_over_p50"`
 }
 
-// maxGapsPerCPU bounds the buffer each CPU's gaps go to (16 bytes each).
-const maxGapsPerCPU = 1 << 16
+// gapsToKeep bounds the buffer each CPU's gaps go to (16 bytes each, and as much again on the
+// C side): 10,000 a second of measurement (this VM had 1,000-5,500), at least 1,024, at most
+// 65,536, so that a probe of hundreds of CPUs stays within tens of megabytes. A trace that
+// overflows still counts every gap; Floor then declines to replay it.
+func gapsToKeep(d time.Duration) int {
+	return min(1<<16, max(1024, int(d.Seconds()*10000)))
+}
 
 // MeasureInterruptions runs measure on every CPU in o.CPUs at once, each on its own OS thread
 // pinned to that CPU, and sums up what they saw.
@@ -143,7 +148,7 @@ func MeasureInterruptions(o InterruptOptions, measure GapMeasurer) (*Interruptio
 					runtime.UnlockOSThread()
 				}
 			}()
-			t, err := measure(d, thr, maxGapsPerCPU)
+			t, err := measure(d, thr, gapsToKeep(d))
 			if err != nil {
 				errs[i] = fmt.Errorf("interruptions on CPU %d: %w", c, err)
 				return

@@ -34,7 +34,7 @@ func TestMeasureInterruptionsPinsEachThread(t *testing.T) {
 		mu.Lock()
 		seen[c] = true
 		mu.Unlock()
-		if d != 30*time.Millisecond || thr != 2*us || max != maxGapsPerCPU {
+		if d != 30*time.Millisecond || thr != 2*us || max != 1024 {
 			return GapTrace{}, errors.New("options not passed on")
 		}
 		return GapTrace{Elapsed: d, Threshold: thr, Count: 1, Lost: us, Longest: us, Gaps: []Gap{{At: us, Len: us}}}, nil

@@ -117,6 +117,14 @@ func TestFloorFromPeriodicGaps(t *testing.T) {
 	}
 }
 
+func TestGapsToKeep(t *testing.T) {
+	for d, want := range map[time.Duration]int{10 * time.Millisecond: 1024, 300 * time.Millisecond: 3000, 5 * time.Second: 50000, time.Minute: 1 << 16} {
+		if got := gapsToKeep(d); got != want {
+			t.Errorf("gapsToKeep(%v) = %d, want %d", d, got, want)
+		}
+	}
+}
+
 func TestInterruptFinding(t *testing.T) {
 	in, err := SummarizeGaps([]GapTrace{periodic(0, 2*time.Second, time.Millisecond, 0, 40*us)})
 	if err != nil {
