@@ -107,12 +107,8 @@ func (b *benchCmd) measureInterruptions(rep *bench.RunReport, log io.Writer) err
 	for _, r := range rep.LatencyResults() {
 		d = cpu.DurationFor(r.Stats.P50, d)
 	}
-	cpus := rep.Environment.CPUsUsed
-	if n := rep.Environment.Threads; n > 0 && n < len(cpus) {
-		cpus = cpus[:n]
-	}
-	fmt.Fprintf(log, "bench: measuring interruptions on CPUs %v for %v...\n", cpu.CPUSet(cpus), d.Round(time.Millisecond))
-	in, err := cpu.MeasureInterruptions(cpu.InterruptOptions{CPUs: cpus, Duration: d}, torch.MeasureGaps)
+	fmt.Fprintf(log, "bench: measuring interruptions on %d of CPUs %v for %v...\n", rep.Environment.Threads, cpu.CPUSet(rep.Environment.CPUsUsed), d.Round(time.Millisecond))
+	in, err := cpu.MeasureInterruptions(cpu.InterruptOptions{CPUs: rep.Environment.CPUsUsed, Count: rep.Environment.Threads, Duration: d}, torch.MeasureGaps)
 	if err != nil {
 		return err
 	}

@@ -82,14 +82,10 @@ func (p *probeCmd) run(c *cobra.Command) error {
 	if p.intrDur != 0 && (live || c.Flags().Changed("interrupts")) {
 		// As many busy threads as the process may run at once: more would meet the cgroup's
 		// CPU quota, and its throttling is not the machine's.
-		cpus := pr.Usable.CPUs
-		if n := pr.Usable.Count; n > 0 && n < len(cpus) {
-			cpus = cpus[:n]
-		}
-		fmt.Fprintf(p.ui.logOrDiscard(c.ErrOrStderr()), "probe: measuring interruptions on CPUs %v for %v...\n", cpu.CPUSet(cpus), p.intrDur)
+		fmt.Fprintf(p.ui.logOrDiscard(c.ErrOrStderr()), "probe: measuring interruptions on %d of CPUs %v for %v...\n", pr.Usable.Count, pr.Usable.CPUs, p.intrDur)
 		// A machine that refuses the measurement (no pinning in a sandbox) still gets the rest
 		// of the probe, with a note saying what is missing.
-		in, ierr := cpu.MeasureInterruptions(cpu.InterruptOptions{CPUs: cpus, Duration: p.intrDur}, torch.MeasureGaps)
+		in, ierr := cpu.MeasureInterruptions(cpu.InterruptOptions{CPUs: pr.Usable.CPUs, Count: pr.Usable.Count, Duration: p.intrDur}, torch.MeasureGaps)
 		opts.Interruptions = in
 		if pr, err = cpu.Detect(opts); err != nil {
 			return err

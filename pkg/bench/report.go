@@ -41,18 +41,8 @@ type RunReport struct {
 // AddResultFloors adds to r.Interruptions the p95/p50 its gaps alone give fixed work as long
 // as each latency result's p50 on threads threads (at most as many as CPUs were measured).
 func (r *RunReport) AddResultFloors(threads int) {
-	in := r.Interruptions
-	if in == nil {
-		return
-	}
-	threads = max(1, min(threads, len(in.CPUs)))
 	for _, res := range r.LatencyResults() {
-		if r.floorAt(res.Stats.P50) != nil {
-			continue
-		}
-		if f, ok := in.Floor(res.Stats.P50, threads); ok {
-			in.Floors = append(in.Floors, cpu.TailFloor{Length: res.Stats.P50, Threads: threads, P95P50: f})
-		}
+		r.Interruptions.AddFloor(res.Stats.P50, threads)
 	}
 }
 
@@ -63,19 +53,6 @@ func busierNote(floor, got float64) string {
 		return " (above the runs' own: the machine was interrupted more while this was measured than during the runs)"
 	}
 	return ""
-}
-
-// floorAt is the floor for calls of length d, nil when there is none.
-func (r *RunReport) floorAt(d time.Duration) *cpu.TailFloor {
-	if r.Interruptions == nil {
-		return nil
-	}
-	for i, f := range r.Interruptions.Floors {
-		if f.Length == d {
-			return &r.Interruptions.Floors[i]
-		}
-	}
-	return nil
 }
 
 // LatencyResults returns every per-target latency result, single or compared.
@@ -163,7 +140,7 @@ func (r *RunReport) WriteTable(w io.Writer) error {
 			fmt.Fprintf(bw, "\nmachine: CPUs in use interrupted %.0f times a second, %.1f%% of their time lost (longest %s), measured for %s after the runs\n",
 				in.PerSecond, 100*in.LostFraction, FormatDuration(in.Longest), FormatDuration(in.Duration))
 			for _, res := range rs {
-				if f := r.floorAt(res.Stats.P50); f != nil && res.Stats.P50 > 0 {
+				if f, ok := in.FloorAt(res.Stats.P50); ok && res.Stats.P50 > 0 {
 					got := float64(res.Stats.P95) / float64(res.Stats.P50)
 					fmt.Fprintf(bw, "tail floor %s: p95/p50 %.2f measured; %.2f from the interruptions alone for fixed work of %s on %d thread(s)%s\n",
 						res.Name, got, f.P95P50, FormatDuration(f.Length), f.Threads, busierNote(f.P95P50, got))

@@ -269,6 +269,36 @@ func (in *Interruptions) Floor(length time.Duration, threads int) (float64, bool
 	return p95 / p50, true
 }
 
+// AddFloor keeps in Floors the p95/p50 the gaps alone give fixed work of length on threads
+// threads (at most as many as CPUs were measured), once per length, and returns it; false when
+// Floor cannot answer (traces too short, or read back from JSON without them).
+func (in *Interruptions) AddFloor(length time.Duration, threads int) (TailFloor, bool) {
+	if f, ok := in.FloorAt(length); ok || in == nil {
+		return f, ok
+	}
+	threads = max(1, min(threads, len(in.CPUs)))
+	r, ok := in.Floor(length, threads)
+	if !ok {
+		return TailFloor{}, false
+	}
+	f := TailFloor{Length: length, Threads: threads, P95P50: r}
+	in.Floors = append(in.Floors, f)
+	return f, true
+}
+
+// FloorAt is the floor kept for calls of length, false when there is none (or in is nil).
+func (in *Interruptions) FloorAt(length time.Duration) (TailFloor, bool) {
+	if in == nil {
+		return TailFloor{}, false
+	}
+	for _, f := range in.Floors {
+		if f.Length == length {
+			return f, true
+		}
+	}
+	return TailFloor{}, false
+}
+
 // resume is t, or the end of the gap t falls in.
 func resume(gaps []Gap, t time.Duration) time.Duration {
 	i := sort.Search(len(gaps), func(i int) bool { return gaps[i].At+gaps[i].Len > t })

@@ -117,6 +117,36 @@ func TestFloorFromPeriodicGaps(t *testing.T) {
 	}
 }
 
+// AddFloor keeps one floor per length, on at most as many threads as CPUs were measured, and
+// FloorAt finds it; neither answers without a measurement.
+func TestAddFloor(t *testing.T) {
+	in, err := SummarizeGaps([]GapTrace{periodic(0, 2*time.Second, time.Millisecond, 0, 40*us)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := len(in.Floors)
+	f, ok := in.AddFloor(150*us, 4)
+	if !ok || f.Threads != 1 || f.Length != 150*us || len(in.Floors) != n+1 {
+		t.Fatalf("AddFloor(150µs, 4 threads) = %+v, %v; floors %d, want %d", f, ok, len(in.Floors), n+1)
+	}
+	if g, ok := in.AddFloor(150*us, 1); !ok || g != f || len(in.Floors) != n+1 {
+		t.Errorf("the same length again: %+v, %v, %d floors", g, ok, len(in.Floors))
+	}
+	if g, ok := in.FloorAt(150 * us); !ok || g != f {
+		t.Errorf("FloorAt = %+v, %v", g, ok)
+	}
+	if _, ok := in.AddFloor(time.Second, 1); ok || len(in.Floors) != n+1 {
+		t.Error("a floor for calls that do not fit the trace")
+	}
+	var none *Interruptions
+	if _, ok := none.AddFloor(150*us, 1); ok {
+		t.Error("AddFloor without a measurement answered")
+	}
+	if _, ok := none.FloorAt(150 * us); ok {
+		t.Error("FloorAt without a measurement answered")
+	}
+}
+
 func TestGapsToKeep(t *testing.T) {
 	for d, want := range map[time.Duration]int{10 * time.Millisecond: 1024, 300 * time.Millisecond: 3000, 5 * time.Second: 50000, time.Minute: 1 << 16} {
 		if got := gapsToKeep(d); got != want {

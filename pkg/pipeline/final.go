@@ -87,9 +87,7 @@ func (r *run) interruptions(b *report.Bench, p50 time.Duration, threads int) {
 		r.logf("the machine's interruptions were not measured: %v", err)
 		return
 	}
-	if f, ok := in.Floor(p50, max(1, min(threads, len(in.CPUs)))); ok {
-		in.Floors = append(in.Floors, cpu.TailFloor{Length: p50, Threads: max(1, min(threads, len(in.CPUs))), P95P50: f})
-	}
+	in.AddFloor(p50, threads)
 	b.Interruptions = in
 }
 

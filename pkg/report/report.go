@@ -260,16 +260,10 @@ type Bench struct {
 // Floor is the p95/p50 the machine alone gives fixed work as long as the optimized p50, and
 // the thread count it was replayed on; false when not measured.
 func (b *Bench) Floor() (cpu.TailFloor, bool) {
-	if b == nil || b.Interruptions == nil {
+	if b == nil {
 		return cpu.TailFloor{}, false
 	}
-	p50 := time.Duration(b.OptimizedP50 * 1e6)
-	for _, f := range b.Interruptions.Floors {
-		if f.Length == p50 {
-			return f, true
-		}
-	}
-	return cpu.TailFloor{}, false
+	return b.Interruptions.FloorAt(time.Duration(b.OptimizedP50 * 1e6))
 }
 
 // Settings are the runtime settings the final benchmark ran with.
