@@ -142,3 +142,38 @@ func TestChooseThreadsMaxTime(t *testing.T) {
 		t.Fatalf("decided %v after %d rounds; want the time limit to stop an undecided choice", ch.Decided, ch.Rounds)
 	}
 }
+
+// The load moves between rounds, and 2 threads' blocks caught it in a third of the rounds:
+// pooled over all samples, 1 thread has the lower median (1.00 against 1.03 ms), while 2 threads
+// were faster in the median round (0.92). The choice follows the rounds, the figure its
+// interval is built on, and says it could not decide.
+func TestChooseThreadsUndecidedFollowsTheRounds(t *testing.T) {
+	clock := &SimClock{}
+	cur := 0
+	set := func(n int) error { cur = n; return nil }
+	base := map[int]time.Duration{1: 1000 * time.Microsecond, 2: 920 * time.Microsecond}
+	var pattern []float64
+	for _, r := range [][2]float64{{0.8, 0.8 * 1.3}, {0.8, 0.8 * 1.3}, {0.8, 0.8}, {1.2, 1.2}, {1.2, 1.2}, {1.2, 1.2}} {
+		for _, f := range r { // a block: one unmeasured and 5 timed runs
+			for k := 0; k < 6; k++ {
+				pattern = append(pattern, f)
+			}
+		}
+	}
+	ch, err := ChooseThreadsWith([]int{1, 2}, set, noisyRun(clock, base, &cur, pattern), ThreadOptions{MinRounds: 6, MaxRounds: 12, Block: 5}, clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p1, p2 := ch.Stats[1].P50, ch.Stats[2].P50; p1 >= p2 {
+		t.Fatalf("pooled p50 1 thread %v, 2 threads %v: the case needs 1 thread lower", p1, p2)
+	}
+	if ch.Decided || ch.Threads != 2 || cur != 2 || ch.RunnerUp != 1 {
+		t.Fatalf("chose %d (current %d, decided %v): %s; want 2, undecided", ch.Threads, cur, ch.Decided, ch.Why)
+	}
+	if math.Abs(ch.Ratio-1/0.92) > 1e-6 || ch.RatioLo >= 1 || ch.RatioHi <= 1 {
+		t.Fatalf("1/2 ratio %v (%v-%v), want 1/0.92 with an interval across 1", ch.Ratio, ch.RatioLo, ch.RatioHi)
+	}
+	if !strings.Contains(ch.Why, "too noisy to decide after 12 rounds") || !strings.Contains(ch.Why, "kept 2, faster in the median round") {
+		t.Fatalf("why: %s", ch.Why)
+	}
+}
