@@ -71,14 +71,6 @@ const OpenBLAS& openblas() {
 }
 }  // namespace
 
-ts_status* ts_set_num_threads(int32_t n) noexcept {
-  TS_API_BEGIN
-  TS_CHECK_ARG(n > 0, "set_num_threads", "thread count must be > 0, got " + std::to_string(n));
-  at::set_num_threads(n);
-  // at::set_num_threads sets OpenMP's and MKL's counts, not OpenBLAS's.
-  if (openblas().set_num_threads != nullptr) openblas().set_num_threads(n);
-  TS_API_END("set_num_threads")
-}
 
 ts_status* ts_blas_info(char** out) noexcept {
   TS_API_BEGIN
@@ -678,3 +670,64 @@ OneThreadTeam::~OneThreadTeam() {
   if (prev_ > 0) omp_api().set_num_threads(prev_);
 }
 }  // namespace tsimpl
+
+// ---- thread counts ----
+// at::set_num_threads does more than set a count: it also replaces libtorch's pthreadpool (the
+// one QNNPACK runs on) with a new one, whose threads then spin for ~20 ms waiting for work that
+// never comes; and every OS thread that first runs ATen's parallel code afterwards calls it
+// again. Measured on 2 vCPUs: a loop that set the count before each block of five resnet18 INT8
+// forwards (optimize's thread choice) had 26 such threads a second spinning beside the OpenMP
+// team, and 2 threads ran at 7.0-7.4 ms in half the blocks against 3.3-3.5 ms in the others
+// and 3.1-3.4 ms without it; optimize kept 1 thread for resnet18 INT8 in 2 of 3 runs.
+// So ATen's process-wide count is set once per change, and a thread's own count with OpenMP
+// alone (the count OpenMP regions and oneDNN read on that thread).
+namespace {
+std::atomic<int> g_aten_threads{0};  // the count at::set_num_threads last got from here; 0: never
+
+// Sets the calling thread's OpenMP count to n; falls back on at::set_num_threads without an
+// OpenMP runtime to call.
+void set_threads_here(int n) {
+  (void)at::get_num_threads();  // ATen's first-use setting of this thread's count, before ours
+  const OmpApi& a = omp_api();
+  if (a.get_max_threads == nullptr) {
+    at::set_num_threads(n);
+    return;
+  }
+  if (a.get_max_threads() != n) a.set_num_threads(n);
+}
+
+// OpenBLAS's count is process-wide; setting it to the count it has still takes its lock.
+void set_openblas_threads(int n) {
+  const OpenBLAS& b = openblas();
+  if (b.set_num_threads == nullptr) return;
+  if (b.get_num_threads != nullptr && b.get_num_threads() == n) return;
+  b.set_num_threads(n);
+}
+}  // namespace
+
+extern "C" {
+
+ts_status* ts_set_num_threads(int32_t n) noexcept {
+  TS_API_BEGIN
+  TS_CHECK_ARG(n > 0, "set_num_threads", "thread count must be > 0, got " + std::to_string(n));
+  // The process-wide count (threads that start later take it; QNNPACK's pool follows it) only
+  // when it changes; the calling thread's own count either way.
+  if (g_aten_threads.exchange(n) != n) {
+    at::set_num_threads(n);
+  } else {
+    set_threads_here(n);
+  }
+  // at::set_num_threads sets OpenMP's and MKL's counts, not OpenBLAS's.
+  set_openblas_threads(n);
+  TS_API_END("set_num_threads")
+}
+
+ts_status* ts_set_num_threads_here(int32_t n) noexcept {
+  TS_API_BEGIN
+  TS_CHECK_ARG(n > 0, "set_num_threads_here", "thread count must be > 0, got " + std::to_string(n));
+  set_threads_here(n);
+  set_openblas_threads(n);
+  TS_API_END("set_num_threads_here")
+}
+
+}  // extern "C"

@@ -57,8 +57,9 @@ extern "C" {
  * 16: ts_module_fast_qdq_v2 (also swaps quantized::add/add_relu, counts them), ts_tensor_qadd.
  * 17: ts_module_fuse_conv_add, ts_conv_add_unavailable, ts_tensor_qconv2d_add.
  * 18: ts_module_fast_conv, ts_tensor_conv2d.
- * 19: ts_measure_gaps. */
-#define TS_API_VERSION 19
+ * 19: ts_measure_gaps.
+ * 20: ts_set_num_threads_here. */
+#define TS_API_VERSION 20
 
 typedef struct ts_status ts_status;
 typedef struct ts_module ts_module;
@@ -113,6 +114,10 @@ TS_EXPORT ts_status* ts_parallel_info(char** out) TS_NOEXCEPT TS_MUST_CHECK;    
  * for float matmul), OpenBLAS's own thread count too: at::set_num_threads leaves it at every
  * CPU, and its pthreads pool then spins beside libtorch's threads. */
 TS_EXPORT ts_status* ts_set_num_threads(int32_t n) TS_NOEXCEPT TS_MUST_CHECK; /* sets the calling OS thread's count */
+/* Sets the calling OS thread's count alone (OpenMP's, and OpenBLAS's process-wide one), not
+ * libtorch's process-wide count: for loops that switch counts block by block, where
+ * at::set_num_threads would start a new pthreadpool of spinning threads each time. */
+TS_EXPORT ts_status* ts_set_num_threads_here(int32_t n) TS_NOEXCEPT TS_MUST_CHECK;
 TS_EXPORT int32_t ts_get_num_threads(void) TS_NOEXCEPT;
 /* The BLAS library found in the process, as JSON: {"library":"openblas","config":
  * "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Zen MAX_THREADS=64","threading":"pthreads",

@@ -93,7 +93,7 @@ func (t *Thread) serve(threads int) {
 	runtime.LockOSThread() // never unlocked: the thread keeps its OpenMP pool
 	if threads > 0 {
 		// A new OS thread reads OMP_NUM_THREADS, not the count set on other threads.
-		_ = setThreadsHere(threads)
+		_ = setOnlyHere(threads)
 	}
 	if t.w == nil {
 		for f := range t.jobs {

@@ -79,10 +79,11 @@ func SetNumThreads(n int) error {
 	return err
 }
 
-// SetNumThreadsOnThisThread sets the intra-op thread count for the calling OS thread only (and
-// for threads that have not run libtorch yet); OpenBLAS's count, being process-wide, follows
-// the last call. Use it inside Do, where SetNumThreads would wait for the very worker it runs
-// on. n must be within 1..AvailableCPUs().
+// SetNumThreadsOnThisThread sets the intra-op thread count for the calling OS thread only;
+// OpenBLAS's count, being process-wide, follows the last call. Use it inside Do, where
+// SetNumThreads would wait for the very worker it runs on, and to switch counts often (a
+// thread-count measurement): it leaves libtorch's process-wide count, and the pool of threads
+// that changing it restarts, alone. n must be within 1..AvailableCPUs().
 func SetNumThreadsOnThisThread(n int) error {
 	if err := checkThreadCount("set threads", n); err != nil {
 		return err
@@ -90,7 +91,7 @@ func SetNumThreadsOnThisThread(n int) error {
 	// This may be the shared thread: Forward goes back to it until SetNumThreads sets one count
 	// for all threads again.
 	sharedSingle.Store(false)
-	return setThreadsHere(n)
+	return setOnlyHere(n)
 }
 
 // sharedSingle: every inference thread runs at one intra-op thread (the last SetNumThreads set
@@ -102,7 +103,13 @@ var (
 	singleMu     sync.Mutex
 )
 
+// setThreadsHere sets the calling thread's count, and libtorch's process-wide one when it
+// differs (see ts_set_num_threads).
 func setThreadsHere(n int) error { return statusErr(C.ts_set_num_threads(C.int32_t(n))) }
+
+// setOnlyHere sets the calling thread's count alone: switching counts block by block with
+// at::set_num_threads started a new pthreadpool of threads spinning ~20 ms each time.
+func setOnlyHere(n int) error { return statusErr(C.ts_set_num_threads_here(C.int32_t(n))) }
 
 // checkThreadCount refuses counts libtorch would truncate (C int) or that would start more
 // threads than the process can run at once (a count of 2000 grew a host process to 4,068

@@ -280,13 +280,22 @@ func (r *run) chooseThreads() error {
 }
 
 // pickThreads runs bench.ChooseThreads on the forward of at(n) at each count n; it leaves the
-// chosen count set.
+// chosen count set. Every count runs on the shared inference thread, switched there alone for
+// each block: torch.SetNumThreads per block restarted libtorch's pthreadpool each time, whose
+// new threads spun beside the measured ones (see ts_set_num_threads), and ran the count of 1
+// on other threads. The chosen count is then set for the process.
 func (r *run) pickThreads(at func(n int) *candidate) (bench.ThreadChoice, error) {
 	var tg *target
 	set := func(n int) error {
 		tg = &target{ctx: r.ctx, c: at(n), inputs: r.inputs}
-		return torch.SetNumThreads(n)
+		var err error
+		torch.Do(func() { err = torch.SetNumThreadsOnThisThread(n) })
+		return err
 	}
 	rounds := max(4, r.cfg.Bench.StageRuns/5)
-	return bench.ChooseThreads(r.opts.AutoThreads, set, func() error { return tg.Run() }, rounds, 5, nil)
+	ch, err := bench.ChooseThreads(r.opts.AutoThreads, set, func() error { return tg.Run() }, rounds, 5, nil)
+	if err != nil {
+		return ch, err
+	}
+	return ch, torch.SetNumThreads(ch.Threads)
 }
