@@ -71,7 +71,6 @@ const OpenBLAS& openblas() {
 }
 }  // namespace
 
-
 ts_status* ts_blas_info(char** out) noexcept {
   TS_API_BEGIN
   TS_CHECK_NOT_NULL(out, "blas_info");
@@ -678,7 +677,8 @@ OneThreadTeam::~OneThreadTeam() {
 // again. Measured on 2 vCPUs: a loop that set the count before each block of five resnet18 INT8
 // forwards (optimize's thread choice) had 26 such threads a second spinning beside the OpenMP
 // team, and 2 threads ran at 7.0-7.4 ms in half the blocks against 3.3-3.5 ms in the others
-// and 3.1-3.4 ms without it; optimize kept 1 thread for resnet18 INT8 in 2 of 3 runs.
+// and 3.1-3.4 ms without it; optimize, which timed its thread choice that way, kept 1 thread
+// for resnet18 INT8 in two runs on a quiet machine, where 2 threads are 1.6x faster.
 // So ATen's process-wide count is set once per change, and a thread's own count with OpenMP
 // alone (the count OpenMP regions and oneDNN read on that thread).
 namespace {

@@ -110,9 +110,11 @@ TS_EXPORT int32_t ts_api_version(void) TS_NOEXCEPT;
 TS_EXPORT const char* ts_libtorch_version(void) TS_NOEXCEPT; /* static string, e.g. "1.13.1" */
 TS_EXPORT ts_status* ts_show_config(char** out) TS_NOEXCEPT TS_MUST_CHECK;        /* at::show_config() */
 TS_EXPORT ts_status* ts_parallel_info(char** out) TS_NOEXCEPT TS_MUST_CHECK;      /* at::get_parallel_info() */
-/* Sets at::set_num_threads(n) and, when the process has OpenBLAS (Debian's libtorch calls it
- * for float matmul), OpenBLAS's own thread count too: at::set_num_threads leaves it at every
- * CPU, and its pthreads pool then spins beside libtorch's threads. */
+/* Sets the calling thread's count and libtorch's process-wide one (at::set_num_threads, which
+ * threads that start later take; called only when that count changes, since it also restarts
+ * libtorch's pthreadpool) and, when the process has OpenBLAS (Debian's libtorch calls it for
+ * float matmul), OpenBLAS's own thread count too: at::set_num_threads leaves it at every CPU,
+ * and its pthreads pool then spins beside libtorch's threads. */
 TS_EXPORT ts_status* ts_set_num_threads(int32_t n) TS_NOEXCEPT TS_MUST_CHECK; /* sets the calling OS thread's count */
 /* Sets the calling OS thread's count alone (OpenMP's, and OpenBLAS's process-wide one), not
  * libtorch's process-wide count: for loops that switch counts block by block, where
