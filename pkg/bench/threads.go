@@ -67,9 +67,9 @@ func ChooseThreads(counts []int, set func(n int) error, run func() error, rounds
 // faster, and is kept however small the difference) or reaches 1 within the tie band (equal:
 // the fewer threads are kept, they leave a core free), and otherwise adds rounds up to
 // MaxRounds or MaxTime, then reports that the machine was too noisy to decide and keeps the
-// count that was faster in the median round (see decide). Measured here: a small transformer is faster on 1 thread than on 2,
-// resnet18 the other way round, and one short round on a shared machine picked 1 thread for
-// mobilenet_v2 where 2 were faster.
+// count that was faster in the median round (see decide). Measured here: a small transformer
+// is faster on 1 thread than on 2, resnet18 the other way round, and one short round on a
+// shared machine picked 1 thread for mobilenet_v2 where 2 were faster.
 func ChooseThreadsWith(counts []int, set func(n int) error, run func() error, o ThreadOptions, c Clock) (ThreadChoice, error) {
 	if len(counts) == 0 {
 		return ThreadChoice{}, errors.New("choose threads: no thread counts to try")

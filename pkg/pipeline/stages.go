@@ -282,8 +282,9 @@ func (r *run) chooseThreads() error {
 // pickThreads runs bench.ChooseThreads on the forward of at(n) at each count n; it leaves the
 // chosen count set. Every count runs on the shared inference thread, switched there alone for
 // each block: torch.SetNumThreads per block restarted libtorch's pthreadpool each time, whose
-// new threads spun beside the measured ones (see ts_set_num_threads), and ran the count of 1
-// on other threads. The chosen count is then set for the process.
+// new threads spun beside the measured ones (see ts_set_num_threads), and it ran the count of
+// 1 on the caller's Go threads, not on the thread every other count ran on. The chosen count
+// is then set for the process.
 func (r *run) pickThreads(at func(n int) *candidate) (bench.ThreadChoice, error) {
 	var tg *target
 	set := func(n int) error {
