@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -146,6 +147,13 @@ func testProbeCommand(t *testing.T, bin string) {
 	// libtorch is linked in, so its OpenMP runtime must be found in our own maps.
 	if p.Torch == nil || p.Torch.Version == "" || p.Torch.OneDNN == "" || p.OpenMPRuntime() == "" {
 		t.Errorf("live probe lacks libtorch or OpenMP: torch %+v openmp %v", p.Torch, p.OpenMP)
+	}
+	// The oneDNN check ran in a child; where it failed (Debian's libtorch 2.6 here), a warning
+	// finding says so.
+	if c := p.Torch.OneDNNCheck; c == "" {
+		t.Error("live probe did not run the oneDNN check")
+	} else if c != cpu.OneDNNPassed && !slices.ContainsFunc(p.Findings, func(f cpu.Finding) bool { return f.Code == "onednn-broken" && f.Message == c }) {
+		t.Errorf("oneDNN check %q without an onednn-broken finding: %+v", c, p.Findings)
 	}
 	// Where libtorch calls OpenBLAS (Debian's build), the probe reports it.
 	if b, err := torch.BLAS(); err == nil && b.Library != "" && (p.Torch == nil || p.Torch.BLAS == nil || p.Torch.BLAS.Config != b.Config) {

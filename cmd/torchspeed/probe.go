@@ -33,7 +33,8 @@ func newProbeCmd(u *ui) *cobra.Command {
 		Short: "Show what this machine offers to inference: ISA, cores, NUMA, cgroup limits, OpenMP, libtorch, and what hurts",
 		Long: `probe reads the CPU (cpuid), the topology, NUMA nodes and caches (/sys), the cgroup CPU
 quota and cpuset, the affinity mask, huge page settings, the OpenMP runtime and allocator
-loaded, and libtorch's build, and ends with findings: each a problem and what to do.
+loaded, and libtorch's build, runs libtorch's oneDNN kernels once in a child process to see
+that they give right results, and ends with findings: each a problem and what to do.
 
 On the live machine it also spins one thread on each usable CPU for --interrupts (500ms) and
 reports what the machine takes from them: interruptions per second, the share of time lost,
@@ -70,6 +71,8 @@ func (p *probeCmd) run(c *cobra.Command) error {
 		if err != nil {
 			return err
 		}
+		// Run in a child process: a oneDNN that crashes takes only the child with it.
+		info.OneDNNCheck = oneDNNCheck(c.Context(), func(w string) { fmt.Fprintln(c.ErrOrStderr(), "warning:", w) })
 		opts.Torch = info
 	}
 	pr, err := cpu.Detect(opts)

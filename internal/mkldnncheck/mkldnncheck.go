@@ -2,7 +2,11 @@
 // before torchspeed relies on them. Some oneDNN builds die with SIGFPE on some CPUs (Debian
 // 13's libdnnl 3.7.2 on an AMD EPYC VM: any add of MKLDNN tensors), and a signal cannot be
 // caught in-process: the check runs the kernels in a child process and reads how it ended.
-// optimize_for_inference rewrites convolutions and adds to exactly those kernels.
+// Others return wrong numbers: the same libtorch 2.6 computes an FP32 convolution of a batch
+// of 2 or more with 17-47 input channels (not a multiple of 16) wrongly, by up to 4 on values
+// of about 15, through oneDNN's AVX2 and AVX-512 kernels alike, so the check also compares
+// one such convolution with a direct one. optimize_for_inference rewrites convolutions and
+// adds to exactly those kernels.
 package mkldnncheck
 
 import (
@@ -10,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"regexp"
@@ -28,9 +33,13 @@ const ChildEnv = "TORCHSPEED_MKLDNN_CHECK_CHILD"
 // as broken.
 const Timeout = 60 * time.Second
 
-// probeSource is a TorchScript method that runs an MKLDNN-tensor add (what optimize_for_inference
-// leaves between fused convolutions) and a oneDNN convolution.
+// probeSource holds the check's TorchScript methods: a plain FP32 convolution of a batch of 2
+// with 17 input channels (which libtorch hands to oneDNN), then an MKLDNN-tensor add (what
+// optimize_for_inference leaves between fused convolutions) and a oneDNN convolution.
 const probeSource = `
+def ts_conv_check(self, xb: Tensor, wb: Tensor) -> Tensor:
+    return torch.conv2d(xb, wb)
+
 def ts_mkldnn_check(self, x: Tensor, w: Tensor) -> Tuple[Tensor, Tensor]:
     y = x.to_mkldnn()
     z = (y + y).to_dense()
@@ -38,10 +47,18 @@ def ts_mkldnn_check(self, x: Tensor, w: Tensor) -> Tuple[Tensor, Tensor]:
     return z, c
 `
 
-// Probe runs the oneDNN kernels in this process and checks the add's result. A broken oneDNN
-// may kill the process by a signal instead of returning: call it only in a child process.
+// The batched convolution's shape: [convN, convIC, convHW, convHW] by [convOC, convIC, 3, 3].
+const (
+	convN, convIC, convHW, convOC = 2, 17, 6, 16
+)
+
+// Probe runs the oneDNN kernels in this process and checks the convolution's and the add's
+// results, the convolution first: a libtorch that does both wrong (Debian's 2.6 here) is named
+// for the wrong numbers, which touch every model with such convolutions, not only torchspeed's
+// passes. A broken oneDNN may kill the process by a signal instead of returning: call it only
+// in a child process.
 func Probe() error {
-	// Any module can host the method; an observer is the one the bindings make without a file.
+	// Any module can host the methods; an observer is the one the bindings make without a file.
 	m, err := torch.NewObserver(torch.ObserverConfig{Observer: "minmax"}, false)
 	if err != nil {
 		return fmt.Errorf("mkldnn check: %w", err)
@@ -50,42 +67,118 @@ func Probe() error {
 	if err := m.Define(probeSource); err != nil {
 		return fmt.Errorf("mkldnn check: %w", err)
 	}
-	xs := make([]float32, 1*8*4*4)
-	for i := range xs {
-		xs[i] = float32(i%7) - 3
-	}
-	ws := make([]float32, 8*8*3*3)
-	for i := range ws {
-		ws[i] = float32(i%5)/10 - 0.2
-	}
-	x, err := torch.NewTensor(xs, []int64{1, 8, 4, 4})
+	xbs, wbs := pattern(convN*convIC*convHW*convHW, 7, 1, 3), pattern(convOC*convIC*3*3, 5, 10, 0.2)
+	cb, err := run(m, "ts_conv_check", 1, []float32s{{xbs, []int64{convN, convIC, convHW, convHW}}, {wbs, []int64{convOC, convIC, 3, 3}}})
 	if err != nil {
 		return err
 	}
-	defer x.Close()
-	w, err := torch.NewTensor(ws, []int64{8, 8, 3, 3})
+	if err := CheckConv(cb[0], xbs, wbs); err != nil {
+		return err
+	}
+	xs, ws := pattern(1*8*4*4, 7, 1, 3), pattern(8*8*3*3, 5, 10, 0.2)
+	outs, err := run(m, "ts_mkldnn_check", 2, []float32s{{xs, []int64{1, 8, 4, 4}}, {ws, []int64{8, 8, 3, 3}}})
 	if err != nil {
 		return err
 	}
-	defer w.Close()
-	outs, err := m.RunMethod("ts_mkldnn_check", x, w)
-	if err != nil {
-		return fmt.Errorf("mkldnn check: %w", err)
-	}
-	defer torch.CloseOutputs(outs)
-	if len(outs) != 2 {
-		return fmt.Errorf("mkldnn check: %d outputs, want 2", len(outs))
-	}
-	z, err := outs[0].Tensor.Float32s()
-	if err != nil {
-		return err
-	}
-	for i, v := range z {
+	for i, v := range outs[0] {
 		if v != 2*xs[i] {
 			return fmt.Errorf("mkldnn check: MKLDNN add gave %g at %d, want %g", v, i, 2*xs[i])
 		}
 	}
 	return nil
+}
+
+// float32s is a tensor's values and shape.
+type float32s struct {
+	v     []float32
+	shape []int64
+}
+
+// run calls method on m with the inputs and returns its n tensor outputs' values.
+func run(m *torch.Module, method string, n int, inputs []float32s) ([][]float32, error) {
+	ins := make([]*torch.Tensor, 0, len(inputs))
+	defer func() {
+		for _, t := range ins {
+			t.Close()
+		}
+	}()
+	for _, in := range inputs {
+		t, err := torch.NewTensor(in.v, in.shape)
+		if err != nil {
+			return nil, err
+		}
+		ins = append(ins, t)
+	}
+	outs, err := m.RunMethod(method, ins...)
+	if err != nil {
+		return nil, fmt.Errorf("mkldnn check: %w", err)
+	}
+	defer torch.CloseOutputs(outs)
+	if len(outs) != n {
+		return nil, fmt.Errorf("mkldnn check: %s gave %d outputs, want %d", method, len(outs), n)
+	}
+	vals := make([][]float32, n)
+	for i, o := range outs {
+		if o.Tensor == nil {
+			return nil, fmt.Errorf("mkldnn check: %s's output %d is not a tensor", method, i)
+		}
+		if vals[i], err = o.Tensor.Float32s(); err != nil {
+			return nil, err
+		}
+	}
+	return vals, nil
+}
+
+// pattern is n values (i mod k)/div - off: small, exact in float32, and varied enough that a
+// convolution reading the wrong elements gives other sums.
+func pattern(n, k int, div, off float32) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(i%k)/div - off
+	}
+	return v
+}
+
+// CheckConv compares got, libtorch's convolution of x [convN, convIC, convHW, convHW] by
+// w [convOC, convIC, 3, 3] (no padding, stride 1), with a direct one in float64. Its sums are
+// of 153 products of values under 3 in magnitude: float32 rounding stays far below 1e-3.
+func CheckConv(got, x, w []float32) error {
+	const oh = convHW - 2
+	want := directConv(x, w)
+	if len(got) != len(want) {
+		return fmt.Errorf("mkldnn check: the convolution gave %d values, want %d", len(got), len(want))
+	}
+	for i, s := range want {
+		if d := math.Abs(float64(got[i]) - s); !(d <= 1e-3) {
+			return fmt.Errorf("mkldnn check: libtorch's FP32 convolution of a batch of %d with %d input channels gives wrong results here: %g at element %d of [%d, %d, %d, %d], want %.6g",
+				convN, convIC, got[i], i, convN, convOC, oh, oh, s)
+		}
+	}
+	return nil
+}
+
+// directConv is the convolution CheckConv expects, in float64, NCHW order.
+func directConv(x, w []float32) []float64 {
+	const oh = convHW - 2
+	out := make([]float64, 0, convN*convOC*oh*oh)
+	for n := range convN {
+		for o := range convOC {
+			for y := range oh {
+				for z := range oh {
+					s := 0.0
+					for c := range convIC {
+						for ky := range 3 {
+							for kx := range 3 {
+								s += float64(x[((n*convIC+c)*convHW+y+ky)*convHW+z+kx]) * float64(w[((o*convIC+c)*3+ky)*3+kx])
+							}
+						}
+					}
+					out = append(out, s)
+				}
+			}
+		}
+	}
+	return out
 }
 
 // ChildMain is the child side: when ChildEnv is set it runs Probe and exits (0: oneDNN works,

@@ -2,9 +2,11 @@ package mkldnncheck_test
 
 import (
 	"context"
+	"math"
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -112,5 +114,39 @@ func TestProbe(t *testing.T) {
 	}
 	if err := mkldnncheck.Probe(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCheckConv: the direct convolution accepts what a correct convolution gives (ATen's
+// slow path, which does not use oneDNN, here through the reference itself shifted by float32
+// rounding) and names the element of one that read a wrong input, as Debian's libtorch 2.6
+// does for this shape.
+func TestCheckConv(t *testing.T) {
+	x, w := mkldnncheck.Pattern(2*17*6*6, 7, 1, 3), mkldnncheck.Pattern(16*17*3*3, 5, 10, 0.2)
+	right := mkldnncheck.DirectConv(x, w)
+	got := make([]float32, len(right))
+	for i, v := range right {
+		got[i] = float32(v)
+	}
+	if err := mkldnncheck.CheckConv(got, x, w); err != nil {
+		t.Fatalf("a right convolution: %v", err)
+	}
+	// A convolution that reads the second image's channel 16 from the first image.
+	bad := slices.Clone(x)
+	copy(bad[(17+16)*36:(17+17)*36], bad[16*36:17*36])
+	wrong := mkldnncheck.DirectConv(bad, w)
+	for i, v := range wrong {
+		got[i] = float32(v)
+	}
+	err := mkldnncheck.CheckConv(got, x, w)
+	if err == nil || !strings.Contains(err.Error(), "wrong results") || !strings.Contains(err.Error(), "element 256 of [2, 16, 4, 4]") {
+		t.Fatalf("a wrong convolution: %v, want wrong results from element 256 (the second image's first)", err)
+	}
+	if err := mkldnncheck.CheckConv(got[:10], x, w); err == nil || !strings.Contains(err.Error(), "10 values") {
+		t.Errorf("a short result: %v", err)
+	}
+	got[0] = float32(math.NaN())
+	if err := mkldnncheck.CheckConv(got, x, w); err == nil || !strings.Contains(err.Error(), "element 0") {
+		t.Errorf("NaN: %v", err)
 	}
 }

@@ -179,6 +179,10 @@ func findings(p *Probe) []Finding {
 			add(Warning, "torch-no-onednn", "use a libtorch built with USE_MKLDNN=ON (Debian's and the official builds are)",
 				"libtorch %s was built without oneDNN; convolutions and INT8 run on slower generic kernels", t.Version)
 		}
+		if c := t.OneDNNCheck; c != "" && c != OneDNNPassed {
+			add(Warning, "onednn-broken", "torchspeed optimize leaves out optimize_for_inference here; compare the model's outputs with another libtorch build before trusting this one, at the batch sizes you serve",
+				"%s", c)
+		}
 		if t.QEngine == "qnnpack" && (t.HasEngine("onednn") || t.HasEngine("x86") || t.HasEngine("fbgemm")) {
 			add(Warning, "torch-qengine-qnnpack", "set the quantized engine to onednn, x86 or fbgemm",
 				"the quantized engine is qnnpack, 4-5x slower than onednn on x86")

@@ -58,6 +58,34 @@ func TestATenISAFinding(t *testing.T) {
 	}
 }
 
+// A failed oneDNN check is a warning finding carrying its reason, and printed with libtorch;
+// a passed or absent one is neither.
+func TestOneDNNBrokenFinding(t *testing.T) {
+	reason := "libtorch's oneDNN (MKLDNN) kernels failed a check on this machine: mkldnn check: libtorch's FP32 convolution of a batch of 2 with 17 input channels gives wrong results here"
+	for _, c := range []struct {
+		check, line string
+		want        bool
+	}{
+		{reason, "oneDNN check FAILED: " + reason, true},
+		{OneDNNPassed, "oneDNN check passed", false},
+		{"", "", false},
+	} {
+		p := &Probe{Torch: &TorchInfo{Version: "2.6.0", OneDNN: "v3.7.2", ShowConfig: "oneDNN v3.7.2", OneDNNCheck: c.check}}
+		p.Findings = findings(p)
+		f := findingOf(p, "onednn-broken")
+		if (f != nil) != c.want || f != nil && (f.Severity != Warning || f.Message != reason || !strings.Contains(f.Fix, "optimize_for_inference")) {
+			t.Errorf("check %q: finding %+v, want one: %v", c.check, f, c.want)
+		}
+		var b strings.Builder
+		if err := p.WriteText(&b); err != nil {
+			t.Fatal(err)
+		}
+		if c.line != "" && !strings.Contains(b.String(), c.line) || c.line == "" && strings.Contains(b.String(), "oneDNN check") {
+			t.Errorf("check %q: text lacks %q or shows a check that did not run:\n%s", c.check, c.line, b.String())
+		}
+	}
+}
+
 // ONEDNN_MAX_CPU_ISA (or DNNL_MAX_CPU_ISA) below the CPU's level is a warning; ALL, an equal
 // or higher level, or an unknown name is not.
 func TestOneDNNISAFinding(t *testing.T) {

@@ -85,6 +85,13 @@ func (p *Probe) WriteText(w io.Writer) error {
 			orNone(tc.OneDNN), orNone(tc.MKL), orNone(tc.OpenMP), orUnknown(tc.CPUCapability), orUnknown(tc.ParallelBackend))
 		pf("            quantized engines %s (current %s), threads intra-op %d inter-op %d\n",
 			strings.Join(tc.QEngines, ","), orUnknown(tc.QEngine), tc.NumThreads, tc.NumInteropThreads)
+		switch c := tc.OneDNNCheck; c {
+		case "":
+		case OneDNNPassed:
+			pf("            oneDNN check passed (an add, a convolution of a batch of 2: right results)\n")
+		default:
+			pf("            oneDNN check FAILED: %s\n", c)
+		}
 		if b := tc.BLAS; b != nil && b.Library != "" {
 			pf("BLAS        %s, %s, %d thread(s)\n", orUnknown(b.Config), orUnknown(b.Threading), b.Threads)
 		}

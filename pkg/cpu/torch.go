@@ -21,6 +21,10 @@ type TorchInfo struct {
 	// BLAS is the BLAS library libtorch calls for float matmul, when it has a query API
 	// (OpenBLAS); the caller fills it from torch.BLAS. Nil when not known.
 	BLAS *BLASInfo `json:"blas,omitempty"`
+	// OneDNNCheck is how libtorch's oneDNN kernels fared when run once in a child process
+	// (the caller runs it: torchspeed's mkldnncheck): OneDNNPassed, or why they cannot be
+	// trusted here (a crash, wrong results). "" when not run.
+	OneDNNCheck string `json:"onednn_check,omitempty"`
 
 	// Parsed from ShowConfig and ParallelInfo.
 	OneDNN          string `json:"onednn"`           // "v2.6.3", "" when not built in
@@ -31,6 +35,9 @@ type TorchInfo struct {
 	// Build holds the "Build settings" key=value pairs (USE_MKLDNN, BLAS_INFO, ...).
 	Build map[string]string `json:"build_settings,omitempty"`
 }
+
+// OneDNNPassed is TorchInfo.OneDNNCheck for kernels that ran and gave the right results.
+const OneDNNPassed = "passed"
 
 var (
 	reOneDNN = regexp.MustCompile(`(?:MKL-DNN|oneDNN)\s+(v[0-9][0-9A-Za-z.\-]*)`)
