@@ -68,7 +68,7 @@ func Probe() error {
 		return fmt.Errorf("mkldnn check: %w", err)
 	}
 	xbs, wbs := pattern(convN*convIC*convHW*convHW, 7, 1, 3), pattern(convOC*convIC*3*3, 5, 10, 0.2)
-	cb, err := run(m, "ts_conv_check", 1, []float32s{{xbs, []int64{convN, convIC, convHW, convHW}}, {wbs, []int64{convOC, convIC, 3, 3}}})
+	cb, err := run(m, "ts_conv_check", 1, []input{{xbs, []int64{convN, convIC, convHW, convHW}}, {wbs, []int64{convOC, convIC, 3, 3}}})
 	if err != nil {
 		return err
 	}
@@ -76,7 +76,7 @@ func Probe() error {
 		return err
 	}
 	xs, ws := pattern(1*8*4*4, 7, 1, 3), pattern(8*8*3*3, 5, 10, 0.2)
-	outs, err := run(m, "ts_mkldnn_check", 2, []float32s{{xs, []int64{1, 8, 4, 4}}, {ws, []int64{8, 8, 3, 3}}})
+	outs, err := run(m, "ts_mkldnn_check", 2, []input{{xs, []int64{1, 8, 4, 4}}, {ws, []int64{8, 8, 3, 3}}})
 	if err != nil {
 		return err
 	}
@@ -88,14 +88,14 @@ func Probe() error {
 	return nil
 }
 
-// float32s is a tensor's values and shape.
-type float32s struct {
+// input is a tensor to make: its values and shape.
+type input struct {
 	v     []float32
 	shape []int64
 }
 
 // run calls method on m with the inputs and returns its n tensor outputs' values.
-func run(m *torch.Module, method string, n int, inputs []float32s) ([][]float32, error) {
+func run(m *torch.Module, method string, n int, inputs []input) ([][]float32, error) {
 	ins := make([]*torch.Tensor, 0, len(inputs))
 	defer func() {
 		for _, t := range ins {

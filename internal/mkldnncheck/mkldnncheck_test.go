@@ -117,10 +117,9 @@ func TestProbe(t *testing.T) {
 	}
 }
 
-// TestCheckConv: the direct convolution accepts what a correct convolution gives (ATen's
-// slow path, which does not use oneDNN, here through the reference itself shifted by float32
-// rounding) and names the element of one that read a wrong input, as Debian's libtorch 2.6
-// does for this shape.
+// TestCheckConv: the check accepts a right convolution (the reference rounded to float32) and
+// names the first wrong element of one that read a wrong input, as Debian's libtorch 2.6 does
+// for this shape; a short or NaN result fails too.
 func TestCheckConv(t *testing.T) {
 	x, w := mkldnncheck.Pattern(2*17*6*6, 7, 1, 3), mkldnncheck.Pattern(16*17*3*3, 5, 10, 0.2)
 	right := mkldnncheck.DirectConv(x, w)
