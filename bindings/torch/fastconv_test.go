@@ -10,6 +10,7 @@ import (
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/internal/fixtures"
+	"github.com/torchspeed/torchspeed/internal/refconv"
 )
 
 // convCase is one convolution: input [n, ic, h, w], weight [oc, ic/groups, kh, kw].
@@ -389,54 +390,18 @@ func BenchmarkConv2d(b *testing.B) {
 	}
 }
 
-// refConv2d is c's convolution of x by w (+ b, + relu) in float64, straight from the definition:
-// the output [n, oc, oh, ow] in NCHW order.
+// refConv2d is c's convolution of x by w (+ b, + relu) in float64 (refconv.Conv2d), NCHW order.
 func refConv2d(t *testing.T, x, w, b *torch.Tensor, c convCase, relu bool) []float64 {
 	t.Helper()
-	xs, ws := float32s(t, x), float32s(t, w)
 	var bs []float32
 	if b != nil {
 		bs = float32s(t, b)
 	}
 	p := c.p
-	oh := (c.h+2*p.Padding[0]-p.Dilation[0]*(c.kh-1)-1)/p.Stride[0] + 1
-	ow := (c.w+2*p.Padding[1]-p.Dilation[1]*(c.kw-1)-1)/p.Stride[1] + 1
-	icg, ocg := c.ic/p.Groups, c.oc/p.Groups
-	out := make([]float64, 0, c.n*c.oc*oh*ow)
-	for n := range c.n {
-		for o := range c.oc {
-			g := o / ocg
-			for y := range oh {
-				for z := range ow {
-					s := 0.0
-					if bs != nil {
-						s = float64(bs[o])
-					}
-					for i := range icg {
-						ic := g*icg + i
-						for ky := range c.kh {
-							iy := y*p.Stride[0] - p.Padding[0] + ky*p.Dilation[0]
-							if iy < 0 || iy >= c.h {
-								continue
-							}
-							for kx := range c.kw {
-								ix := z*p.Stride[1] - p.Padding[1] + kx*p.Dilation[1]
-								if ix < 0 || ix >= c.w {
-									continue
-								}
-								s += float64(xs[((n*c.ic+ic)*c.h+iy)*c.w+ix]) * float64(ws[((o*icg+i)*c.kh+ky)*c.kw+kx])
-							}
-						}
-					}
-					if relu {
-						s = max(s, 0)
-					}
-					out = append(out, s)
-				}
-			}
-		}
-	}
-	return out
+	two := func(v [2]int64) [2]int { return [2]int{int(v[0]), int(v[1])} }
+	s := refconv.Shape{N: int(c.n), C: int(c.ic), H: int(c.h), W: int(c.w), OC: int(c.oc), KH: int(c.kh), KW: int(c.kw),
+		Stride: two(p.Stride), Padding: two(p.Padding), Dilation: two(p.Dilation), Groups: int(p.Groups)}
+	return refconv.Conv2d(float32s(t, x), float32s(t, w), bs, s, relu)
 }
 
 // farthest returns the element of y farthest from ref and its distance (NaN against a number

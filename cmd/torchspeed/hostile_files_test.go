@@ -280,23 +280,27 @@ func TestHostileFiles(t *testing.T) {
 // returns that folder, or "" when c ended first.
 func killWhenStaging(t *testing.T, c *exec.Cmd, out string) string {
 	t.Helper()
+	fail := func(format string, args ...any) {
+		c.Process.Kill() // not left running past the test
+		t.Fatalf(format, args...)
+	}
 	// inotify queues the folder's creation the moment it happens, however late this goroutine
 	// gets a CPU; polling the folder every 200 us missed the write phase three runs in a row
 	// in a clean-clone `make test` on 2 busy vCPUs.
 	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
 	if err != nil {
-		t.Fatalf("inotify: %v", err)
+		fail("inotify: %v", err)
 	}
 	defer unix.Close(fd)
 	if _, err := unix.InotifyAddWatch(fd, out, unix.IN_CREATE); err != nil {
-		t.Fatalf("inotify on %s: %v", out, err)
+		fail("inotify on %s: %v", out, err)
 	}
 	prefix := ".torchspeed-staging-" + strconv.Itoa(c.Process.Pid) + "-"
 	buf := make([]byte, 64*(unix.SizeofInotifyEvent+unix.NAME_MAX+1))
 	for alive(c.Process.Pid) {
 		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
 		if n, err := unix.Poll(pfd, 20); err != nil && err != unix.EINTR {
-			t.Fatalf("poll: %v", err)
+			fail("poll: %v", err)
 		} else if n <= 0 {
 			continue
 		}
@@ -304,7 +308,7 @@ func killWhenStaging(t *testing.T, c *exec.Cmd, out string) string {
 		if err == unix.EAGAIN || err == unix.EINTR {
 			continue
 		} else if err != nil {
-			t.Fatalf("inotify read: %v", err)
+			fail("inotify read: %v", err)
 		}
 		for off := 0; off+unix.SizeofInotifyEvent <= n; {
 			ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))

@@ -1,7 +1,7 @@
 package mkldnncheck
 
-// Pattern and DirectConv are the probe's inputs and reference, for tests.
+// Pattern and ConvShape are the probe's inputs and its convolution, for tests.
 var (
-	Pattern    = pattern
-	DirectConv = directConv
+	Pattern   = pattern
+	ConvShape = convShape
 )

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
+	"github.com/torchspeed/torchspeed/internal/refconv"
 )
 
 // ChildEnv, set to "1" in a process's environment, makes ChildMain run the probe. Test
@@ -51,6 +52,9 @@ def ts_mkldnn_check(self, x: Tensor, w: Tensor) -> Tuple[Tensor, Tensor]:
 const (
 	convN, convIC, convHW, convOC = 2, 17, 6, 16
 )
+
+var convShape = refconv.Shape{N: convN, C: convIC, H: convHW, W: convHW, OC: convOC, KH: 3, KW: 3,
+	Stride: [2]int{1, 1}, Dilation: [2]int{1, 1}, Groups: 1}
 
 // Probe runs the oneDNN kernels in this process and checks the convolution's and the add's
 // results, the convolution first: a libtorch that does both wrong (Debian's 2.6 here) is named
@@ -144,7 +148,7 @@ func pattern(n, k int, div, off float32) []float32 {
 // of 153 products of values under 3 in magnitude: float32 rounding stays far below 1e-3.
 func CheckConv(got, x, w []float32) error {
 	const oh = convHW - 2
-	want := directConv(x, w)
+	want := refconv.Conv2d(x, w, nil, convShape, false)
 	if len(got) != len(want) {
 		return fmt.Errorf("mkldnn check: the convolution gave %d values, want %d", len(got), len(want))
 	}
@@ -155,30 +159,6 @@ func CheckConv(got, x, w []float32) error {
 		}
 	}
 	return nil
-}
-
-// directConv is the convolution CheckConv expects, in float64, NCHW order.
-func directConv(x, w []float32) []float64 {
-	const oh = convHW - 2
-	out := make([]float64, 0, convN*convOC*oh*oh)
-	for n := range convN {
-		for o := range convOC {
-			for y := range oh {
-				for z := range oh {
-					s := 0.0
-					for c := range convIC {
-						for ky := range 3 {
-							for kx := range 3 {
-								s += float64(x[((n*convIC+c)*convHW+y+ky)*convHW+z+kx]) * float64(w[((o*convIC+c)*3+ky)*3+kx])
-							}
-						}
-					}
-					out = append(out, s)
-				}
-			}
-		}
-	}
-	return out
 }
 
 // ChildMain is the child side: when ChildEnv is set it runs Probe and exits (0: oneDNN works,

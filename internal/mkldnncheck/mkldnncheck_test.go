@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/torchspeed/torchspeed/internal/mkldnncheck"
+	"github.com/torchspeed/torchspeed/internal/refconv"
 )
 
 // fakeEnv makes the re-exec'd test binary play a child that ends a given way.
@@ -122,7 +123,7 @@ func TestProbe(t *testing.T) {
 // for this shape; a short or NaN result fails too.
 func TestCheckConv(t *testing.T) {
 	x, w := mkldnncheck.Pattern(2*17*6*6, 7, 1, 3), mkldnncheck.Pattern(16*17*3*3, 5, 10, 0.2)
-	right := mkldnncheck.DirectConv(x, w)
+	right := refconv.Conv2d(x, w, nil, mkldnncheck.ConvShape, false)
 	got := make([]float32, len(right))
 	for i, v := range right {
 		got[i] = float32(v)
@@ -133,7 +134,7 @@ func TestCheckConv(t *testing.T) {
 	// A convolution that reads the second image's channel 16 from the first image.
 	bad := slices.Clone(x)
 	copy(bad[(17+16)*36:(17+17)*36], bad[16*36:17*36])
-	wrong := mkldnncheck.DirectConv(bad, w)
+	wrong := refconv.Conv2d(bad, w, nil, mkldnncheck.ConvShape, false)
 	for i, v := range wrong {
 		got[i] = float32(v)
 	}
