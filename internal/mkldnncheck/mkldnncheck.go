@@ -147,7 +147,7 @@ func pattern(n, k int, div, off float32) []float32 {
 // w [convOC, convIC, 3, 3] (no padding, stride 1), with a direct one in float64. Its sums are
 // of 153 products of values under 3 in magnitude: float32 rounding stays far below 1e-3.
 func CheckConv(got, x, w []float32) error {
-	const oh = convHW - 2
+	oh, ow := convShape.Out()
 	want := refconv.Conv2d(x, w, nil, convShape, false)
 	if len(got) != len(want) {
 		return fmt.Errorf("mkldnn check: the convolution gave %d values, want %d", len(got), len(want))
@@ -155,7 +155,7 @@ func CheckConv(got, x, w []float32) error {
 	for i, s := range want {
 		if d := math.Abs(float64(got[i]) - s); !(d <= 1e-3) {
 			return fmt.Errorf("mkldnn check: libtorch's FP32 convolution of a batch of %d with %d input channels gives wrong results here: %g at element %d of [%d, %d, %d, %d], want %.6g",
-				convN, convIC, got[i], i, convN, convOC, oh, oh, s)
+				convN, convIC, got[i], i, convN, convOC, oh, ow, s)
 		}
 	}
 	return nil
