@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <string>
 
@@ -32,11 +33,24 @@ inline Q quantize_one(float x, float inv, float zpf) {
 // (for tests and benchmarks of each path) must be available.
 enum class Isa { Best = 1, Scalar = 2, Avx2 = 3, Avx512 = 4 };
 
+// TORCHSPEED_MAX_ISA ("scalar", "avx2", "avx512"; unset or anything else: no cap) caps the
+// choice, as ONEDNN_MAX_CPU_ISA caps oneDNN's: the lower paths a fleet's older CPUs take can be
+// run and tested on a newer one. It is read once, at the first kernel call.
 inline Isa detect_isa() {
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) return Isa::Avx512;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::Avx2;
-  return Isa::Scalar;
+  Isa have = Isa::Scalar;
+  if (__builtin_cpu_supports("avx512f")) {
+    have = Isa::Avx512;
+  } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    have = Isa::Avx2;
+  }
+  Isa cap = Isa::Avx512;
+  if (const char* env = std::getenv("TORCHSPEED_MAX_ISA")) {
+    const std::string v(env);
+    if (v == "scalar" || v == "SCALAR" || v == "default") cap = Isa::Scalar;
+    if (v == "avx2" || v == "AVX2") cap = Isa::Avx2;
+  }
+  return static_cast<int>(have) > static_cast<int>(cap) ? cap : have;
 }
 
 inline Isa cpu_isa() {

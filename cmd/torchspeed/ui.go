@@ -13,6 +13,8 @@ import (
 	"golang.org/x/term"
 
 	"github.com/torchspeed/torchspeed/internal/exitcode"
+	"github.com/torchspeed/torchspeed/pkg/cpu"
+	"github.com/torchspeed/torchspeed/pkg/runenv"
 )
 
 // The --progress choices.
@@ -33,7 +35,35 @@ func (u *ui) addFlags(root *cobra.Command) {
 	f.StringVar(&u.progress, "progress", progressAuto, "progress on stderr: auto (a bar on a terminal, timestamped lines otherwise), always (bars) or never")
 	f.BoolVarP(&u.quiet, "quiet", "q", false, "print no progress or log lines on stderr, only warnings and errors")
 	_ = root.RegisterFlagCompletionFunc("progress", fixedCompletion(progressAuto, progressAlways, progressNever))
-	root.PersistentPreRunE = func(*cobra.Command, []string) error { return u.validate() }
+	root.PersistentPreRunE = func(c *cobra.Command, _ []string) error {
+		if err := u.validate(); err != nil {
+			return err
+		}
+		return checkISAEnv(c)
+	}
+}
+
+// checkISAEnv refuses, before libtorch runs anything, an ATEN_CPU_CAPABILITY or
+// OPENBLAS_CORETYPE that names kernels this CPU lacks: they would stop the command (or the
+// programs launch starts) on an illegal instruction. probe reports them as findings instead,
+// and commands that run no model need not care.
+func checkISAEnv(c *cobra.Command) error {
+	top := c
+	for top.HasParent() && top.Parent().HasParent() {
+		top = top.Parent()
+	}
+	switch top.Name() {
+	case "probe", "version", "config", "help", "completion", "__complete":
+		return nil
+	}
+	p, err := cpu.Detect(cpu.Options{})
+	if err != nil {
+		return nil // the command itself reads the CPU and says what failed
+	}
+	if err := runenv.CheckISAEnv(os.LookupEnv, runenv.MachineOf(p)); err != nil {
+		return exitcode.New(exitcode.Usage, err)
+	}
+	return nil
 }
 
 func (u *ui) validate() error {

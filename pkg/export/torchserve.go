@@ -13,6 +13,7 @@ import (
 
 	"github.com/torchspeed/torchspeed/internal/safefile"
 	"github.com/torchspeed/torchspeed/pkg/bench"
+	"github.com/torchspeed/torchspeed/pkg/runenv"
 )
 
 //go:embed torchserve_handler.py
@@ -34,6 +35,9 @@ type TorchServeOptions struct {
 	// 0 means 1 (the manifest holds no instance measurement).
 	Workers   int
 	Overwrite bool
+	// Machine is the CPU whose instruction sets the exported runtime environment may use (nil:
+	// this machine's).
+	Machine *runenv.Machine
 	// BatchSweep is a `torchspeed bench --sweep-batch` result for the artifact (ReadBatchSweep):
 	// batchSize and maxBatchDelay come from it when it shows batching pays.
 	BatchSweep *bench.SweepResult
@@ -159,7 +163,8 @@ func WriteTorchServe(a *Artifact, dir string, o TorchServeOptions) (*TorchServeE
 		{TorchServeConfigProperty, []byte(propText.String())},
 		{"archive.sh", []byte(script)},
 	}
-	env, envNote, err := RuntimeEnv(a.Manifest.Runtime, filepath.Join(dir, RuntimeEnvFile))
+	env, envNote, envWarnings, err := RuntimeEnv(a.Manifest.Runtime, filepath.Join(dir, RuntimeEnvFile), machineOr(o.Machine), a.Manifest.CPU.Name())
+	e.Notes = append(e.Notes, warningNotes(envWarnings)...)
 	if err != nil {
 		return nil, fmt.Errorf("export torchserve: %w", err)
 	}

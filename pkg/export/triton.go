@@ -15,6 +15,7 @@ import (
 	"github.com/torchspeed/torchspeed/internal/safefile"
 	"github.com/torchspeed/torchspeed/pkg/bench"
 	"github.com/torchspeed/torchspeed/pkg/export/tritonpb"
+	"github.com/torchspeed/torchspeed/pkg/runenv"
 )
 
 // Triton's PyTorch backend parameters (triton-inference-server/pytorch_backend README).
@@ -47,6 +48,9 @@ type TritonOptions struct {
 	Instances int
 	// Overwrite replaces an existing model directory's files.
 	Overwrite bool
+	// Machine is the CPU whose instruction sets the exported runtime environment may use (nil:
+	// this machine's).
+	Machine *runenv.Machine
 	// BatchSweep is a `torchspeed bench --sweep-batch` result for the artifact (ReadBatchSweep);
 	// with it, dynamic_batching is written when the sweep shows batching pays.
 	BatchSweep *bench.SweepResult
@@ -298,7 +302,8 @@ func WriteTriton(a *Artifact, repo string, o TritonOptions) (*TritonExport, erro
 	if err := os.Rename(tmp, e.ModelPath); err != nil {
 		return nil, fmt.Errorf("export triton: %w", err)
 	}
-	env, note, err := RuntimeEnv(a.Manifest.Runtime, filepath.Join(dir, RuntimeEnvFile))
+	env, note, envWarnings, err := RuntimeEnv(a.Manifest.Runtime, filepath.Join(dir, RuntimeEnvFile), machineOr(o.Machine), a.Manifest.CPU.Name())
+	e.Notes = append(e.Notes, warningNotes(envWarnings)...)
 	if err != nil {
 		os.Remove(e.ModelPath)
 		return nil, fmt.Errorf("export triton: %w", err)

@@ -161,7 +161,13 @@ func (r *run) manifest(final *candidate) *torchspeed.Manifest {
 		LoadPasses: final.passes, ChannelsLast: final.channelsLast, Precision: final.precision,
 		QEngine: final.engine, FP32Layers: final.fp32Layers, Steps: final.steps,
 		Runtime:      torchspeed.Runtime{Threads: torch.NumThreads(), InteropThreads: r.cfg.Runtime.InteropThreads, Allocator: r.cfg.Runtime.Allocator},
-		QuantizedOps: final.quantizedOps,
+		QuantizedOps: final.quantizedOps, CPU: torchspeed.CPUOf(r.opts.Machine),
+	}
+	if final.precision == "int8-static" && r.rep.Quantize != nil {
+		m.ActivationBits = 8
+		if r.rep.Quantize.ReduceRange {
+			m.ActivationBits = 7
+		}
 	}
 	if len(m.QuantizedOps) == 0 {
 		m.QuantizedOps = nil

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/pkg/config"
+	"github.com/torchspeed/torchspeed/pkg/cpu"
 	"github.com/torchspeed/torchspeed/pkg/validate"
 )
 
@@ -186,13 +188,14 @@ func ResolveReduceRange(setting, engine string, exact bool) bool {
 }
 
 // ExactU8S8 reports whether this CPU's INT8 kernels sum u8 x s8 products without int16
-// saturation: on x86 only with AVX512-VNNI or AVX-VNNI (vpdpbusd; AMX CPUs have them too);
-// other architectures' engines do not use vpmaddubsw.
+// saturation: on x86 only with AVX512-VNNI or AVX-VNNI (vpdpbusd; AMX CPUs have them too) that
+// ONEDNN_MAX_CPU_ISA leaves oneDNN to use (cpu.ExactU8S8); other architectures' engines do not
+// use vpmaddubsw.
 func ExactU8S8() bool {
 	if runtime.GOARCH != "amd64" && runtime.GOARCH != "386" {
 		return true
 	}
-	return cpuid.CPU.Supports(cpuid.AVX512VNNI) || cpuid.CPU.Supports(cpuid.AVXVNNI)
+	return cpu.ExactU8S8(cpu.ISA{AVX512VNNI: cpuid.CPU.Supports(cpuid.AVX512VNNI), AVXVNNI: cpuid.CPU.Supports(cpuid.AVXVNNI)}, os.LookupEnv)
 }
 
 // Config is the shim configuration these options describe (after engine resolution).

@@ -158,15 +158,60 @@ func (c Candidate) Apply(s Settings) (Settings, error) {
 }
 
 // Fit returns the candidate without what machine m cannot run, and a note for each thing left
-// out: OpenBLAS's AVX-512 kernels on a CPU without AVX-512 (an artifact measured on another
-// machine) would stop the process on an illegal instruction.
-func (c Candidate) Fit(m Machine) (Candidate, []string) {
+// out, naming the setting, the CPU it was measured on (from, "" when unknown) and this one. A
+// candidate read from an artifact may come from another machine: ATen's AVX-512 kernels
+// (libtorch 1.13 dispatches to whatever ATEN_CPU_CAPABILITY names, without asking the CPU) and
+// OpenBLAS's forced cores stop the process on an illegal instruction where the CPU lacks them,
+// and huge pages asked of a kernel or C library that cannot give them change nothing but the
+// figures the artifact claims.
+func (c Candidate) Fit(m Machine, from string) (Candidate, []string) {
 	var notes []string
-	if c.BLASCore != "" && slices.Contains(openBLASAVX512Cores, c.BLASCore) && !m.AVX512 {
-		notes = append(notes, fmt.Sprintf("runtime candidate %s: OPENBLAS_CORETYPE=%s left out: this CPU lacks AVX-512 F/BW/VL/DQ", c.Name, c.BLASCore))
+	drop := func(setting, why string) {
+		where := "this CPU"
+		if m.Name != "" {
+			where = "this CPU (" + m.Name + ")"
+		}
+		measured := ""
+		if from != "" {
+			measured = " (measured on " + from + ")"
+		}
+		notes = append(notes, fmt.Sprintf("runtime candidate %s: %s left out%s: %s %s", c.Name, setting, measured, where, why))
+	}
+	switch {
+	case c.CPUCapability == "avx512" && !m.AVX512:
+		drop("ATEN_CPU_CAPABILITY=avx512", "lacks AVX-512 F/BW/VL/DQ; ATen's default kernels run instead")
+		c.CPUCapability = ""
+	case c.CPUCapability == "avx2" && !m.AVX2:
+		drop("ATEN_CPU_CAPABILITY=avx2", "lacks AVX2 and FMA; ATen's default kernels run instead")
+		c.CPUCapability = ""
+	}
+	switch {
+	case c.BLASCore == "":
+	case slices.Contains(openBLASAVX512Cores, c.BLASCore) && !m.AVX512:
+		drop("OPENBLAS_CORETYPE="+c.BLASCore, "lacks AVX-512 F/BW/VL/DQ; OpenBLAS chooses its own kernels")
+		c.BLASCore = ""
+	case !slices.Contains(openBLASAVX512Cores, c.BLASCore) && !m.AVX2:
+		drop("OPENBLAS_CORETYPE="+c.BLASCore, "lacks AVX2 and FMA; OpenBLAS chooses its own kernels")
 		c.BLASCore = ""
 	}
+	if c.HugePages {
+		switch {
+		case c.Allocator == "jemalloc" && !m.thpOn():
+			drop("huge pages", "has transparent huge pages "+orUnknown(m.THP)+", so jemalloc cannot get them")
+			c.HugePages = false
+		case (c.Allocator == "" || c.Allocator == "default") && !m.HugePagesOK():
+			drop("huge pages", "has transparent huge pages "+orUnknown(m.THP)+" and glibc "+orUnknown(m.Glibc)+" (glibc malloc needs 2.35 or newer and THP always or madvise)")
+			c.HugePages = false
+		}
+	}
 	return c, notes
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
 }
 
 // Env returns the variables a process started for the candidate needs on top of libtorch's

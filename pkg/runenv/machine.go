@@ -18,6 +18,12 @@ type Machine struct {
 	Glibc string
 	// AVX512 says the CPU has the AVX-512 subsets ATen's AVX-512 kernels need (F, BW, VL, DQ).
 	AVX512 bool
+	// AVX2 says the CPU has AVX2 and FMA, which ATen's and OpenBLAS's AVX2 kernels need.
+	AVX2 bool
+	// BF16 says the CPU has AVX512_BF16 (OpenBLAS's Cooperlake and Sapphire Rapids kernels use it).
+	BF16 bool
+	// Name is the CPU's model name, for messages that say where a setting cannot run.
+	Name string
 	// CPUCapability is the level ATen dispatches to by default ("AVX2", "AVX512"), "" when
 	// unknown.
 	CPUCapability string
@@ -35,7 +41,8 @@ func MachineOf(p *cpu.Probe) Machine {
 	if p == nil {
 		return Machine{}
 	}
-	m := Machine{THP: p.Memory.THPEnabled, AVX512: p.ISA.AVX512F && p.ISA.AVX512BW && p.ISA.AVX512VL && p.ISA.AVX512DQ}
+	m := Machine{THP: p.Memory.THPEnabled, AVX512: p.ISA.AVX512F && p.ISA.AVX512BW && p.ISA.AVX512VL && p.ISA.AVX512DQ,
+		AVX2: p.ISA.AVX2 && p.ISA.FMA, BF16: p.ISA.AVX512BF16, Name: p.CPU.Model}
 	if p.Libc.Name == "glibc" {
 		m.Glibc = p.Libc.Version
 	}

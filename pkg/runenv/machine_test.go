@@ -249,11 +249,13 @@ func TestOpenBLASCandidate(t *testing.T) {
 		t.Errorf("bad core: %v", err)
 	}
 	// An artifact measured on an AVX-512 machine, run on one without.
-	fit, notes := c.Fit(Machine{})
-	if fit.BLASCore != "" || fit.CPUCapability != "avx512" || len(notes) != 1 || !strings.Contains(notes[0], "OPENBLAS_CORETYPE=SkylakeX") {
+	fit, notes := c.Fit(Machine{AVX2: true, Name: "AMD EPYC 7763"}, "AMD EPYC 9B45")
+	if fit.BLASCore != "" || fit.CPUCapability != "" || len(notes) != 2 || !strings.Contains(notes[1], "OPENBLAS_CORETYPE=SkylakeX") ||
+		!strings.Contains(notes[0], "ATEN_CPU_CAPABILITY=avx512") || !strings.Contains(notes[0], "measured on AMD EPYC 9B45") ||
+		!strings.Contains(notes[0], "AMD EPYC 7763") {
 		t.Errorf("fit without AVX-512: %+v %v", fit, notes)
 	}
-	if fit, notes := c.Fit(zen4); fit.BLASCore != "SkylakeX" || len(notes) != 0 {
+	if fit, notes := c.Fit(zen4, ""); fit.BLASCore != "SkylakeX" || len(notes) != 0 {
 		t.Errorf("fit with AVX-512: %+v %v", fit, notes)
 	}
 	if got := ScrubEnv([]string{"PATH=/bin", "OPENBLAS_CORETYPE=SkylakeX"}); strings.Join(got, " ") != "PATH=/bin" {

@@ -4,10 +4,13 @@ import (
 	"archive/zip"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
+	"github.com/torchspeed/torchspeed/pkg/cpu"
+	"github.com/torchspeed/torchspeed/pkg/runenv"
 )
 
 // Model is a loaded artifact, ready for Predict from many goroutines.
@@ -46,6 +49,14 @@ func Load(path string, opts ...LoadOptions) (*Model, error) {
 	var o LoadOptions
 	if len(opts) > 0 {
 		o = opts[0]
+	}
+	// Before libtorch runs anything of the model: a kernel variable naming instructions this CPU
+	// lacks stops the process on an illegal instruction at the first call that reaches it.
+	here, err := cpu.Detect(cpu.Options{})
+	if err != nil {
+		here = nil // the CPU cannot be read: nothing to check against
+	} else if err := runenv.CheckISAEnv(os.LookupEnv, runenv.MachineOf(here)); err != nil {
+		return nil, fmt.Errorf("load %q: %w", path, err)
 	}
 	man, err := VerifyArchive(path)
 	if err != nil {
@@ -89,6 +100,7 @@ func Load(path string, opts ...LoadOptions) (*Model, error) {
 	if man.RecordsSHA256 == "" {
 		model.Warnings = append(model.Warnings, fmt.Sprintf("artifact %q records no digest (written by an older torchspeed): its integrity cannot be checked: run torchspeed optimize again", path))
 	}
+	model.Warnings = append(model.Warnings, man.CPUWarnings(path, CPUOf(here))...)
 	if have := torch.Version(); majorMinor(have) != majorMinor(man.Libtorch) {
 		model.Warnings = append(model.Warnings, fmt.Sprintf("artifact %q was made and measured with libtorch %s, this process has %s: re-run torchspeed optimize with this libtorch for figures that hold", path, torch.Clip(man.Libtorch), have))
 	}

@@ -92,6 +92,13 @@ type Manifest struct {
 	// RecordsSHA256 is ArchiveDigest of the archive it was saved in (SaveArtifact); Load refuses
 	// an archive whose records no longer match it. Empty in manifests written before it existed.
 	RecordsSHA256 string `json:"records_sha256,omitempty"`
+	// CPU is the processor the artifact was optimized and measured on (nil in manifests of
+	// older torchspeeds).
+	CPU *CPU `json:"cpu,omitempty"`
+	// ActivationBits is the width of a static INT8 artifact's u8 activations: 7
+	// (reduce_range), which no x86 INT8 kernel can saturate, or 8, which oneDNN's and FBGEMM's
+	// kernels can saturate on CPUs without VNNI. 0: not static INT8, or an older manifest.
+	ActivationBits int `json:"activation_bits,omitempty"`
 	// QuantizedOps counts the quantized:: operators in the saved graph, by kind (empty: no
 	// layer is quantized, whatever Precision a hand-made manifest claims).
 	QuantizedOps map[string]int `json:"quantized_ops,omitempty"`
