@@ -11,7 +11,7 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 LDFLAGS  := -X github.com/torchspeed/torchspeed/pkg/version.Version=$(VERSION)
 PREFIX   ?= /usr/local
 
-.PHONY: all setup shim build fixtures test test-go test-purego test-example lint demo bench bench-peers check-libtorch2 install proto clean
+.PHONY: all setup shim build fixtures test test-go test-purego test-example check-isa lint demo bench bench-peers check-libtorch2 install proto clean
 
 all: build
 
@@ -61,7 +61,13 @@ test-purego:
 test-go:
 	go test -race -count=1 -timeout 40m ./...
 
-test: build fixtures lint test-purego test-go test-example
+test: build fixtures lint test-purego test-go test-example check-isa
+
+# The instruction-set matrix: the INT8 and kernel tests with lower paths forced (AVX2 without
+# VNNI, AVX-512 without VNNI, no vector kernels) on the CPU at hand, and the CLI on an emulated
+# Haswell (qemu-user), where an AVX-512 instruction is an illegal instruction.
+check-isa: build fixtures
+	bash scripts/check-isa.sh
 
 # libtorchspeed.so (RUNPATH to the libtorch it was built against), torchspeed.h, torchspeed.pc and
 # the binary, linked through pkg-config against the installed library (rpath PREFIX/lib), so
@@ -86,6 +92,8 @@ proto:
 
 demo: build fixtures
 	$(BIN) optimize -c configs/demo.yaml
+	@echo "demo: the report is build/demo/report.md (and report.json); with the runtime settings measured too (a few minutes more):"
+	@echo "  TORCHSPEED_RUNTIME_MEASURE=true $(BIN) optimize -c configs/demo.yaml"
 
 bench: build fixtures
 	go test -run '^$$' -bench . -benchtime 200x -timeout 60m ./bindings/... ./pkg/...

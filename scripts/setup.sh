@@ -13,6 +13,8 @@ if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 pkgs=(cmake make g++ pkg-config ca-certificates python3-numpy python3-pil)
 # make test-example (examples/serve/test.sh) reads the CLI's and the service's JSON with them.
 pkgs+=(jq curl)
+# make check-isa runs the CLI on an emulated CPU without AVX-512 (QEMU user mode).
+pkgs+=(qemu-user)
 # Allocators that `torchspeed launch --allocator` preloads (Debian 13 renamed tcmalloc's package).
 pkgs+=(libjemalloc2)
 if [ "${ID}:${VERSION_ID:-}" = "debian:13" ]; then pkgs+=(libgoogle-perftools4t64); else pkgs+=(libgoogle-perftools4); fi

@@ -335,8 +335,19 @@ func TestConvAddPassOnResnet18(t *testing.T) {
 				t.Errorf("round %d: input %d: top-1 %d, unfused %d", round, b, validate.Argmax(g[b*classes:(b+1)*classes]), validate.Argmax(w[b*classes:(b+1)*classes]))
 			}
 		}
-		if cos < 0.999 {
-			t.Errorf("round %d: cosine to the unfused model %.6f, want >= 0.999", round, cos)
+		// The fused op skips the pair's rounding of the conv's output: 1 - cosine scales with
+		// the activation grid's step squared, 4x for 7-bit activations. 8-bit ones on kernels
+		// that saturate them (no VNNI) clip where each model's weight blocking puts the pairs:
+		// no bound follows, and the top-1 check above is what is left.
+		minCos, bound := 0.999, true
+		switch {
+		case f.QuantRef.ReduceRange:
+			minCos = 1 - 4*(1-minCos)
+		case !quant.ExactU8S8():
+			bound = false
+		}
+		if bound && cos < minCos {
+			t.Errorf("round %d: cosine to the unfused model %.6f, want >= %.4f (reduce_range %v)", round, cos, minCos, f.QuantRef.ReduceRange)
 		}
 		if round == 0 {
 			t.Logf("resnet18 INT8: %d pairs fused; cosine to the unfused model %.6f", n, cos)

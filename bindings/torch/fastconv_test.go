@@ -64,6 +64,7 @@ func convData(t testing.TB, r *rand.Rand, c convCase, bias bool) (x, w, b *torch
 // and AVX-512 kernels alike (1.13.1 gets it right); python3-torch 2.6 alone shows it:
 // conv2d(rand(2,17,6,6), rand(64,17,3,3)) against the same in float64.
 func TestFastConvMatchesATen(t *testing.T) {
+	skipWithoutFastKernels(t)
 	cases := []convCase{
 		{1, 1, 8, 8, 16, 3, 3, params(1, 1, 1)},   // digits conv1
 		{1, 16, 8, 8, 32, 3, 3, params(1, 1, 1)},  // digits conv2
@@ -190,6 +191,7 @@ func TestFastConvFallbacks(t *testing.T) {
 // both convolutions swapped with their relus fused, alone and after fast_linear; outputs stay
 // within 1e-5 of the frozen model's and ATen runs no convolution.
 func TestFastConvPassOnDigits(t *testing.T) {
+	skipWithoutFastKernels(t)
 	man := fixtures.Load(t)
 	f := man.Get(t, "digits")
 	m := loadFixture(t, f)
@@ -254,6 +256,7 @@ func TestFastConvPassOnDigits(t *testing.T) {
 // past 576: three 1x1 convs on 960 channels), which stay ATen's; outputs within float rounding of
 // the frozen model's.
 func TestFastConvPassLeavesGroupedConvs(t *testing.T) {
+	skipWithoutFastKernels(t)
 	if testing.Short() {
 		t.Skip("mobilenet_v2 at 224x224: not in -short")
 	}

@@ -138,6 +138,7 @@ func TestFastLinearKernelsMatchATen(t *testing.T) {
 // relu, more rows than the fast path takes (at::linear then: the same bits), and arguments
 // at::linear refuses (refused the same way).
 func TestFastLinearShapesAndFallbacks(t *testing.T) {
+	skipWithoutFastKernels(t)
 	r := rand.New(rand.NewPCG(3, 4))
 	threads := min(2, torch.AvailableCPUs())
 	w := newTensor(t, randFloats(r, 40*24), 40, 24)
@@ -272,6 +273,7 @@ func TestFastLinearShapesAndFallbacks(t *testing.T) {
 // weights as attributes, and the pass keeps ATen's op). Outputs stay within 1e-5 of the
 // original's, and ATen runs no GEMM but the attention's.
 func TestFastLinearPassOnTransformer(t *testing.T) {
+	skipWithoutFastKernels(t)
 	man := fixtures.Load(t)
 	// transformer_prenorm: pre-norm, GELU, batch 2, and heads of 8 floats (ATen's bmm runs the
 	// attention there); transformer_scripted: post-norm, relu, 32-float heads (torchspeed's loops).

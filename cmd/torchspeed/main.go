@@ -21,6 +21,7 @@ var commands = []func(*ui) *cobra.Command{
 	newOptimizeCmd,
 	newBenchCmd,
 	newRunCmd,
+	newCheckCmd,
 	newLaunchCmd,
 	newExportCmd,
 	newConfigCmd,

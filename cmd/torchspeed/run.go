@@ -126,6 +126,9 @@ func (r *runCmd) run(c *cobra.Command) error {
 		return err
 	}
 	defer m.Close()
+	for _, w := range m.Warnings {
+		fmt.Fprintln(c.ErrOrStderr(), "run: warning:", w)
+	}
 	log := r.ui.logOrDiscard(c.ErrOrStderr())
 	if err := r.setThreads(m, c.ErrOrStderr()); err != nil {
 		return err

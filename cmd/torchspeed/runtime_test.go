@@ -99,14 +99,25 @@ func TestCLIArtifactRuntime(t *testing.T) {
 func TestCLIArtifactRuntimeHugePages(t *testing.T) {
 	bin := torchspeedBin(t)
 	art := measuredArtifact(t, runenv.Candidate{Name: "thp+avx512", Allocator: "default", HugePages: true, CPUCapability: "avx512"})
+	probe, err := cpu.Detect(cpu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What this machine can run of it: the rest is left out with a warning (Fit), on a CPU
+	// without AVX-512 and where the kernel or glibc cannot give huge pages.
+	m := runenv.MachineOf(probe)
+	avx512, thp := m.AVX512, m.HugePagesOK()
 	out, stderr, code := runBin(t, bin, "launch", "--print-env", "--threads", "2", "--artifact", art)
 	if code != 0 {
 		t.Fatalf("launch: exit %d\n%s", code, stderr)
 	}
-	for _, want := range []string{`export GLIBC_TUNABLES="${GLIBC_TUNABLES:+$GLIBC_TUNABLES:}"glibc.malloc.hugetlb=1`, "export ATEN_CPU_CAPABILITY=avx512"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("launch --print-env lacks %q:\n%s", want, out)
+	for want, on := range map[string]bool{`export GLIBC_TUNABLES="${GLIBC_TUNABLES:+$GLIBC_TUNABLES:}"glibc.malloc.hugetlb=1`: thp, "export ATEN_CPU_CAPABILITY=avx512": avx512} {
+		if strings.Contains(out, want) != on {
+			t.Errorf("launch --print-env has %q: %v, want %v:\n%s", want, !on, on, out)
 		}
+	}
+	if strings.Contains(stderr, "ATEN_CPU_CAPABILITY=avx512 left out") == avx512 {
+		t.Errorf("AVX-512 %v: warning %q", avx512, stderr)
 	}
 	out, stderr, code = cli(t, "", []string{"GLIBC_TUNABLES=glibc.malloc.arena_max=2"},
 		"bench", "-m", art, "--runtime", "torchspeed", "--threads", "2", "--runs", "3", "--warmup", "1", "--json")
@@ -114,8 +125,8 @@ func TestCLIArtifactRuntimeHugePages(t *testing.T) {
 		t.Fatalf("bench: exit %d\n%s", code, stderr)
 	}
 	cand, env := benchRuntimeSettings(t, out)
-	if cand != "thp+avx512" || env["GLIBC_TUNABLES"] != "glibc.malloc.hugetlb=1" || env["ATEN_CPU_CAPABILITY"] != "avx512" {
-		t.Errorf("candidate %q, env %v", cand, env)
+	if cand != "thp+avx512" || (env["GLIBC_TUNABLES"] == "glibc.malloc.hugetlb=1") != thp || (env["ATEN_CPU_CAPABILITY"] == "avx512") != avx512 {
+		t.Errorf("huge pages %v, AVX-512 %v: candidate %q, env %v", thp, avx512, cand, env)
 	}
 }
 

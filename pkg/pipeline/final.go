@@ -163,7 +163,7 @@ func (r *run) manifest(final *candidate) *torchspeed.Manifest {
 		Runtime:      torchspeed.Runtime{Threads: torch.NumThreads(), InteropThreads: r.cfg.Runtime.InteropThreads, Allocator: r.cfg.Runtime.Allocator},
 		QuantizedOps: final.quantizedOps, CPU: torchspeed.CPUOf(r.opts.Machine),
 	}
-	if final.precision == "int8-static" && r.rep.Quantize != nil {
+	if (final.precision == "int8-static" || final.precision == "int8-dynamic") && r.rep.Quantize != nil {
 		m.ActivationBits = 8
 		if r.rep.Quantize.ReduceRange {
 			m.ActivationBits = 7

@@ -2,6 +2,7 @@ package torchspeed
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -109,10 +110,23 @@ func (m *Manifest) CPUWarnings(path string, here *CPU) []string {
 }
 
 // INT8SaturationRisk says the artifact's quantized kernels can saturate on CPU here where they
-// did not where it was validated: a static INT8 artifact whose activations use all 8 bits,
-// validated on a CPU with VNNI, run on one without.
+// did not where it was validated: an INT8 artifact whose activations use all 8 bits (static
+// layers, or dynamic LSTM/GRU cells), validated on a CPU with VNNI, run on one without.
 func (m *Manifest) INT8SaturationRisk(here *CPU) bool {
-	if m == nil || here == nil || m.Precision != "int8-static" || len(m.QuantizedOps) == 0 {
+	if m == nil || here == nil || len(m.QuantizedOps) == 0 {
+		return false
+	}
+	switch m.Precision {
+	case "int8-static":
+	case "int8-dynamic":
+		// Its linears are 7-bit whatever the setting; only recurrent cells read it.
+		if !slices.ContainsFunc(slices.Collect(maps.Keys(m.QuantizedOps)), func(k string) bool {
+			k = strings.ToLower(k)
+			return strings.Contains(k, "lstm") || strings.Contains(k, "gru") || strings.Contains(k, "rnn")
+		}) {
+			return false
+		}
+	default:
 		return false
 	}
 	// 8 bits validated on a CPU without VNNI were validated with the saturation in place.

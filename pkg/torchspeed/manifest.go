@@ -95,9 +95,10 @@ type Manifest struct {
 	// CPU is the processor the artifact was optimized and measured on (nil in manifests of
 	// older torchspeeds).
 	CPU *CPU `json:"cpu,omitempty"`
-	// ActivationBits is the width of a static INT8 artifact's u8 activations: 7
-	// (reduce_range), which no x86 INT8 kernel can saturate, or 8, which oneDNN's and FBGEMM's
-	// kernels can saturate on CPUs without VNNI. 0: not static INT8, or an older manifest.
+	// ActivationBits is the width of an INT8 artifact's u8 activations: 7 (reduce_range),
+	// which no x86 INT8 kernel can saturate, or 8, which oneDNN's and FBGEMM's kernels can
+	// saturate on CPUs without VNNI. Dynamic INT8 linears always use 7 (libtorch's pass
+	// hard-codes it); the setting reaches its LSTM and GRU cells. 0: FP32, or an older manifest.
 	ActivationBits int `json:"activation_bits,omitempty"`
 	// QuantizedOps counts the quantized:: operators in the saved graph, by kind (empty: no
 	// layer is quantized, whatever Precision a hand-made manifest claims).
