@@ -64,7 +64,7 @@ type checkReport struct {
 	RuntimeWhy       string `json:"runtime_why,omitempty"`
 	// INT8SaturationRisk: an 8-bit-activation INT8 artifact validated with exact INT8
 	// arithmetic meets a CPU whose oneDNN kernels saturate (see Manifest.INT8SaturationRisk).
-	INT8SaturationRisk bool          `json:"int8_saturation_risk"`
+	INT8SaturationRisk bool           `json:"int8_saturation_risk"`
 	Accuracy           *checkAccuracy `json:"accuracy"`
 	Threads            *checkThreads  `json:"threads"`
 	// Verdict is "ok", "accuracy-failed" or "accuracy-not-checked".
