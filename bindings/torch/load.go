@@ -173,3 +173,25 @@ func checkArchive(r io.ReaderAt, size int64, name string) error {
 	}
 	return nil
 }
+
+// LoadLibrary loads a shared library of custom operators (one that registers them with
+// TORCH_LIBRARY, as torch.ops.load_library does in Python), so that models calling them load.
+// Call it before Load. path is a file, or a bare name the dynamic linker searches for.
+// Loading one library twice is harmless; a library is never unloaded.
+func LoadLibrary(path string) error {
+	if err := checkShim(); err != nil {
+		return err
+	}
+	if path == "" {
+		return errors.New("load op library: the path is empty: name a .so file that registers the model's operators")
+	}
+	cs := C.CString(path)
+	defer C.free(unsafe.Pointer(cs))
+	if err := statusErr(C.ts_load_library(cs)); err != nil {
+		if errors.Is(err, NotFound) {
+			return fmt.Errorf("load op library %q: file not found: check the path (build the library first, e.g. with torch.utils.cpp_extension): %w", path, err)
+		}
+		return fmt.Errorf("load op library %q: not loadable as a shared library (a wrong architecture, or a missing dependency or symbol; `ldd %s` lists what it needs): %w", path, path, err)
+	}
+	return nil
+}
