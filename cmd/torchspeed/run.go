@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -151,6 +152,9 @@ func (r *runCmd) run(c *cobra.Command) error {
 			return fmt.Errorf("run: --save: %w", err)
 		}
 		fmt.Fprintf(log, "run: wrote %s (%d call(s))\n", r.save, calls)
+		if len(res.text) > 0 {
+			fmt.Fprintf(c.ErrOrStderr(), "run: note: .npz holds tensors only: the str output(s) %s are printed, not saved\n", textNames(res.text))
+		}
 	}
 	return r.print(c.OutOrStdout(), m, plan.Method, calls, res)
 }
@@ -175,14 +179,21 @@ func (r *runCmd) print(w io.Writer, m *torchspeed.Model, method string, calls in
 	if r.asJSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
+		outputs := make([]any, 0, len(res.last)+len(res.text))
+		for _, o := range res.last {
+			outputs = append(outputs, o)
+		}
+		for _, o := range res.text {
+			outputs = append(outputs, o)
+		}
 		out := map[string]any{"model": r.model, "method": method, "calls": calls, "first_run_ms": ms,
-			"stateful": m.Stateful(), "outputs": res.last}
+			"stateful": m.Stateful(), "outputs": outputs}
 		if m.Stateful() {
 			out["state_attributes"], out["reset_method"] = m.StateAttributes(), m.ResetMethod()
 		}
 		return enc.Encode(out)
 	}
-	fmt.Fprintf(w, "%s: %d output(s), first run %.2f ms\n", r.model, len(res.last), ms)
+	fmt.Fprintf(w, "%s: %d output(s), first run %.2f ms\n", r.model, len(res.last)+len(res.text), ms)
 	if method != "forward" || calls > 1 {
 		fmt.Fprintf(w, "  %s: %d call(s); outputs of the last call:\n", method, calls)
 	}
@@ -208,6 +219,17 @@ func (r *runCmd) print(w io.Writer, m *torchspeed.Model, method string, calls in
 			}
 			fmt.Fprintf(w, "           top-%d (row 0): %s\n", len(o.TopK), strings.Join(parts, "  "))
 		}
+	}
+	for _, o := range res.text {
+		quoted := make([]string, len(o.Values))
+		for i, v := range o.Values {
+			quoted[i] = strconv.Quote(v)
+		}
+		if len(o.Shape) == 0 {
+			fmt.Fprintf(w, "  %-8s str  %s\n", o.Name, strings.Join(quoted, ""))
+			continue
+		}
+		fmt.Fprintf(w, "  %-8s str%v  [%s]\n", o.Name, o.Shape, strings.Join(quoted, ", "))
 	}
 	return nil
 }
@@ -248,4 +270,12 @@ func summarizeOutput(o torch.Output, k int) (runOutput, error) {
 		}
 	}
 	return ro, nil
+}
+
+func textNames(ts []textOutput) string {
+	names := make([]string, len(ts))
+	for i, t := range ts {
+		names[i] = t.Name
+	}
+	return strings.Join(names, ", ")
 }

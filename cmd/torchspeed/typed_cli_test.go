@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -173,5 +174,68 @@ func TestCLITypedBadInputs(t *testing.T) {
 		if _, err := os.Stat(out); err == nil {
 			t.Fatalf("%s: left %s behind", c.name, out)
 		}
+	}
+}
+
+// A model shaped like Silero VAD v4 (an nn.LSTM with flattened weights, (h, c) in attributes):
+// run replays its chunk stream as PyTorch does on one copy, and bench runs two streams.
+func TestCLIRunBenchLSTMFlatWeights(t *testing.T) {
+	f := fixtures.Load(t).Get(t, "vad_lstm")
+	if worst := streamRun(t, f, "forward"); worst > streamTolerance {
+		t.Errorf("run: max abs diff %.3g from PyTorch > %g", worst, streamTolerance)
+	}
+	x := "x=seq:" + f.Path(f.Stream(t, "forward").Args[0].Tensor.File)
+	stdout, stderr, code := cli(t, t.TempDir(), nil, "bench", "-m", f.ModelPath(), "--input", x, "--input", "sr=int:16000",
+		"--streams", "2", "--threads", "1", "--runs", "40", "--warmup", "2", "--runtime", "default", "--json")
+	if code != 0 {
+		t.Fatalf("bench --streams 2: exit %d\n%s", code, stderr)
+	}
+	var rep struct {
+		Throughput struct {
+			Streams    int `json:"streams"`
+			Inferences int `json:"inferences"`
+		} `json:"throughput"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, stdout)
+	}
+	if rep.Throughput.Streams != 2 || rep.Throughput.Inferences != 80 {
+		t.Errorf("throughput: %+v, want 2 streams of 40 runs", rep.Throughput)
+	}
+}
+
+// run prints a method that returns List[str] (a demo app's get_classes), as text and in --json.
+func TestCLIRunStrOutputs(t *testing.T) {
+	f := fixtures.Load(t).Get(t, "classes")
+	dir := t.TempDir()
+	stdout, stderr, code := cli(t, dir, nil, "run", "-m", f.ModelPath(), "--method", "get_classes")
+	if code != 0 {
+		t.Fatalf("run --method get_classes: exit %d\n%s", code, stderr)
+	}
+	quoted := make([]string, len(f.Classes))
+	for i, c := range f.Classes {
+		quoted[i] = strconv.Quote(c)
+	}
+	if want := fmt.Sprintf("str[%d]  [%s]", len(f.Classes), strings.Join(quoted, ", ")); !strings.Contains(stdout, want) {
+		t.Errorf("output lacks %q:\n%s", want, stdout)
+	}
+	stdout, stderr, code = cli(t, dir, nil, "run", "-m", f.ModelPath(), "--method", "get_classes", "--json")
+	if code != 0 {
+		t.Fatalf("run --json: exit %d\n%s", code, stderr)
+	}
+	var out struct {
+		Outputs []struct {
+			Name   string   `json:"name"`
+			DType  string   `json:"dtype"`
+			Shape  []int64  `json:"shape"`
+			Values []string `json:"values"`
+		} `json:"outputs"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &out); err != nil {
+		t.Fatalf("%v\n%s", err, stdout)
+	}
+	if len(out.Outputs) != 1 || out.Outputs[0].DType != "str" || !slices.Equal(out.Outputs[0].Values, f.Classes) ||
+		!slices.Equal(out.Outputs[0].Shape, []int64{int64(len(f.Classes))}) {
+		t.Errorf("--json outputs %+v, want one str output %v", out.Outputs, f.Classes)
 	}
 }
