@@ -55,7 +55,8 @@ type Model struct {
 	// ResetMethod returns a stateful model to its initial state ("": reset_states or reset
 	// when the model has one). It is called before every validation pass, timing and save.
 	ResetMethod string `mapstructure:"reset_method" json:"reset_method,omitempty"`
-	// PreserveMethods are kept through freezing (the reset method always is).
+	// PreserveMethods are kept through freezing (the reset method always is). Unset, every
+	// public method (a name not starting with "_") is kept, as the original exports it.
 	PreserveMethods []string `mapstructure:"preserve_methods" json:"preserve_methods,omitempty"`
 }
 

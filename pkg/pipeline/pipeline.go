@@ -234,6 +234,10 @@ func (r *run) load() error {
 		r.warn(fmt.Sprintf("the original model's outputs hold %d NaN or infinite value(s) on the check inputs: candidates are held to the same values at the same places, and those figures are written as null", n))
 	}
 	r.logf("loaded %s: %d graph nodes, inputs %s", cfg.Model.Path, r.rep.Model.Nodes, strings.Join(specs, ", "))
+	if len(r.call.dropped) > 0 {
+		r.warn(fmt.Sprintf("the artifact will not have method(s) %s of the original: model.preserve_methods (%s) leaves them out; add them there to keep them",
+			strings.Join(r.call.dropped, ", "), strings.Join(cfg.Model.PreserveMethods, ", ")))
+	}
 	if r.call.stateful() {
 		d := fmt.Sprintf("stateful: %s assigns %s between calls; %s resets it before every check, validation and calibration pass, timing and the save, and freezing keeps %s",
 			r.call.method, strings.Join(r.call.state, ", "), r.call.reset, strings.Join(r.call.preserve, ", "))

@@ -375,3 +375,52 @@ func TestOptimizeDataOnlyShapeInManifest(t *testing.T) {
 		t.Errorf("manifest input x: shape %v dtype %q, want %v float32 (the data's per call)", in.Shape, in.DType, want)
 	}
 }
+
+// Freezing keeps every public method the original exports (a demo app's get_classes) unless
+// model.preserve_methods lists the ones to keep; then the report says which ones go.
+func TestOptimizeKeepsPublicMethods(t *testing.T) {
+	f := fixtures.Load(t).Get(t, "classes")
+	x := f.Stream(t, "forward").Args[0].Tensor
+	cfg := func(preserve []string) *config.Config {
+		c := config.Default()
+		c.Model.Path = f.ModelPath()
+		c.Model.Inputs = []config.Input{{Name: "x", Shape: x.Shape[1:], DType: x.DType, Data: "seq:" + f.Path(x.File)}}
+		c.Model.PreserveMethods = preserve
+		c.Quantize.Mode = "none"
+		c.Bench.Runs, c.Bench.Warmup, c.Bench.StageRuns = 8, 1, 4
+		c.Output.Dir = t.TempDir()
+		if err := c.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		return &c
+	}
+	rep, err := Run(context.Background(), cfg(nil), testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := torchspeed.Load(*rep.Artifact, torchspeed.LoadOptions{KeepThreads: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if !slices.Contains(m.Manifest.PreserveMethods, "get_classes") {
+		t.Errorf("manifest preserve_methods %v lacks get_classes", m.Manifest.PreserveMethods)
+	}
+	out, err := m.RunMethod("get_classes")
+	if err != nil {
+		t.Fatalf("artifact (%s): get_classes: %v", strings.Join(m.Manifest.Steps, "+"), err)
+	}
+	defer out.Close()
+	_, text, err := out.OutputsAndText()
+	if err != nil || len(text) != 1 || !slices.Equal(text[0].Values, f.Classes) {
+		t.Errorf("artifact's get_classes: %v %v, want %v", text, err, f.Classes)
+	}
+
+	rep, err = Run(context.Background(), cfg([]string{}), testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !hasWarning(rep, "will not have method(s) get_classes") {
+		t.Errorf("dropping get_classes not reported: warnings %v", rep.Warnings)
+	}
+}
