@@ -239,3 +239,26 @@ func TestCLIRunStrOutputs(t *testing.T) {
 		t.Errorf("--json outputs %+v, want one str output %v", out.Outputs, f.Classes)
 	}
 }
+
+// config init records the dtype of --input data (uint8 images of a demo-app model), so that
+// optimize -c accepts the config it wrote.
+func TestCLIConfigInitDataDType(t *testing.T) {
+	f := fixtures.Load(t).Get(t, "classes")
+	x := f.Stream(t, "forward").Args[0].Tensor
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "c.yaml")
+	if _, stderr, code := cli(t, dir, nil, "config", "init", "-m", f.ModelPath(), "-o", cfg, "--input", "x=seq:"+f.Path(x.File)); code != 0 {
+		t.Fatalf("config init: exit %d: %s", code, stderr)
+	}
+	body, _ := os.ReadFile(cfg)
+	if want := "dtype: " + x.DType; x.DType != "uint8" || !strings.Contains(string(body), want) {
+		t.Fatalf("config lacks %q (data dtype %s):\n%s", want, x.DType, body)
+	}
+	quick := strings.Replace(strings.Replace(string(body), "runs: 200", "runs: 10", 1), "threads: 0", "threads: 1", 1)
+	if err := os.WriteFile(cfg, []byte(quick), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, stderr, code := cli(t, dir, nil, "optimize", "--quiet", "-c", cfg); code != 0 {
+		t.Fatalf("optimize -c: exit %d: %s", code, stderr)
+	}
+}
