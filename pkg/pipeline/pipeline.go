@@ -366,11 +366,17 @@ func (r *run) tensorsOf(arrays []*npy.Array) ([]*torch.Tensor, error) {
 	return set, nil
 }
 
-// validationSource is the data to validate on: validation.data, else the calibration data.
+// validationSource is the data to validate on: validation.data; else nil for a stream (the
+// stream is replayed); else the calibration data.
 func (r *run) validationSource() *calib.Source {
 	v := r.cfg.Validation.Data
 	if v.Path != "" || v.Kind != "" {
 		return &v
+	}
+	if r.stream {
+		// A stream's calls depend on the ones before them (state, context): shuffled or
+		// batched calibration samples would check a different use than the model's.
+		return nil
 	}
 	c := r.cfg.Calibration
 	if c.Path != "" || c.Kind != "" {
