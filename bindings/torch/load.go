@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -112,8 +113,14 @@ func explainLoadError(name string, err error) error {
 	if errors.Is(err, Corrupt) {
 		return fmt.Errorf("load model %q: truncated or corrupt archive: copy or export it again (%w)", name, err)
 	}
+	if m := unknownOp.FindStringSubmatch(err.Error()); m != nil {
+		return fmt.Errorf("load model %q: it calls the custom operator %s, which no loaded library registers: load the shared library that does first (torchspeed: --op-library LIB.so, or model.op_libraries in a config): %w", name, m[1], err)
+	}
 	return fmt.Errorf("load model %q: %w", name, err)
 }
+
+// unknownOp matches TorchScript's compile error for an operator nobody registered.
+var unknownOp = regexp.MustCompile(`Unknown builtin op: ([A-Za-z0-9_]+::[A-Za-z0-9_]+)`)
 
 // MaxFileFormatVersion is the newest TorchScript file format version (an archive's version
 // record) this libtorch reads.

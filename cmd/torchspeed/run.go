@@ -24,7 +24,8 @@ type runCmd struct {
 	ui      *ui
 	model   string
 	config  string
-	reset   string // model.reset_method
+	reset   string   // model.reset_method
+	opLibs  []string // model.op_libraries
 	args    callInputs
 	calls   int
 	save    string
@@ -85,6 +86,7 @@ none are given.`,
 	f.IntVar(&r.topk, "topk", 5, "how many of the largest values of each output row to print")
 	f.IntVar(&r.threads, "threads", 0, "intra-op threads, 1 to the CPUs available (0: the artifact's, else libtorch's default)")
 	f.BoolVar(&r.asJSON, "json", false, "print JSON")
+	f.StringArrayVar(&r.opLibs, "op-library", nil, "shared library of custom operators the model calls, loaded before it (repeat; model.op_libraries)")
 	return c
 }
 
@@ -99,6 +101,9 @@ func (r *runCmd) run(c *cobra.Command) error {
 		}
 		r.args.fromConfig(cfg)
 		r.reset = cfg.Model.ResetMethod
+		if len(r.opLibs) == 0 {
+			r.opLibs = cfg.Model.OpLibraries
+		}
 	}
 	if r.model == "" {
 		return exitcode.Usagef("run: --model is required")
@@ -119,6 +124,9 @@ func (r *runCmd) run(c *cobra.Command) error {
 		if err := safefile.CheckWritableDir(filepath.Dir(r.save)); err != nil {
 			return exitcode.Usagef("run: --save: %v", err)
 		}
+	}
+	if err := torchspeed.LoadOpLibraries(r.opLibs); err != nil {
+		return exitcode.New(exitcode.Usage, fmt.Errorf("run: --op-library (model.op_libraries): %w", err))
 	}
 	m, err := torchspeed.Load(r.model, torchspeed.LoadOptions{KeepThreads: true, Method: r.args.method, ResetMethod: r.reset})
 	if errors.Is(err, torchspeed.ErrNoMethod) {

@@ -262,3 +262,42 @@ func TestCLIConfigInitDataDType(t *testing.T) {
 		t.Fatalf("optimize -c: exit %d: %s", code, stderr)
 	}
 }
+
+// A model calling a custom operator loads only after the library that registers it: without
+// it run says which operator is missing and how to load it; --op-library (run, optimize) and
+// model.op_libraries (bench -c, a path relative to the config) load it; a missing library is a
+// usage error naming it.
+func TestCLIOpLibraries(t *testing.T) {
+	f := fixtures.Load(t).Get(t, "custom_op")
+	lib := f.Path(f.OpLibrary)
+	dir := t.TempDir()
+	x := f.Path(f.Stream(t, "forward").Args[0].Tensor.File)
+	_, stderr, code := cli(t, dir, nil, "run", "-m", f.ModelPath(), "--input", "x=seq:"+x)
+	if code == 0 || !strings.Contains(stderr, "tsfixture::scale_shift") || !strings.Contains(stderr, "--op-library") {
+		t.Errorf("run without the library: exit %d, want the operator and --op-library named: %s", code, stderr)
+	}
+	missing := filepath.Join(dir, "libmissing.so")
+	_, stderr, code = cli(t, dir, nil, "run", "-m", f.ModelPath(), "--input", "x=seq:"+x, "--op-library", missing)
+	if code != exitcode.Usage || !strings.Contains(stderr, missing) || !strings.Contains(stderr, "not found") {
+		t.Errorf("run with a missing library: exit %d, want %d naming %s: %s", code, exitcode.Usage, missing, stderr)
+	}
+	if worst := streamRun(t, f, "forward", "--op-library", lib); worst > streamTolerance {
+		t.Errorf("run --op-library: max abs diff %.3g from PyTorch", worst)
+	}
+	if err := os.Symlink(lib, filepath.Join(dir, "libops.so")); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "c.yaml")
+	body := fmt.Sprintf("model:\n  path: %s\n  op_libraries: [libops.so]\n  inputs:\n    - {name: x, data: \"seq:%s\"}\n", f.ModelPath(), x)
+	if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, stderr, code := cli(t, t.TempDir(), nil, "bench", "-c", cfg, "--runs", "5", "--warmup", "1", "--threads", "1", "--runtime", "default"); code != 0 {
+		t.Errorf("bench -c with model.op_libraries: exit %d: %s", code, stderr)
+	}
+	out := t.TempDir()
+	if _, stderr, code := cli(t, dir, nil, "optimize", "--quiet", "-m", f.ModelPath(), "--input-shape", "2x6", "--op-library", lib,
+		"--threads", "1", "--runs", "10", "-o", out); code != 0 {
+		t.Errorf("optimize --op-library: exit %d: %s", code, stderr)
+	}
+}

@@ -58,6 +58,10 @@ type Model struct {
 	// PreserveMethods are kept through freezing (the reset method always is). Unset, every
 	// public method (a name not starting with "_") is kept, as the original exports it.
 	PreserveMethods []string `mapstructure:"preserve_methods" json:"preserve_methods,omitempty"`
+	// OpLibraries are shared libraries of custom operators (TORCH_LIBRARY extensions) that the
+	// model calls, loaded (dlopen, RTLD_NOW | RTLD_GLOBAL) before it; relative paths are from
+	// the config file's folder.
+	OpLibraries []string `mapstructure:"op_libraries" json:"op_libraries,omitempty"`
 }
 
 // Input is one argument of the model's forward.

@@ -23,6 +23,7 @@ import (
 	"github.com/torchspeed/torchspeed/pkg/npy"
 	"github.com/torchspeed/torchspeed/pkg/report"
 	"github.com/torchspeed/torchspeed/pkg/runenv"
+	"github.com/torchspeed/torchspeed/pkg/torchspeed"
 	"github.com/torchspeed/torchspeed/pkg/version"
 )
 
@@ -176,6 +177,9 @@ func (r *run) load() error {
 	sum, size, err := safefile.SHA256(cfg.Model.Path)
 	if err != nil {
 		return fmt.Errorf("model.path: %w", err)
+	}
+	if err := torchspeed.LoadOpLibraries(cfg.Model.OpLibraries); err != nil {
+		return exitcode.New(exitcode.Usage, fmt.Errorf("model.op_libraries: %w", err))
 	}
 	t0 := time.Now()
 	m, err := torch.Load(cfg.Model.Path)

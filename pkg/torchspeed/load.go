@@ -34,6 +34,20 @@ type LoadOptions struct {
 	// is loaded (PassFastQDQ, PassFastLinear, PassFastConv, PassFuseConvAdd): for a module that is saved again
 	// for stock libtorch.
 	StockOps bool
+	// OpLibraries are shared libraries of custom operators (TORCH_LIBRARY extensions) the
+	// model calls, loaded with torch.LoadLibrary before the model.
+	OpLibraries []string
+}
+
+// LoadOpLibraries loads shared libraries of custom operators, in order, before the models that
+// call them are loaded (torch.LoadLibrary). The error names the library that failed.
+func LoadOpLibraries(paths []string) error {
+	for _, p := range paths {
+		if err := torch.LoadLibrary(p); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Load opens an artifact written by `torchspeed optimize`, re-applies its load-time passes and
@@ -46,6 +60,9 @@ func Load(path string, opts ...LoadOptions) (*Model, error) {
 	var o LoadOptions
 	if len(opts) > 0 {
 		o = opts[0]
+	}
+	if err := LoadOpLibraries(o.OpLibraries); err != nil {
+		return nil, err
 	}
 	man, err := VerifyArchive(path)
 	if err != nil {
