@@ -229,7 +229,9 @@ TS_EXPORT ts_status* ts_module_save(const ts_module* m, const char* path, const 
 TS_EXPORT ts_status* ts_module_extra_names(const ts_module* m, char** out) TS_NOEXCEPT TS_MUST_CHECK;
 /* Contents of one extra file; *out is a new reference of *len bytes (not NUL-terminated). */
 TS_EXPORT ts_status* ts_module_extra_file(const ts_module* m, const char* name, char** out, size_t* len) TS_NOEXCEPT TS_MUST_CHECK;
-/* A deep copy that shares no parameters with m. */
+/* A deep copy that shares no parameters with m (libtorch's Module::deepcopy). Its memo matches
+ * tensors by storage, so weights that are views of one buffer (an LSTM's flattened weights)
+ * come back wrong: for a stream's own state use ts_module_clone_state. */
 TS_EXPORT ts_status* ts_module_clone(const ts_module* m, ts_module** out) TS_NOEXCEPT TS_MUST_CHECK;
 /* A copy of m (borrowed) that shares its parameters, code and every attribute but the n named
  * ones (dotted paths, borrowed: ts_module_state's list), which it copies: one stream's state.

@@ -108,7 +108,9 @@ func (m *Module) derive(op func(*C.ts_module, **C.ts_module) *C.ts_status) (*Mod
 	return wrapModule(out, m.Name()), nil
 }
 
-// Clone returns a deep copy sharing no parameters.
+// Clone returns a deep copy sharing no parameters. libtorch's deepcopy matches tensors by
+// storage, so weights that are views of one buffer (an LSTM's flattened weights) come back
+// wrong: CloneState copies a stream's state without that flaw.
 func (m *Module) Clone() (*Module, error) {
 	return m.derive(func(c *C.ts_module, o **C.ts_module) *C.ts_status { return C.ts_module_clone(c, o) })
 }
