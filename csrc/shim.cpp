@@ -7,7 +7,11 @@
 #include <torch/csrc/jit/passes/inliner.h>
 #include <torch/script.h>
 
+#include <dlfcn.h>
+#include <sys/stat.h>
+
 #include <cerrno>
+#include <cstring>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -128,6 +132,39 @@ std::shared_ptr<torch::jit::Graph> inlined_forward(const torch::jit::Module& m) 
   } catch (const std::exception&) {
     return graph;
   }
+}
+
+// A copy of one state value that shares no tensor with the original. Each tensor is cloned on
+// its own: IValue::deepcopy's memo keys tensors by storage, so two views of one storage (an
+// LSTM's flattened weights) would both come back as copies of the first view.
+c10::IValue copy_state_value(const c10::IValue& v) {
+  if (v.isTensor()) {
+    const at::Tensor& t = v.toTensor();
+    if (!t.defined()) return v;
+    at::Tensor c = t.detach().clone();
+    if (t.requires_grad()) c.set_requires_grad(true);
+    return c;
+  }
+  if (v.isList()) {
+    c10::List<c10::IValue> src = v.toList();
+    c10::impl::GenericList dst(src.elementType());
+    dst.reserve(src.size());
+    for (size_t i = 0; i < src.size(); i++) dst.push_back(copy_state_value(src.get(i)));
+    return dst;
+  }
+  if (v.isTuple()) {
+    std::vector<c10::IValue> elems;
+    for (const auto& e : v.toTupleRef().elements()) elems.push_back(copy_state_value(e));
+    return c10::ivalue::Tuple::create(std::move(elems));
+  }
+  if (v.isGenericDict()) {
+    c10::Dict<c10::IValue, c10::IValue> src = v.toGenericDict();
+    c10::impl::GenericDict dst(src.keyType(), src.valueType());
+    dst.reserve(src.size());
+    for (const auto& kv : src) dst.insert(kv.key(), copy_state_value(kv.value()));
+    return dst;
+  }
+  return v.deepcopy();
 }
 
 }  // namespace
@@ -256,6 +293,28 @@ ts_status* ts_tensor_channels_last(const ts_tensor* t, ts_tensor** out) noexcept
 
 // ---- modules ----
 
+ts_status* ts_load_library(const char* path) noexcept {
+  TS_API_BEGIN
+  TS_CHECK_NOT_NULL(path, "load_library");
+  // A name without a slash is searched for as dlopen does (LD_LIBRARY_PATH, the cache).
+  if (std::strchr(path, '/') != nullptr) {
+    struct stat st;
+    if (::stat(path, &st) != 0) {
+      int err = errno;
+      return make_status(TS_CODE_NOT_FOUND, "load_library", "\"" + clip(path) + "\": " + std::strerror(err));
+    }
+  }
+  // RTLD_GLOBAL: the operators a library registers may call into libraries it brings along;
+  // RTLD_NOW: a missing symbol fails here, not in the middle of a model's call. The handle is
+  // never closed, since libtorch keeps pointers to the operators it registered.
+  void* h = ::dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+  if (h == nullptr) {
+    const char* why = ::dlerror();
+    return make_status(TS_CODE_INVALID_ARGUMENT, "load_library", why != nullptr ? std::string(why) : clip(path) + ": dlopen failed");
+  }
+  TS_API_END("load_library")
+}
+
 ts_status* ts_module_load(const char* path, ts_module** out) noexcept {
   TS_API_BEGIN
   tsimpl::OneThreadTeam team;  // off the inference threads: leave no OpenMP pool
@@ -362,6 +421,58 @@ ts_status* ts_module_clone(const ts_module* m, ts_module** out) noexcept {
   h->extra = m->extra;
   *out = h.release();
   TS_API_END("clone")
+}
+
+ts_status* ts_module_clone_state(const ts_module* m, const char* const* attrs, size_t n, ts_module** out) noexcept {
+  TS_API_BEGIN
+  tsimpl::OneThreadTeam team;  // off the inference threads: leave no OpenMP pool
+  TS_CHECK_NOT_NULL(m, "clone_state");
+  TS_CHECK_NOT_NULL(out, "clone_state");
+  TS_CHECK_ARG(n == 0 || attrs != nullptr, "clone_state", "attrs is NULL with n = " + std::to_string(n));
+  using ObjectPtr = c10::intrusive_ptr<c10::ivalue::Object>;
+  ObjectPtr root = m->m._ivalue()->copy();
+  // The objects copied so far, by the original's address and by their own, so that two paths
+  // through one submodule copy it once.
+  std::map<const c10::ivalue::Object*, ObjectPtr> copies{{m->m._ivalue().get(), root}, {root.get(), root}};
+  for (size_t i = 0; i < n; i++) {
+    TS_CHECK_ARG(attrs[i] != nullptr, "clone_state", "attribute name " + std::to_string(i) + " is NULL");
+    const std::string path = attrs[i];
+    ObjectPtr obj = root;
+    std::string walked;
+    size_t start = 0;
+    for (;;) {
+      size_t dot = path.find('.', start);
+      std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+      walked += (walked.empty() ? "" : ".") + part;
+      auto slot = obj->type()->findAttributeSlot(part);
+      if (!slot)
+        throw CodedError(TS_CODE_NOT_FOUND, "module has no attribute \"" + clip(walked) + "\" (state attribute \"" +
+                                                clip(path) + "\")");
+      c10::IValue v = obj->getSlot(*slot);
+      if (dot == std::string::npos) {
+        obj->setSlot(*slot, copy_state_value(v));
+        break;
+      }
+      if (!v.isObject())
+        throw CodedError(TS_CODE_NOT_FOUND, "attribute \"" + clip(walked) + "\" is not a module (state attribute \"" +
+                                                clip(path) + "\")");
+      ObjectPtr child = v.toObject();
+      auto it = copies.find(child.get());
+      if (it == copies.end()) {
+        ObjectPtr c = child->copy();
+        it = copies.emplace(child.get(), c).first;
+        copies.emplace(c.get(), c);
+      }
+      obj->setSlot(*slot, it->second);
+      obj = it->second;
+      start = dot + 1;
+    }
+  }
+  auto h = std::make_unique<ts_module>();
+  h->m = torch::jit::Module(root);
+  h->extra = m->extra;
+  *out = h.release();
+  TS_API_END("clone_state")
 }
 
 ts_status* ts_module_eval(ts_module* m) noexcept {

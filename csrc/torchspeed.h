@@ -58,8 +58,9 @@ extern "C" {
  * 17: ts_module_fuse_conv_add, ts_conv_add_unavailable, ts_tensor_qconv2d_add.
  * 18: ts_module_fast_conv, ts_tensor_conv2d.
  * 19: ts_measure_gaps.
- * 20: ts_set_num_threads_here. */
-#define TS_API_VERSION 20
+ * 20: ts_set_num_threads_here.
+ * 21: ts_module_clone_state, ts_load_library. */
+#define TS_API_VERSION 21
 
 typedef struct ts_status ts_status;
 typedef struct ts_module ts_module;
@@ -209,6 +210,12 @@ TS_EXPORT ts_status* ts_tensor_qconv2d_add(const ts_tensor* qx, const ts_tensor*
 TS_EXPORT ts_status* ts_tensor_channels_last(const ts_tensor* t, ts_tensor** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
 
 /* ---- modules ---- */
+/* Loads a shared library of custom operators (a TORCH_LIBRARY extension) with dlopen(RTLD_NOW |
+ * RTLD_GLOBAL), before the models that use its operators are loaded. path (borrowed) is a file
+ * (with a slash) or a name dlopen searches for. A missing file is TS_CODE_NOT_FOUND; a file
+ * dlopen refuses (not a library, a missing dependency or symbol) TS_CODE_INVALID_ARGUMENT with
+ * dlerror's text. Loading one library twice is harmless. */
+TS_EXPORT ts_status* ts_load_library(const char* path) TS_NOEXCEPT TS_MUST_CHECK;
 /* Loads a TorchScript archive. All extra files in the archive (extra/NAME) are read and kept
  * on the handle; see ts_module_extra_file. */
 TS_EXPORT ts_status* ts_module_load(const char* path /* borrowed */, ts_module** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
@@ -222,8 +229,17 @@ TS_EXPORT ts_status* ts_module_save(const ts_module* m, const char* path, const 
 TS_EXPORT ts_status* ts_module_extra_names(const ts_module* m, char** out) TS_NOEXCEPT TS_MUST_CHECK;
 /* Contents of one extra file; *out is a new reference of *len bytes (not NUL-terminated). */
 TS_EXPORT ts_status* ts_module_extra_file(const ts_module* m, const char* name, char** out, size_t* len) TS_NOEXCEPT TS_MUST_CHECK;
-/* A deep copy that shares no parameters with m. */
+/* A deep copy that shares no parameters with m (libtorch's Module::deepcopy). Its memo matches
+ * tensors by storage, so weights that are views of one buffer (an LSTM's flattened weights)
+ * come back wrong: for a stream's own state use ts_module_clone_state. */
 TS_EXPORT ts_status* ts_module_clone(const ts_module* m, ts_module** out) TS_NOEXCEPT TS_MUST_CHECK;
+/* A copy of m (borrowed) that shares its parameters, code and every attribute but the n named
+ * ones (dotted paths, borrowed: ts_module_state's list), which it copies: one stream's state.
+ * Unlike ts_module_clone it copies no weights, and it keeps weights that are views of one
+ * storage (an LSTM's flattened weights) intact, which libtorch's deepcopy mangles. A path that
+ * names no attribute is TS_CODE_NOT_FOUND. *out is a new reference. */
+TS_EXPORT ts_status* ts_module_clone_state(const ts_module* m, const char* const* attrs, size_t n,
+                                           ts_module** out) TS_NOEXCEPT TS_MUST_CHECK;
 TS_EXPORT ts_status* ts_module_eval(ts_module* m) TS_NOEXCEPT TS_MUST_CHECK;
 /* torch::jit::freeze; preserved attribute names are borrowed. Returns a new module. */
 TS_EXPORT ts_status* ts_module_freeze(const ts_module* m, const char* const* preserved, size_t n,

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the test fixtures (TorchScript models, saved inputs/outputs, the typed
 # fixtures with their 100-call reference streams (values.py), the
-# digits data and the INT8 references) into OUT_DIR (default build/fixtures).
+# digits data and the INT8 references, and the custom-operator library of the
+# custom_op fixture, built with g++) into OUT_DIR (default build/fixtures).
 # Reruns skip fixtures whose generator is unchanged (stamps in OUT_DIR/.stamps).
 #
 # Environment: FIXTURES_SKIP_LARGE=1 (no resnet50), FIXTURES_FORCE=1 (rebuild

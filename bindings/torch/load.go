@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -112,8 +113,14 @@ func explainLoadError(name string, err error) error {
 	if errors.Is(err, Corrupt) {
 		return fmt.Errorf("load model %q: truncated or corrupt archive: copy or export it again (%w)", name, err)
 	}
+	if m := unknownOp.FindStringSubmatch(err.Error()); m != nil {
+		return fmt.Errorf("load model %q: it calls the custom operator %s, which no loaded library registers: load the shared library that does first (torchspeed: --op-library LIB.so, or model.op_libraries in a config): %w", name, m[1], err)
+	}
 	return fmt.Errorf("load model %q: %w", name, err)
 }
+
+// unknownOp matches TorchScript's compile error for an operator nobody registered.
+var unknownOp = regexp.MustCompile(`Unknown builtin op: ([A-Za-z0-9_]+::[A-Za-z0-9_]+)`)
 
 // MaxFileFormatVersion is the newest TorchScript file format version (an archive's version
 // record) this libtorch reads.
@@ -170,6 +177,28 @@ func checkArchive(r io.ReaderAt, size int64, name string) error {
 	}
 	if maxv := MaxFileFormatVersion(); v > maxv {
 		return loadErr(name, Unsupported, "written by a newer PyTorch (file format version %d; this libtorch %s reads up to %d): save it with an older PyTorch or run torchspeed with a newer libtorch", v, Version(), maxv)
+	}
+	return nil
+}
+
+// LoadLibrary loads a shared library of custom operators (one that registers them with
+// TORCH_LIBRARY, as torch.ops.load_library does in Python), so that models calling them load.
+// Call it before Load. path is a file, or a bare name the dynamic linker searches for.
+// Loading one library twice is harmless; a library is never unloaded.
+func LoadLibrary(path string) error {
+	if err := checkShim(); err != nil {
+		return err
+	}
+	if path == "" {
+		return errors.New("load op library: the path is empty: name a .so file that registers the model's operators")
+	}
+	cs := C.CString(path)
+	defer C.free(unsafe.Pointer(cs))
+	if err := statusErr(C.ts_load_library(cs)); err != nil {
+		if errors.Is(err, NotFound) {
+			return fmt.Errorf("load op library %q: file not found: check the path (build the library first, e.g. with torch.utils.cpp_extension): %w", path, err)
+		}
+		return fmt.Errorf("load op library %q: not loadable as a shared library (a wrong architecture, or a missing dependency or symbol; `ldd %s` lists what it needs): %w", path, path, err)
 	}
 	return nil
 }

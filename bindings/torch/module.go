@@ -108,9 +108,23 @@ func (m *Module) derive(op func(*C.ts_module, **C.ts_module) *C.ts_status) (*Mod
 	return wrapModule(out, m.Name()), nil
 }
 
-// Clone returns a deep copy sharing no parameters.
+// Clone returns a deep copy sharing no parameters. libtorch's deepcopy matches tensors by
+// storage, so weights that are views of one buffer (an LSTM's flattened weights) come back
+// wrong: CloneState copies a stream's state without that flaw.
 func (m *Module) Clone() (*Module, error) {
 	return m.derive(func(c *C.ts_module, o **C.ts_module) *C.ts_status { return C.ts_module_clone(c, o) })
+}
+
+// CloneState returns a copy of the module that shares its weights and code with m and owns
+// copies of the named attributes (dotted paths, as State lists them): a stream's own state.
+// Unlike Clone it copies no weights, and it keeps weights that are views of one storage (an
+// LSTM's flattened weights) intact, which a deep copy mangles.
+func (m *Module) CloneState(attrs ...string) (*Module, error) {
+	arr, release := cStrings(attrs)
+	defer release()
+	return m.derive(func(c *C.ts_module, o **C.ts_module) *C.ts_status {
+		return C.ts_module_clone_state(c, arr, C.size_t(len(attrs)), o)
+	})
 }
 
 // Eval switches the module (and its submodules) to inference mode, in place. It waits for

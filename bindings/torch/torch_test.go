@@ -76,8 +76,15 @@ func digitsReference(t testing.TB) (*torch.Module, []*torch.Tensor, []float32) {
 	return m, in, want
 }
 
+// loadFixture loads a fixture's model in eval mode, after the library of custom operators it
+// calls, when it has one.
 func loadFixture(t testing.TB, f fixtures.Fixture) *torch.Module {
 	t.Helper()
+	if f.OpLibrary != "" {
+		if err := torch.LoadLibrary(f.Path(f.OpLibrary)); err != nil {
+			t.Fatalf("load %s: %v", f.Name, err)
+		}
+	}
 	m, err := torch.Load(f.ModelPath())
 	if err != nil {
 		t.Fatalf("load %s: %v", f.Name, err)

@@ -407,7 +407,63 @@ func (v *Value) Outputs() ([]Output, error) {
 	return outs, nil
 }
 
+// TextOutput is a str output, or a list of str (a classifier's get_classes), by the name
+// Outputs would give it.
+type TextOutput struct {
+	Name   string
+	Values []string
+	List   bool // a List[str] (Values may hold one item or none), not a lone str
+}
+
+// OutputsAndText is Outputs, with str leaves and lists of str returned as text rather than
+// refused.
+func (v *Value) OutputsAndText() ([]Output, []TextOutput, error) {
+	var outs []Output
+	var text []TextOutput
+	if err := v.flattenText("", &outs, &text); err != nil {
+		CloseOutputs(outs)
+		return nil, nil, err
+	}
+	return outs, text, nil
+}
+
 func (v *Value) flatten(path string, outs *[]Output) error {
+	return v.flattenText(path, outs, nil)
+}
+
+// strItems returns the items of a list whose items are all str; ok is false otherwise (an
+// empty list too, unless its type says List[str]).
+func (v *Value) strItems() (items []string, ok bool, err error) {
+	n, err := v.Len()
+	if err != nil {
+		return nil, false, err
+	}
+	if n == 0 {
+		typ, _ := v.Type()
+		return nil, typ == "List[str]", nil
+	}
+	items = make([]string, 0, n)
+	for i := 0; i < n; i++ {
+		item, err := v.Item(i)
+		if err != nil {
+			return nil, false, err
+		}
+		if item.Kind() != KindStr {
+			item.Close()
+			return nil, false, nil
+		}
+		s, err := item.ToStr()
+		item.Close()
+		if err != nil {
+			return nil, false, err
+		}
+		items = append(items, s)
+	}
+	return items, true, nil
+}
+
+// flattenText is flatten; with text non-nil, str leaves and lists of str go there.
+func (v *Value) flattenText(path string, outs *[]Output, text *[]TextOutput) error {
 	name := path
 	if name == "" {
 		name = "0"
@@ -454,7 +510,27 @@ func (v *Value) flatten(path string, outs *[]Output) error {
 			return err
 		}
 		return scalar([]bool{b})
+	case KindStr:
+		if text == nil {
+			return fmt.Errorf("output %s is a str, which has no tensor form", name)
+		}
+		str, err := v.ToStr()
+		if err != nil {
+			return err
+		}
+		*text = append(*text, TextOutput{Name: name, Values: []string{str}})
+		return nil
 	case KindList, KindTuple, KindDict:
+		if k == KindList && text != nil {
+			items, ok, err := v.strItems()
+			if err != nil {
+				return err
+			}
+			if ok {
+				*text = append(*text, TextOutput{Name: name, Values: items, List: true})
+				return nil
+			}
+		}
 		n, err := v.Len()
 		if err != nil {
 			return err
@@ -470,7 +546,7 @@ func (v *Value) flatten(path string, outs *[]Output) error {
 			if err != nil {
 				return err
 			}
-			err = item.flatten(child(key), outs)
+			err = item.flattenText(child(key), outs, text)
 			item.Close()
 			if err != nil {
 				return err

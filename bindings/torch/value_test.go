@@ -425,3 +425,102 @@ func TestThread(t *testing.T) {
 	var none *torch.Thread
 	none.Close()
 }
+
+// CloneState copies the state attributes and shares the weights: the copy of the
+// Silero-shaped LSTM model (weights that are views of one buffer, which a deep copy mangles)
+// runs its stream interleaved with the original's, each on its own state. A path that names
+// no attribute is NotFound.
+func TestCloneStateLSTMFlatWeights(t *testing.T) {
+	f := fixtures.Load(t).Get(t, "vad_lstm")
+	m := loadFixture(t, f)
+	r := streamref.Load(t, f, "forward")
+	state, err := m.State("forward")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := m.CloneState(state...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, mod := range []*torch.Module{m, c} {
+		out, err := mod.Call("reset_states")
+		if err != nil {
+			t.Fatal(err)
+		}
+		out.Close()
+	}
+	for i := 0; i < r.Calls(); i++ {
+		for k, mod := range []*torch.Module{m, c} {
+			out, err := mod.Call("forward", r.Args(i)...)
+			if err != nil {
+				t.Fatalf("module %d call %d: %v", k, i, err)
+			}
+			d, err := r.Diff(i, out)
+			out.Close()
+			if err != nil || d > streamTol {
+				t.Fatalf("module %d call %d: diff %.3g (%v)", k, i, d, err)
+			}
+		}
+	}
+	for _, bad := range []string{"_nope", "lstm._h", "_h.x"} {
+		if c, err := m.CloneState(bad); !errors.Is(err, torch.NotFound) || !strings.Contains(err.Error(), bad) {
+			t.Errorf("CloneState(%q): %v, want NotFound naming it", bad, err)
+			if c != nil {
+				c.Close()
+			}
+		}
+	}
+}
+
+// A method returning List[str] comes back as text from OutputsAndText; Outputs refuses it.
+func TestOutputsAndTextStrList(t *testing.T) {
+	f := fixtures.Load(t).Get(t, "classes")
+	m := loadFixture(t, f)
+	out, err := m.Call("get_classes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	if _, err := out.Outputs(); err == nil || !strings.Contains(err.Error(), "no tensor form") {
+		t.Errorf("Outputs: %v, want no tensor form", err)
+	}
+	outs, text, err := out.OutputsAndText()
+	if err != nil || len(outs) != 0 || len(text) != 1 || !text[0].List || !slices.Equal(text[0].Values, f.Classes) {
+		t.Errorf("OutputsAndText: %v %+v %v, want one list %v", outs, text, err, f.Classes)
+	}
+	tup := torch.TupleValue(torch.StrValue("a"), torch.ListValue(torch.StrValue("b"), torch.StrValue("c")), torch.IntValue(3))
+	defer tup.Close()
+	outs, text, err = tup.OutputsAndText()
+	defer torch.CloseOutputs(outs)
+	if err != nil || len(outs) != 1 || outs[0].Name != "2" || len(text) != 2 || text[0].Name != "0" || text[0].List ||
+		text[1].Name != "1" || !slices.Equal(text[1].Values, []string{"b", "c"}) {
+		t.Errorf("tuple (str, List[str], int): %v %+v %v", outs, text, err)
+	}
+}
+
+// LoadLibrary: a missing file is NotFound, a file that is not a library an invalid argument,
+// and the custom_op fixture's model loads after its library.
+func TestLoadLibrary(t *testing.T) {
+	f := fixtures.Load(t).Get(t, "custom_op")
+	for _, c := range []struct {
+		path string
+		code torch.Code
+		want string
+	}{
+		{f.Path("libmissing.so"), torch.NotFound, "file not found"},
+		{f.ModelPath(), torch.InvalidArgument, "not loadable as a shared library"},
+	} {
+		if err := torch.LoadLibrary(c.path); !errors.Is(err, c.code) || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), c.path) {
+			t.Errorf("LoadLibrary(%s): %v, want %v saying %q", c.path, err, c.code, c.want)
+		}
+	}
+	if err := torch.LoadLibrary(""); err == nil {
+		t.Error("LoadLibrary(\"\") worked")
+	}
+	if err := torch.LoadLibrary(f.Path(f.OpLibrary)); err != nil {
+		t.Fatal(err)
+	}
+	m := loadFixture(t, f)
+	replay(t, m, streamref.Load(t, f, "forward"), streamTol)
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -29,7 +30,8 @@ type benchCmd struct {
 	dtypes   []string
 	values   []string // --input [NAME=]VALUE
 	method   string
-	reset    string // model.reset_method
+	reset    string   // model.reset_method
+	opLibs   []string // model.op_libraries
 	streams  int
 	sweepB   []int
 	sweepT   []int
@@ -67,6 +69,7 @@ var benchKeys = map[string]string{
 	"threads": "runtime.threads", "allocator": "runtime.allocator", "mode": "runtime.mode",
 	"numa-node": "runtime.numa_node", "interop-threads": "runtime.interop_threads",
 	"runs": "bench.runs", "duration": "bench.duration", "warmup": "bench.warmup", "seed": "bench.seed",
+	"op-library": "model.op_libraries",
 }
 
 func newBenchCmd(u *ui) *cobra.Command {
@@ -109,6 +112,7 @@ thread count when none is given.`,
 	f.StringArrayVar(&b.dtypes, "dtype", nil, "dtype of each --input-shape input (float32, int64, int32, bool; default float32)")
 	f.StringArrayVar(&b.values, "input", nil, "an argument's value, as run takes it: [NAME=]FILE.npy, FILE.npz[:MEMBER], seq:CHUNKS.npy, A.npy,B.npy, int:N, float:X, bool:true|false, str:TEXT or none (repeat)")
 	f.StringVar(&b.method, "method", "", "method to time (default: forward, or the artifact's)")
+	f.StringArray("op-library", nil, "shared library of custom operators the model calls, loaded before it (repeat; model.op_libraries)")
 	f.Int("runs", 200, "timed runs (per model; per stream in throughput mode) (bench.runs)")
 	f.Duration("duration", 0, "run for this long instead of a count, e.g. 10s (bench.duration)")
 	f.Int("warmup", 20, "untimed runs after the first inference (bench.warmup)")
@@ -149,6 +153,9 @@ func (b *benchCmd) run(c *cobra.Command) error {
 	}
 	if err := b.validate(c); err != nil {
 		return err
+	}
+	if err := torchspeed.LoadOpLibraries(b.opLibs); err != nil {
+		return exitcode.New(exitcode.Usage, fmt.Errorf("bench: --op-library (model.op_libraries): %w", err))
 	}
 	specs := b.specs()
 	outs, err := b.outputs()

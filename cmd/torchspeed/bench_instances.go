@@ -86,6 +86,9 @@ func (b *benchCmd) serveArgs(exe string, spec benchrun.ModelSpec, s runenv.Setti
 	for _, dt := range b.dtypes {
 		args = append(args, "--dtype", dt)
 	}
+	for _, l := range b.opLibs {
+		args = append(args, "--op-library", l)
+	}
 	for _, in := range b.values {
 		args = append(args, "--input", in)
 	}

@@ -42,6 +42,7 @@ func (b *benchCmd) loadConfig(c *cobra.Command) error {
 		b.method = cfg.Model.Method
 	}
 	b.reset = cfg.Model.ResetMethod
+	b.opLibs = cfg.Model.OpLibraries
 	if givesValues(cfg.Model.Inputs) {
 		b.cfgInputs = cfg.Model.Inputs
 	} else if len(b.shapes) == 0 && len(cfg.Model.Inputs) > 0 {

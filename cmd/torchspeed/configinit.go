@@ -113,8 +113,9 @@ type detectedInput struct {
 // "%x : Float(1, 3, 224, 224, strides=[...], ...)" or "%tokens.1 : Long(1, 20, ...)".
 var graphInput = regexp.MustCompile(`%([A-Za-z_][A-Za-z0-9_]*)(?:\.\d+)? : (Float|Double|Long|Int|Byte|Bool|Tensor)(?:\(([^)]*)\))?`)
 
-// detectInputs reads forward's arguments from its graph: traced models carry shapes and
-// dtypes; scripted ones only names (their shapes are left for the user to fill in).
+// detectInputs reads forward's arguments from its graph where it records complete types (a
+// module traced in this process); a file saved by torch.jit.save, traced or scripted, loads
+// with plain Tensor inputs on libtorch 1.13, and their shapes are left for the user to fill in.
 func detectInputs(m *torch.Module) ([]detectedInput, error) {
 	g, err := m.Graph()
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/torchspeed/torchspeed/internal/exitcode"
 	"github.com/torchspeed/torchspeed/pkg/callargs"
 	"github.com/torchspeed/torchspeed/pkg/config"
+	"github.com/torchspeed/torchspeed/pkg/npy"
 )
 
 // initArgs is what config init writes about the method: its arguments and its state.
@@ -102,6 +103,12 @@ func (ci *configInit) describe(m *torch.Module, shapes [][]int64) (*initArgs, er
 			if err := arg.set(src); err != nil {
 				return nil, exitcode.Usagef("config init: --input %s: argument %s (%s): %v", src.Text, a.Name, a.Type, err)
 			}
+			if a.Kind == "tensor" && src.Kind == config.SourceFile {
+				// The config's dtype defaults to float32, and optimize refuses data of another.
+				if arg.dtype, err = sourceDType(src); err != nil {
+					return nil, exitcode.Usagef("config init: --input %s: argument %s: %v", src.Text, a.Name, err)
+				}
+			}
 		} else {
 			arg.fill(a)
 		}
@@ -114,6 +121,30 @@ func (ci *configInit) describe(m *torch.Module, shapes [][]int64) (*initArgs, er
 		return nil, exitcode.Usagef("config init: %d --input-shape values for %s's %d tensor argument(s); give one per tensor, in order", len(shapes), ci.method, nTensors)
 	}
 	return ia, nil
+}
+
+// sourceDType is the dtype of the data a tensor file source holds (a .npy, or one member of a
+// .npz; a whole .npz holds a dict and keeps float32).
+func sourceDType(src config.Source) (string, error) {
+	if strings.HasSuffix(src.Path, ".npz") {
+		if src.Member == "" {
+			return "float32", nil
+		}
+		arrays, _, err := npy.ReadNPZ(src.Path)
+		if err != nil {
+			return "", err
+		}
+		a, ok := arrays[src.Member]
+		if !ok {
+			return "", fmt.Errorf("%s has no member %q", src.Path, src.Member)
+		}
+		return a.DType, nil
+	}
+	a, err := npy.ReadFile(src.Path)
+	if err != nil {
+		return "", err
+	}
+	return a.DType, nil
 }
 
 // set takes a value given with --input.
@@ -167,7 +198,7 @@ func (a *initArg) fill(s torch.Argument) {
 		a.value, a.note = string(s.Default), "the schema's default"
 	case a.kind == "tensor":
 		if len(a.shape) == 0 {
-			a.todo = "the full shape, batch first (a scripted model does not record it), or data: FILE.npy / seq:CHUNKS.npy"
+			a.todo = "the full shape, batch first (torch.jit.save keeps no input shapes, traced or scripted), or data: FILE.npy / seq:CHUNKS.npy"
 		}
 	case a.kind == "optional" && holds:
 		a.value, a.note = "null", "None; or give data: FILE.npy"
@@ -205,6 +236,9 @@ func (ia *initArgs) write(b *bytes.Buffer, out string) {
 		case a.data != nil:
 			d := *a.data
 			fmt.Fprintf(b, "      data: %q\n", relSource(out, d).String())
+			if a.kind == "tensor" && d.Kind == config.SourceFile {
+				fmt.Fprintf(b, "      dtype: %s   # the data's\n", a.dtype)
+			}
 		case a.kind == "tensor" && len(a.shape) > 0:
 			fmt.Fprintf(b, "      shape: [%s]\n      dtype: %s   # check: int64 for token ids\n", strings.Join(a.shape, ", "), a.dtype)
 		case a.kind == "tensor":

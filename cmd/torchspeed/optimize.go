@@ -41,6 +41,7 @@ var optimizeKeys = map[string]string{
 	"runs":            "bench.runs",
 	"quiet":           "output.quiet",
 	"overwrite":       "output.overwrite",
+	"op-library":      "model.op_libraries",
 }
 
 func newOptimizeCmd(u *ui) *cobra.Command {
@@ -76,6 +77,7 @@ the config file (-c), then defaults; without a file, -m and --input-shape are en
 	f.String("allocator", "", "default, jemalloc or tcmalloc (runtime.allocator)")
 	f.String("measure-runtime", "", "time OpenMP wait policies and allocators against libtorch's defaults, each in its own process, and keep a winner: auto, true or false (runtime.measure; auto: when --runs >= 100)")
 	f.Bool("overwrite", false, "replace an existing artifact (output.overwrite)")
+	f.StringArray("op-library", nil, "shared library of custom operators the model calls, loaded before it (repeat; model.op_libraries)")
 	f.BoolVar(&o.asJSON, "json", false, "print report.json to stdout instead of the table")
 	f.SetNormalizeFunc(outAlias)
 	completeEnums(c, map[string][]string{"measure-runtime": {"auto", "true", "false"}, "quantize": quantModes, "engine": engines, "allocator": allocators, "mode": modes, "dtype": dtypes})

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -23,7 +24,8 @@ type runCmd struct {
 	ui      *ui
 	model   string
 	config  string
-	reset   string // model.reset_method
+	reset   string   // model.reset_method
+	opLibs  []string // model.op_libraries
 	args    callInputs
 	calls   int
 	save    string
@@ -84,6 +86,7 @@ none are given.`,
 	f.IntVar(&r.topk, "topk", 5, "how many of the largest values of each output row to print")
 	f.IntVar(&r.threads, "threads", 0, "intra-op threads, 1 to the CPUs available (0: the artifact's, else libtorch's default)")
 	f.BoolVar(&r.asJSON, "json", false, "print JSON")
+	f.StringArrayVar(&r.opLibs, "op-library", nil, "shared library of custom operators the model calls, loaded before it (repeat; model.op_libraries)")
 	return c
 }
 
@@ -98,6 +101,9 @@ func (r *runCmd) run(c *cobra.Command) error {
 		}
 		r.args.fromConfig(cfg)
 		r.reset = cfg.Model.ResetMethod
+		if len(r.opLibs) == 0 {
+			r.opLibs = cfg.Model.OpLibraries
+		}
 	}
 	if r.model == "" {
 		return exitcode.Usagef("run: --model is required")
@@ -118,6 +124,9 @@ func (r *runCmd) run(c *cobra.Command) error {
 		if err := safefile.CheckWritableDir(filepath.Dir(r.save)); err != nil {
 			return exitcode.Usagef("run: --save: %v", err)
 		}
+	}
+	if err := torchspeed.LoadOpLibraries(r.opLibs); err != nil {
+		return exitcode.New(exitcode.Usage, fmt.Errorf("run: --op-library (model.op_libraries): %w", err))
 	}
 	m, err := torchspeed.Load(r.model, torchspeed.LoadOptions{KeepThreads: true, Method: r.args.method, ResetMethod: r.reset})
 	if errors.Is(err, torchspeed.ErrNoMethod) {
@@ -154,6 +163,9 @@ func (r *runCmd) run(c *cobra.Command) error {
 			return fmt.Errorf("run: --save: %w", err)
 		}
 		fmt.Fprintf(log, "run: wrote %s (%d call(s))\n", r.save, calls)
+		if len(res.text) > 0 {
+			fmt.Fprintf(c.ErrOrStderr(), "run: note: .npz holds tensors only: the str output(s) %s are printed, not saved\n", textNames(res.text))
+		}
 	}
 	return r.print(c.OutOrStdout(), m, plan.Method, calls, res)
 }
@@ -178,14 +190,21 @@ func (r *runCmd) print(w io.Writer, m *torchspeed.Model, method string, calls in
 	if r.asJSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
+		outputs := make([]any, 0, len(res.last)+len(res.text))
+		for _, o := range res.last {
+			outputs = append(outputs, o)
+		}
+		for _, o := range res.text {
+			outputs = append(outputs, o)
+		}
 		out := map[string]any{"model": r.model, "method": method, "calls": calls, "first_run_ms": ms,
-			"stateful": m.Stateful(), "outputs": res.last}
+			"stateful": m.Stateful(), "outputs": outputs}
 		if m.Stateful() {
 			out["state_attributes"], out["reset_method"] = m.StateAttributes(), m.ResetMethod()
 		}
 		return enc.Encode(out)
 	}
-	fmt.Fprintf(w, "%s: %d output(s), first run %.2f ms\n", r.model, len(res.last), ms)
+	fmt.Fprintf(w, "%s: %d output(s), first run %.2f ms\n", r.model, len(res.last)+len(res.text), ms)
 	if method != "forward" || calls > 1 {
 		fmt.Fprintf(w, "  %s: %d call(s); outputs of the last call:\n", method, calls)
 	}
@@ -211,6 +230,17 @@ func (r *runCmd) print(w io.Writer, m *torchspeed.Model, method string, calls in
 			}
 			fmt.Fprintf(w, "           top-%d (row 0): %s\n", len(o.TopK), strings.Join(parts, "  "))
 		}
+	}
+	for _, o := range res.text {
+		quoted := make([]string, len(o.Values))
+		for i, v := range o.Values {
+			quoted[i] = strconv.Quote(v)
+		}
+		if len(o.Shape) == 0 {
+			fmt.Fprintf(w, "  %-8s str  %s\n", o.Name, strings.Join(quoted, ""))
+			continue
+		}
+		fmt.Fprintf(w, "  %-8s str%v  [%s]\n", o.Name, o.Shape, strings.Join(quoted, ", "))
 	}
 	return nil
 }
@@ -251,4 +281,12 @@ func summarizeOutput(o torch.Output, k int) (runOutput, error) {
 		}
 	}
 	return ro, nil
+}
+
+func textNames(ts []textOutput) string {
+	names := make([]string, len(ts))
+	for i, t := range ts {
+		names[i] = t.Name
+	}
+	return strings.Join(names, ", ")
 }

@@ -18,7 +18,8 @@ import (
 type callResults struct {
 	first time.Duration
 	last  []runOutput
-	names []string // in the order the first call gave them
+	text  []textOutput // the last call's str outputs (and lists of str)
+	names []string     // in the order the first call gave them
 	saved map[string]*npy.Array
 	calls int
 }
@@ -44,10 +45,15 @@ func (r *runCmd) runCalls(m *torchspeed.Model, plan *callargs.Plan, calls int) (
 			}
 			return nil, fmt.Errorf("run: %w", err)
 		}
-		outs, err := v.Outputs()
+		outs, text, err := v.OutputsAndText()
 		v.Close()
 		if err != nil {
 			return nil, fmt.Errorf("run: call %d: %w", i+1, err)
+		}
+		if i == calls-1 {
+			for _, t := range text {
+				res.text = append(res.text, newTextOutput(t))
+			}
 		}
 		err = res.add(outs, i, i == calls-1, r.save != "", r.topk)
 		torch.CloseOutputs(outs)
@@ -145,4 +151,24 @@ func (res *callResults) save(path string, stacked bool) error {
 		arrays[i] = &a
 	}
 	return safefile.Write(path, func(w io.Writer) error { return npy.EncodeNPZ(w, res.names, arrays) })
+}
+
+// textOutput is a str output, or a list of str, as run prints it: dtype "str", the list's
+// length as its shape ([] for a lone str).
+type textOutput struct {
+	Name   string   `json:"name"`
+	Shape  []int64  `json:"shape"`
+	DType  string   `json:"dtype"`
+	Values []string `json:"values"`
+}
+
+func newTextOutput(t torch.TextOutput) textOutput {
+	o := textOutput{Name: t.Name, Shape: []int64{}, DType: "str", Values: t.Values}
+	if t.List {
+		o.Shape = []int64{int64(len(t.Values))}
+	}
+	if o.Values == nil {
+		o.Values = []string{}
+	}
+	return o
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -173,5 +174,130 @@ func TestCLITypedBadInputs(t *testing.T) {
 		if _, err := os.Stat(out); err == nil {
 			t.Fatalf("%s: left %s behind", c.name, out)
 		}
+	}
+}
+
+// A model shaped like Silero VAD v4 (an nn.LSTM with flattened weights, (h, c) in attributes):
+// run replays its chunk stream as PyTorch does on one copy, and bench runs two streams.
+func TestCLIRunBenchLSTMFlatWeights(t *testing.T) {
+	f := fixtures.Load(t).Get(t, "vad_lstm")
+	if worst := streamRun(t, f, "forward"); worst > streamTolerance {
+		t.Errorf("run: max abs diff %.3g from PyTorch > %g", worst, streamTolerance)
+	}
+	x := "x=seq:" + f.Path(f.Stream(t, "forward").Args[0].Tensor.File)
+	stdout, stderr, code := cli(t, t.TempDir(), nil, "bench", "-m", f.ModelPath(), "--input", x, "--input", "sr=int:16000",
+		"--streams", "2", "--threads", "1", "--runs", "40", "--warmup", "2", "--runtime", "default", "--json")
+	if code != 0 {
+		t.Fatalf("bench --streams 2: exit %d\n%s", code, stderr)
+	}
+	var rep struct {
+		Throughput struct {
+			Streams    int `json:"streams"`
+			Inferences int `json:"inferences"`
+		} `json:"throughput"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, stdout)
+	}
+	if rep.Throughput.Streams != 2 || rep.Throughput.Inferences != 80 {
+		t.Errorf("throughput: %+v, want 2 streams of 40 runs", rep.Throughput)
+	}
+}
+
+// run prints a method that returns List[str] (a demo app's get_classes), as text and in --json.
+func TestCLIRunStrOutputs(t *testing.T) {
+	f := fixtures.Load(t).Get(t, "classes")
+	dir := t.TempDir()
+	stdout, stderr, code := cli(t, dir, nil, "run", "-m", f.ModelPath(), "--method", "get_classes")
+	if code != 0 {
+		t.Fatalf("run --method get_classes: exit %d\n%s", code, stderr)
+	}
+	quoted := make([]string, len(f.Classes))
+	for i, c := range f.Classes {
+		quoted[i] = strconv.Quote(c)
+	}
+	if want := fmt.Sprintf("str[%d]  [%s]", len(f.Classes), strings.Join(quoted, ", ")); !strings.Contains(stdout, want) {
+		t.Errorf("output lacks %q:\n%s", want, stdout)
+	}
+	stdout, stderr, code = cli(t, dir, nil, "run", "-m", f.ModelPath(), "--method", "get_classes", "--json")
+	if code != 0 {
+		t.Fatalf("run --json: exit %d\n%s", code, stderr)
+	}
+	var out struct {
+		Outputs []struct {
+			Name   string   `json:"name"`
+			DType  string   `json:"dtype"`
+			Shape  []int64  `json:"shape"`
+			Values []string `json:"values"`
+		} `json:"outputs"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &out); err != nil {
+		t.Fatalf("%v\n%s", err, stdout)
+	}
+	if len(out.Outputs) != 1 || out.Outputs[0].DType != "str" || !slices.Equal(out.Outputs[0].Values, f.Classes) ||
+		!slices.Equal(out.Outputs[0].Shape, []int64{int64(len(f.Classes))}) {
+		t.Errorf("--json outputs %+v, want one str output %v", out.Outputs, f.Classes)
+	}
+}
+
+// config init records the dtype of --input data (uint8 images of a demo-app model), so that
+// optimize -c accepts the config it wrote.
+func TestCLIConfigInitDataDType(t *testing.T) {
+	f := fixtures.Load(t).Get(t, "classes")
+	x := f.Stream(t, "forward").Args[0].Tensor
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "c.yaml")
+	if _, stderr, code := cli(t, dir, nil, "config", "init", "-m", f.ModelPath(), "-o", cfg, "--input", "x=seq:"+f.Path(x.File)); code != 0 {
+		t.Fatalf("config init: exit %d: %s", code, stderr)
+	}
+	body, _ := os.ReadFile(cfg)
+	if want := "dtype: " + x.DType; x.DType != "uint8" || !strings.Contains(string(body), want) {
+		t.Fatalf("config lacks %q (data dtype %s):\n%s", want, x.DType, body)
+	}
+	quick := strings.Replace(strings.Replace(string(body), "runs: 200", "runs: 10", 1), "threads: 0", "threads: 1", 1)
+	if err := os.WriteFile(cfg, []byte(quick), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, stderr, code := cli(t, dir, nil, "optimize", "--quiet", "-c", cfg); code != 0 {
+		t.Fatalf("optimize -c: exit %d: %s", code, stderr)
+	}
+}
+
+// A model calling a custom operator loads only after the library that registers it: without
+// it run says which operator is missing and how to load it; --op-library (run, optimize) and
+// model.op_libraries (bench -c, a path relative to the config) load it; a missing library is a
+// usage error naming it.
+func TestCLIOpLibraries(t *testing.T) {
+	f := fixtures.Load(t).Get(t, "custom_op")
+	lib := f.Path(f.OpLibrary)
+	dir := t.TempDir()
+	x := f.Path(f.Stream(t, "forward").Args[0].Tensor.File)
+	_, stderr, code := cli(t, dir, nil, "run", "-m", f.ModelPath(), "--input", "x=seq:"+x)
+	if code == 0 || !strings.Contains(stderr, "tsfixture::scale_shift") || !strings.Contains(stderr, "--op-library") {
+		t.Errorf("run without the library: exit %d, want the operator and --op-library named: %s", code, stderr)
+	}
+	missing := filepath.Join(dir, "libmissing.so")
+	_, stderr, code = cli(t, dir, nil, "run", "-m", f.ModelPath(), "--input", "x=seq:"+x, "--op-library", missing)
+	if code != exitcode.Usage || !strings.Contains(stderr, missing) || !strings.Contains(stderr, "not found") {
+		t.Errorf("run with a missing library: exit %d, want %d naming %s: %s", code, exitcode.Usage, missing, stderr)
+	}
+	if worst := streamRun(t, f, "forward", "--op-library", lib); worst > streamTolerance {
+		t.Errorf("run --op-library: max abs diff %.3g from PyTorch", worst)
+	}
+	if err := os.Symlink(lib, filepath.Join(dir, "libops.so")); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "c.yaml")
+	body := fmt.Sprintf("model:\n  path: %s\n  op_libraries: [libops.so]\n  inputs:\n    - {name: x, data: \"seq:%s\"}\n", f.ModelPath(), x)
+	if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, stderr, code := cli(t, t.TempDir(), nil, "bench", "-c", cfg, "--runs", "5", "--warmup", "1", "--threads", "1", "--runtime", "default"); code != 0 {
+		t.Errorf("bench -c with model.op_libraries: exit %d: %s", code, stderr)
+	}
+	out := t.TempDir()
+	if _, stderr, code := cli(t, dir, nil, "optimize", "--quiet", "-m", f.ModelPath(), "--input-shape", "2x6", "--op-library", lib,
+		"--threads", "1", "--runs", "10", "-o", out); code != 0 {
+		t.Errorf("optimize --op-library: exit %d: %s", code, stderr)
 	}
 }

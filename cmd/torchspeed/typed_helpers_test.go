@@ -44,8 +44,9 @@ func pickRows[T any](d []T, rows int, idx []int) []T {
 // streamRun replays a fixture's reference stream through `run --save`: calls that share their
 // non-tensor arguments run as one sequence (seq: files of their rows, constants as int:/float:/
 // bool:/str:/none), so a stateful stream, whose constants do not change, is one run from a
-// reset state. It returns the largest difference from PyTorch's outputs.
-func streamRun(t *testing.T, f fixtures.Fixture, method string) float64 {
+// reset state. extra are more flags for run. It returns the largest difference from PyTorch's
+// outputs.
+func streamRun(t *testing.T, f fixtures.Fixture, method string, extra ...string) float64 {
 	s := f.Stream(t, method)
 	groups := map[string][]int{}
 	var order []string
@@ -104,7 +105,7 @@ func streamRun(t *testing.T, f fixtures.Fixture, method string) float64 {
 			}
 		}
 		out := filepath.Join(dir, fmt.Sprintf("out%d.npz", g))
-		args = append([]string{"-m", f.ModelPath(), "--method", method, "--save", out}, args...)
+		args = append(append([]string{"-m", f.ModelPath(), "--method", method, "--save", out}, extra...), args...)
 		// In this process (the command's code, without a process start per group).
 		if stdout, stderr, code := inProcess(append([]string{"run"}, args...)...); code != 0 {
 			t.Fatalf("%s.%s: run %v: exit %d\n%s%s", f.Name, method, args, code, stdout, stderr)

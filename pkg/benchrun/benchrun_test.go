@@ -15,6 +15,7 @@ import (
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/internal/exitcode"
 	"github.com/torchspeed/torchspeed/internal/fixtures"
+	"github.com/torchspeed/torchspeed/internal/fixtures/streamref"
 	"github.com/torchspeed/torchspeed/pkg/bench"
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
 	"github.com/torchspeed/torchspeed/pkg/version"
@@ -385,5 +386,24 @@ func TestServeRounds(t *testing.T) {
 	err := ServeRounds(strings.NewReader("run 1\n"), &out, l, []InputSpec{{Shape: []int64{2}, DType: torch.Float16}}, 1, 0, nil)
 	if exitcode.Of(err) != exitcode.Usage || out.Len() > 0 {
 		t.Errorf("error %v, output %q; want a usage error and no output", err, out.String())
+	}
+}
+
+// Two streams of the Silero-shaped LSTM model (flattened weights, (h, c) in attributes), each
+// on its own session, through the API bench --streams uses.
+func TestRunSessionStreamsLSTMFlatWeights(t *testing.T) {
+	f := fixtures.Load(t).Get(t, "vad_lstm")
+	l, err := LoadModel(ModelSpec{Path: f.ModelPath(), Name: "vad_lstm.pt"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Model.Close()
+	ref := streamref.Load(t, f, "forward")
+	r, err := RunSessionStreams(l, "forward", ref, 1, 2, bench.Options{Runs: 30, Warmup: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Streams != 2 || r.Inferences != 60 {
+		t.Errorf("%d streams, %d inferences; want 2 streams of 30", r.Streams, r.Inferences)
 	}
 }

@@ -55,8 +55,13 @@ type Model struct {
 	// ResetMethod returns a stateful model to its initial state ("": reset_states or reset
 	// when the model has one). It is called before every validation pass, timing and save.
 	ResetMethod string `mapstructure:"reset_method" json:"reset_method,omitempty"`
-	// PreserveMethods are kept through freezing (the reset method always is).
+	// PreserveMethods are kept through freezing (the reset method always is). Unset, every
+	// public method (a name not starting with "_") is kept, as the original exports it.
 	PreserveMethods []string `mapstructure:"preserve_methods" json:"preserve_methods,omitempty"`
+	// OpLibraries are shared libraries of custom operators (TORCH_LIBRARY extensions) that the
+	// model calls, loaded (dlopen, RTLD_NOW | RTLD_GLOBAL) before it; relative paths are from
+	// the config file's folder.
+	OpLibraries []string `mapstructure:"op_libraries" json:"op_libraries,omitempty"`
 }
 
 // Input is one argument of the model's forward.

@@ -221,6 +221,14 @@ func (c *Config) resolvePaths(typed map[string]bool) {
 	rel("calibration.path", &c.Calibration.Path)
 	rel("validation.data.path", &c.Validation.Data.Path)
 	rel("output.dir", &c.Output.Dir)
+	if !typed["model.op_libraries"] {
+		for i, l := range c.Model.OpLibraries {
+			// A bare name is one the dynamic linker searches for, unless the file is here.
+			if _, err := os.Stat(filepath.Join(base, l)); strings.ContainsRune(l, '/') || err == nil {
+				rel("model.op_libraries", &c.Model.OpLibraries[i])
+			}
+		}
+	}
 	c.rebaseData(base)
 	// Labels may be an npz member name; only file paths are made relative to the config.
 	for key, l := range map[string]*string{"calibration.labels": &c.Calibration.Labels, "validation.data.labels": &c.Validation.Data.Labels} {

@@ -38,6 +38,11 @@ func (c *Config) ValidateValues() error {
 			errs = append(errs, fmt.Errorf("model.name: %w", err))
 		}
 	}
+	for i, l := range c.Model.OpLibraries {
+		if strings.TrimSpace(l) == "" {
+			bad(fmt.Sprintf("model.op_libraries[%d]", i), `""`, "give the path of the shared library (.so) that registers the model's custom operators")
+		}
+	}
 	dtypes := []string{"float32", "float64", "int64", "int32", "uint8", "bool"}
 	for i, in := range c.Model.Inputs {
 		key := fmt.Sprintf("model.inputs[%d]", i)

@@ -43,6 +43,22 @@ type caller struct {
 	reset string
 	// preserve are the methods freezing must keep (the reset method included).
 	preserve []string
+	// dropped are the public methods the artifact will lack because model.preserve_methods
+	// leaves them out.
+	dropped []string
+}
+
+// publicMethods are the methods other than forward whose names do not start with "_": the
+// ones a model exports for its users (TorchScript's own __getstate__ and the like start with
+// one).
+func publicMethods(methods []string) []string {
+	var out []string
+	for _, m := range methods {
+		if m != "forward" && !strings.HasPrefix(m, "_") {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // slot is one argument: a constant value, or the call's tensors at indexes idx (one for a
@@ -142,7 +158,18 @@ func newCaller(cfg *config.Config, m *torch.Module) (*caller, error) {
 		return nil, usage("%s keeps state between calls (it assigns %s) and has no reset method (reset_states or reset): name the method that resets it with model.reset_method",
 			k.method, strings.Join(k.state, ", "))
 	}
-	k.preserve = slices.Clone(cfg.Model.PreserveMethods)
+	// Freezing keeps forward only; apps call the other methods a model exports (get_classes,
+	// embed), so an artifact keeps every public one unless the config lists the ones to keep.
+	if cfg.Model.PreserveMethods == nil {
+		k.preserve = publicMethods(methods)
+	} else {
+		k.preserve = slices.Clone(cfg.Model.PreserveMethods)
+		for _, p := range publicMethods(methods) {
+			if !slices.Contains(k.preserve, p) && p != k.method && p != k.reset {
+				k.dropped = append(k.dropped, p)
+			}
+		}
+	}
 	if k.method != "forward" && !slices.Contains(k.preserve, k.method) {
 		k.preserve = append(k.preserve, k.method)
 	}

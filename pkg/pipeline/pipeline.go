@@ -23,6 +23,7 @@ import (
 	"github.com/torchspeed/torchspeed/pkg/npy"
 	"github.com/torchspeed/torchspeed/pkg/report"
 	"github.com/torchspeed/torchspeed/pkg/runenv"
+	"github.com/torchspeed/torchspeed/pkg/torchspeed"
 	"github.com/torchspeed/torchspeed/pkg/version"
 )
 
@@ -177,6 +178,9 @@ func (r *run) load() error {
 	if err != nil {
 		return fmt.Errorf("model.path: %w", err)
 	}
+	if err := torchspeed.LoadOpLibraries(cfg.Model.OpLibraries); err != nil {
+		return exitcode.New(exitcode.Usage, fmt.Errorf("model.op_libraries: %w", err))
+	}
 	t0 := time.Now()
 	m, err := torch.Load(cfg.Model.Path)
 	if err != nil {
@@ -234,6 +238,10 @@ func (r *run) load() error {
 		r.warn(fmt.Sprintf("the original model's outputs hold %d NaN or infinite value(s) on the check inputs: candidates are held to the same values at the same places, and those figures are written as null", n))
 	}
 	r.logf("loaded %s: %d graph nodes, inputs %s", cfg.Model.Path, r.rep.Model.Nodes, strings.Join(specs, ", "))
+	if len(r.call.dropped) > 0 {
+		r.warn(fmt.Sprintf("the artifact will not have method(s) %s of the original: model.preserve_methods (%s) leaves them out; add them there to keep them",
+			strings.Join(r.call.dropped, ", "), strings.Join(cfg.Model.PreserveMethods, ", ")))
+	}
 	if r.call.stateful() {
 		d := fmt.Sprintf("stateful: %s assigns %s between calls; %s resets it before every check, validation and calibration pass, timing and the save, and freezing keeps %s",
 			r.call.method, strings.Join(r.call.state, ", "), r.call.reset, strings.Join(r.call.preserve, ", "))
@@ -362,11 +370,17 @@ func (r *run) tensorsOf(arrays []*npy.Array) ([]*torch.Tensor, error) {
 	return set, nil
 }
 
-// validationSource is the data to validate on: validation.data, else the calibration data.
+// validationSource is the data to validate on: validation.data; else nil for a stream (the
+// stream is replayed); else the calibration data.
 func (r *run) validationSource() *calib.Source {
 	v := r.cfg.Validation.Data
 	if v.Path != "" || v.Kind != "" {
 		return &v
+	}
+	if r.stream {
+		// A stream's calls depend on the ones before them (state, context): shuffled or
+		// batched calibration samples would check a different use than the model's.
+		return nil
 	}
 	c := r.cfg.Calibration
 	if c.Path != "" || c.Kind != "" {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
@@ -146,13 +147,15 @@ func (r *run) quantize() error {
 			}
 			return nil
 		}
-		if q.Mode == "auto" {
-			// auto asked to try INT8, not to require it: a quantizer failure (libtorch's passes
-			// reject some graphs) leaves the FP32 result standing, and says so.
-			r.warn(fmt.Sprintf("%s (quantize.mode auto) failed, the artifact stays FP32: %s", name, last.reason))
-			return r.validateFP32()
+		// A quantizer failure (libtorch's passes or engines reject some graphs) comes after the
+		// FP32 candidates are built and measured: unless INT8 is required (quantize.force), the
+		// FP32 result stands, with the reason in words a user can act on.
+		why := quantizeFailure(name, r.quantEngine(q.Engine), last.reason)
+		if q.Force {
+			return fmt.Errorf("quantize: %s; quantize.force requires INT8, so nothing is written: drop force (or use quantize.mode none) to keep the FP32 result", why)
 		}
-		return fmt.Errorf("quantize: %s", last.reason)
+		r.warn(fmt.Sprintf("%s; the artifact stays FP32 (quantize.mode %s)", why, q.Mode))
+		return r.validateFP32()
 	}
 	// Guard: INT8 must beat the best FP32 model on this machine; INT8 + optimize_for_inference,
 	// when built, runs in the same measurement.
@@ -492,4 +495,38 @@ func firstOf(cs ...*candidate) *candidate {
 		}
 	}
 	return nil
+}
+
+// quantEngine is the quantized engine a run used: the configured one, or libtorch's current
+// one for auto.
+func (r *run) quantEngine(configured string) string {
+	if configured != "" && configured != "auto" {
+		return configured
+	}
+	if e, err := torch.QEngine(); err == nil {
+		return e
+	}
+	return configured
+}
+
+// quantizeFailure says in plain words what could not be quantized and why, keeping the end of
+// libtorch's message for a bug report.
+func quantizeFailure(name, engine, reason string) string {
+	raw := reason
+	if i := strings.LastIndex(raw, "Error: "); i >= 0 {
+		raw = raw[i+len("Error: "):]
+	}
+	raw = torch.Clip(strings.TrimSpace(raw))
+	var what string
+	switch {
+	case strings.Contains(reason, "descriptor for a matmul primitive") || strings.Contains(reason, "descriptor for a inner product primitive"):
+		what = fmt.Sprintf("the quantized engine %s cannot run the INT8 matrix multiply of a quantized Linear or LSTM/GRU layer of this model on this CPU (its first call failed)", engine)
+	case strings.Contains(reason, "validate: candidate model"):
+		what = fmt.Sprintf("the quantized model (engine %s) fails when called on the validation inputs", engine)
+	case strings.Contains(reason, "Could not run 'quantized::") || strings.Contains(reason, "Could not run 'aten::"):
+		what = fmt.Sprintf("an operator of the quantized model has no kernel for the tensors it gets (engine %s)", engine)
+	default:
+		what = "libtorch's quantization passes could not convert this model"
+	}
+	return fmt.Sprintf("%s could not be used: %s (libtorch says: %s)", name, what, raw)
 }

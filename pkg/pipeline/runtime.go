@@ -276,6 +276,9 @@ func (m *runtimeMeasure) serve(groups []serveGroup, what string) ([]*bench.Proce
 		g := groups[s.group]
 		args := append(append([]string(nil), r.opts.Serve...), "-m", g.path, "--runtime", "default", "--threads", strconv.Itoa(g.threads),
 			"--warmup", strconv.Itoa(max(r.cfg.Bench.Warmup, 10)), "--seed", strconv.FormatUint(r.cfg.Bench.Seed, 10))
+		for _, l := range r.cfg.Model.OpLibraries {
+			args = append(args, "--op-library", l)
+		}
 		specs[i] = benchrun.ServerSpec{Name: fmt.Sprintf("%s (process %d)", g.name, s.proc+1), Argv: args, Env: g.environ}
 	}
 	srv, err := benchrun.StartServers(r.ctx, specs, nil)

@@ -375,3 +375,115 @@ func TestOptimizeDataOnlyShapeInManifest(t *testing.T) {
 		t.Errorf("manifest input x: shape %v dtype %q, want %v float32 (the data's per call)", in.Shape, in.DType, want)
 	}
 }
+
+// Freezing keeps every public method the original exports (a demo app's get_classes) unless
+// model.preserve_methods lists the ones to keep; then the report says which ones go.
+func TestOptimizeKeepsPublicMethods(t *testing.T) {
+	f := fixtures.Load(t).Get(t, "classes")
+	x := f.Stream(t, "forward").Args[0].Tensor
+	cfg := func(preserve []string) *config.Config {
+		c := config.Default()
+		c.Model.Path = f.ModelPath()
+		c.Model.Inputs = []config.Input{{Name: "x", Shape: x.Shape[1:], DType: x.DType, Data: "seq:" + f.Path(x.File)}}
+		c.Model.PreserveMethods = preserve
+		c.Quantize.Mode = "none"
+		c.Bench.Runs, c.Bench.Warmup, c.Bench.StageRuns = 8, 1, 4
+		c.Output.Dir = t.TempDir()
+		if err := c.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		return &c
+	}
+	rep, err := Run(context.Background(), cfg(nil), testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := torchspeed.Load(*rep.Artifact, torchspeed.LoadOptions{KeepThreads: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if !slices.Contains(m.Manifest.PreserveMethods, "get_classes") {
+		t.Errorf("manifest preserve_methods %v lacks get_classes", m.Manifest.PreserveMethods)
+	}
+	out, err := m.RunMethod("get_classes")
+	if err != nil {
+		t.Fatalf("artifact (%s): get_classes: %v", strings.Join(m.Manifest.Steps, "+"), err)
+	}
+	defer out.Close()
+	_, text, err := out.OutputsAndText()
+	if err != nil || len(text) != 1 || !slices.Equal(text[0].Values, f.Classes) {
+		t.Errorf("artifact's get_classes: %v %v, want %v", text, err, f.Classes)
+	}
+
+	rep, err = Run(context.Background(), cfg([]string{}), testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !hasWarning(rep, "will not have method(s) get_classes") {
+		t.Errorf("dropping get_classes not reported: warnings %v", rep.Warnings)
+	}
+}
+
+// With model.inputs a stream (seq:) and no validation.data, validation replays the stream from a
+// reset state, not the calibration set (a stream's calls depend on the ones before them).
+func TestOptimizeValidatesOnStream(t *testing.T) {
+	f := fixtures.Load(t).Get(t, "streaming")
+	cfg := streamingConfig(t, f, t.TempDir(), "none")
+	x := f.Path(f.Stream(t, "forward").Args[0].Tensor.File)
+	cfg.Quantize.Mode = "static"
+	cfg.Calibration.Path, cfg.Calibration.Sequence, cfg.Calibration.Limit = x, true, 10
+	rep, err := Run(context.Background(), cfg, testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := rep.Validation
+	t.Logf("validation: %d samples on %s (%s), passed %v", v.Samples, v.Data, v.Checked, v.Passed)
+	if !strings.Contains(v.Data, "model.inputs data") || v.Samples != f.Stream(t, "forward").Calls || v.Synthetic {
+		t.Errorf("validation on %q (%d samples): want the %d calls of the model.inputs stream", v.Data, v.Samples, f.Stream(t, "forward").Calls)
+	}
+}
+
+// An explicit --quantize dynamic that libtorch cannot carry out (here oneDNN refuses the INT8
+// matmul of the Silero-shaped LSTM model) keeps the finished FP32 result with a warning in
+// plain words; with quantize.force (INT8 required) it fails and says how to keep FP32.
+func TestOptimizeQuantizeFailureKeepsFP32(t *testing.T) {
+	f := fixtures.Load(t).Get(t, "vad_lstm")
+	ref := streamref.Load(t, f, "forward")
+	rep, err := Run(context.Background(), streamingConfig(t, f, t.TempDir(), "dynamic"), testOptions())
+	if err != nil {
+		t.Fatalf("dynamic: %v", err)
+	}
+	if !hasWarning(rep, "could not be used") {
+		if rep.Quantize != nil && rep.Quantize.QuantizedOpCount > 0 {
+			t.Skipf("dynamic INT8 of vad_lstm works with this libtorch and CPU: nothing to fall back from (warnings %v)", rep.Warnings)
+		}
+		t.Fatalf("no warning about the failed quantization: %v", rep.Warnings)
+	}
+	for _, w := range rep.Warnings {
+		if strings.Contains(w, "could not be used") {
+			t.Logf("warning: %s", w)
+			if !strings.Contains(w, "stays FP32") || !strings.Contains(w, "libtorch says") {
+				t.Errorf("warning %q: want what failed, the raw cause and that FP32 stays", w)
+			}
+		}
+	}
+	m, err := torchspeed.Load(*rep.Artifact, torchspeed.LoadOptions{KeepThreads: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if m.Manifest.Precision != "fp32" {
+		t.Errorf("artifact precision %q, want fp32", m.Manifest.Precision)
+	}
+	if d := replay(t, m, ref); d > 1e-5 {
+		t.Errorf("FP32 artifact differs from PyTorch's stream by %.3g", d)
+	}
+
+	cfg := streamingConfig(t, f, t.TempDir(), "dynamic")
+	cfg.Quantize.Force = true
+	_, err = Run(context.Background(), cfg, testOptions())
+	if err == nil || !strings.Contains(err.Error(), "quantize.force requires INT8") || !strings.Contains(err.Error(), "could not be used") {
+		t.Errorf("forced INT8: err %v, want the failure and how to keep FP32", err)
+	}
+}

@@ -37,6 +37,20 @@ type LoadOptions struct {
 	// is loaded (PassFastQDQ, PassFastLinear, PassFastConv, PassFuseConvAdd): for a module that is saved again
 	// for stock libtorch.
 	StockOps bool
+	// OpLibraries are shared libraries of custom operators (TORCH_LIBRARY extensions) the
+	// model calls, loaded with torch.LoadLibrary before the model.
+	OpLibraries []string
+}
+
+// LoadOpLibraries loads shared libraries of custom operators, in order, before the models that
+// call them are loaded (torch.LoadLibrary). The error names the library that failed.
+func LoadOpLibraries(paths []string) error {
+	for _, p := range paths {
+		if err := torch.LoadLibrary(p); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Load opens an artifact written by `torchspeed optimize`, re-applies its load-time passes and
@@ -57,6 +71,9 @@ func Load(path string, opts ...LoadOptions) (*Model, error) {
 		here = nil // the CPU cannot be read: nothing to check against
 	} else if err := runenv.CheckISAEnv(os.LookupEnv, runenv.MachineOf(here)); err != nil {
 		return nil, fmt.Errorf("load %q: %w", path, err)
+	}
+	if err := LoadOpLibraries(o.OpLibraries); err != nil {
+		return nil, err
 	}
 	man, err := VerifyArchive(path)
 	if err != nil {

@@ -14,8 +14,12 @@ import (
 // Models as their authors ship them take more than tensors (forward(x, sr: int)), keep state in
 // attributes between calls (an RNN state, a context buffer) and export other methods. Two
 // threads in one such module corrupt its state and, measured, the heap (SIGSEGV, double free),
-// so a stateful Model serializes its own calls and hands each stream a Session with its own deep
-// copy. Stateless models share one module and run concurrently, as before.
+// so a stateful Model serializes its own calls and hands each stream a Session with its own copy
+// of the state: the attributes its method assigns, cloned, with the weights and code shared.
+// Copying whole modules is not an option: libtorch's deepcopy matches tensors by storage, so it
+// mangles weights that are views of one buffer (the flattened weights of an LSTM exported from
+// a GPU, as in Silero VAD), and it would copy every weight per stream. Stateless models share
+// one module and run concurrently.
 
 // Reset method names tried, in order, when the manifest names none.
 var defaultResetMethods = []string{"reset_states", "reset"}
@@ -34,8 +38,8 @@ type stateInfo struct {
 }
 
 // initState finds the method, the state it mutates and the reset method. Load calls it on the
-// final module. A stateful model without a reset method keeps a pristine copy, so a session can
-// still start from the state the model was saved with.
+// final module. A stateful model without a reset method keeps a pristine copy of its state, so
+// a session can still start from the state the model was saved with.
 func (m *Model) initState() error {
 	man := m.Manifest
 	st := &m.state
@@ -71,7 +75,7 @@ func (m *Model) initState() error {
 		}
 	}
 	if len(st.attrs) > 0 && st.reset == "" {
-		if st.pristine, err = m.m.Clone(); err != nil {
+		if st.pristine, err = m.m.CloneState(st.attrs...); err != nil {
 			return err
 		}
 	}
@@ -340,8 +344,8 @@ func constant(typ string, raw json.RawMessage) (*torch.Value, error) {
 	return v, v.Err()
 }
 
-// Session is one stream of calls on a model: for a stateful model it owns a deep copy of the
-// module (its own state), so sessions run concurrently without sharing state; for a stateless
+// Session is one stream of calls on a model: for a stateful model it owns a copy of the module's
+// state (sharing its weights), so sessions run concurrently without sharing state; for a stateless
 // model it shares the model's module (no copy). Calls on one session are serialized. Sessions
 // run on the shared inference thread (torch.Do), or on a thread of their own
 // (SessionOptions.OwnThread) when streams must run side by side.
@@ -384,7 +388,7 @@ func (m *Model) NewSession(opts ...SessionOptions) (*Session, error) {
 		src = m.m
 		unlock = m.lockIfStateful() // a clone reads the state another call may be writing
 	}
-	mod, err := src.Clone()
+	mod, err := src.CloneState(m.state.attrs...)
 	unlock()
 	if err != nil {
 		closeThread(s.thread)
@@ -424,7 +428,7 @@ func (s *Session) resetLocked() error {
 		}
 		return out.Close()
 	default:
-		fresh, err := st.pristine.Clone()
+		fresh, err := st.pristine.CloneState(st.attrs...)
 		if err != nil {
 			return fmt.Errorf("reset session of %q: %w", s.mod.Name(), err)
 		}
@@ -459,7 +463,7 @@ func (s *Session) Predict(inputs ...*torch.Tensor) ([]torch.Output, error) {
 	return s.model.predictOn(s.mod, s.thread, inputs)
 }
 
-// Close frees the session's copy of the module. Idempotent.
+// Close frees the session's copy of the state. Idempotent.
 func (s *Session) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

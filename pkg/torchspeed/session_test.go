@@ -324,3 +324,55 @@ func TestConstantValue(t *testing.T) {
 		v.Close()
 	}
 }
+
+// A model shaped like Silero VAD v4: an nn.LSTM whose weights are views of one flat buffer and
+// whose (h, c) live in attributes. A deep copy of it fails ("The expanded size of the tensor
+// (256) must match ..."); sessions copy only the state, so every concurrent stream, and the
+// shared model itself, reproduces PyTorch's single-copy stream.
+func TestSessionsLSTMFlatWeights(t *testing.T) {
+	m, f := loadPlain(t, "vad_lstm")
+	if !slices.Equal(m.StateAttributes(), f.State) || m.ResetMethod() != f.ResetMethod {
+		t.Fatalf("state %v reset %q, fixture says %v %q", m.StateAttributes(), m.ResetMethod(), f.State, f.ResetMethod)
+	}
+	r := streamref.Load(t, f, "forward")
+	const streams = 3
+	errs := make([]error, streams)
+	var wg sync.WaitGroup
+	for g := 0; g < streams; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			opts := SessionOptions{CallerThread: g == 1, OwnThread: g == 2}
+			if opts.CallerThread {
+				runtime.LockOSThread()
+				defer runtime.UnlockOSThread()
+			}
+			s, err := m.NewSession(opts)
+			if err != nil {
+				errs[g] = err
+				return
+			}
+			defer s.Close()
+			if errs[g] = runStream(r, s.Run); errs[g] != nil {
+				return
+			}
+			// A second pass after Reset repeats the stream: the session owns its state.
+			if errs[g] = s.Reset(); errs[g] == nil {
+				errs[g] = runStream(r, s.Run)
+			}
+		}()
+	}
+	wg.Wait()
+	for g, err := range errs {
+		if err != nil {
+			t.Errorf("session %d: %v", g, err)
+		}
+	}
+	// The sessions left the shared module's state alone.
+	if err := m.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	if err := runStream(r, m.Run); err != nil {
+		t.Errorf("shared model: %v", err)
+	}
+}
