@@ -1,0 +1,313 @@
+package serve
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/torchspeed/torchspeed/bindings/torch"
+)
+
+// Handler serves the protocol's REST endpoints and GET /metrics.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v2/health/live", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]bool{"live": true})
+	})
+	mux.HandleFunc("GET /v2/health/ready", s.ready)
+	mux.HandleFunc("GET /v2", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, s.ServerMetadata()) })
+	mux.HandleFunc("GET /v2/models/{name}", s.forModel(s.metadata))
+	mux.HandleFunc("GET /v2/models/{name}/versions/{version}", s.forModel(s.metadata))
+	mux.HandleFunc("GET /v2/models/{name}/ready", s.forModel(s.ready))
+	mux.HandleFunc("GET /v2/models/{name}/versions/{version}/ready", s.forModel(s.ready))
+	// Any method, so that a GET is told to POST in JSON rather than by the mux's plain text.
+	mux.HandleFunc("/v2/models/{name}/infer", s.forModel(s.infer))
+	mux.HandleFunc("/v2/models/{name}/versions/{version}/infer", s.forModel(s.infer))
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		_ = s.metrics.write(w)
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		httpError(w, http.StatusNotFound, "no endpoint %s %s: the server answers GET /v2/health/live, /v2/health/ready, /v2/models/%s[/ready], /metrics and POST /v2/models/%s/infer",
+			r.Method, clip(r.URL.Path), s.cfg.Name, s.cfg.Name)
+	})
+	return mux
+}
+
+// forModel checks the model name and version in the path before h runs.
+func (s *Server) forModel(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if name := r.PathValue("name"); name != s.cfg.Name {
+			code := http.StatusNotFound
+			if strings.HasSuffix(r.URL.Path, "/infer") {
+				s.metrics.request(name, code, 0)
+			}
+			httpError(w, code, "unknown model %q: this server serves %q", clip(name), s.cfg.Name)
+			return
+		}
+		if v := r.PathValue("version"); v != "" && v != ModelVersion {
+			httpError(w, http.StatusNotFound, "model %s has no version %q: it has version %s", s.cfg.Name, clip(v), ModelVersion)
+			return
+		}
+		h(w, r)
+	}
+}
+
+func (s *Server) ready(w http.ResponseWriter, _ *http.Request) {
+	if s.draining.Load() {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "error": "draining: the server is shutting down"})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]bool{"ready": true})
+}
+
+func (s *Server) metadata(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, s.meta)
+}
+
+// statusError is an answer other than 200, with the message the client reads.
+type statusError struct {
+	code int
+	msg  string
+}
+
+func (e *statusError) Error() string { return e.msg }
+
+func badRequest(format string, a ...any) *statusError {
+	return &statusError{http.StatusBadRequest, fmt.Sprintf(format, a...)}
+}
+
+func (s *Server) infer(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		httpError(w, http.StatusMethodNotAllowed, "%s %s: inference takes POST with a JSON body", r.Method, clip(r.URL.Path))
+		return
+	}
+	start := time.Now()
+	s.metrics.inflight.Add(1)
+	defer s.metrics.inflight.Add(-1)
+	code := http.StatusOK
+	defer func() { s.metrics.request(s.cfg.Name, code, time.Since(start)) }()
+	if !s.admit() {
+		code = http.StatusServiceUnavailable
+		w.Header().Set("Connection", "close")
+		httpError(w, code, "model %s is shutting down: send the request to another replica", s.cfg.Name)
+		return
+	}
+	defer s.pending.Done()
+	resp, err := s.inferBody(w, r)
+	if err != nil {
+		var se *statusError
+		if !errors.As(err, &se) {
+			se = &statusError{http.StatusInternalServerError, err.Error()}
+		}
+		code = se.code
+		if code == http.StatusTooManyRequests {
+			w.Header().Set("Retry-After", "1")
+		}
+		httpError(w, code, "%s", se.msg)
+		return
+	}
+	writeJSON(w, code, resp)
+}
+
+// inferBody reads, checks and runs one request. Every error it returns is a *statusError but
+// the model's own failures.
+func (s *Server) inferBody(w http.ResponseWriter, r *http.Request) (*InferResponse, error) {
+	limit := s.cfg.MaxRequestBytes
+	if r.ContentLength > limit {
+		return nil, &statusError{http.StatusRequestEntityTooLarge, fmt.Sprintf("request body of %d bytes is over the server's limit of %d (--max-request-bytes): send smaller batches", r.ContentLength, limit)}
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, &statusError{http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is over the server's limit of %d bytes (--max-request-bytes): send smaller batches", limit)}
+		}
+		return nil, badRequest("reading the request body: %v", clip(err.Error()))
+	}
+	var req InferRequest
+	if err := decodeRequest(body, &req); err != nil {
+		return nil, err
+	}
+	ins, err := s.inputTensors(req.Inputs)
+	defer func() {
+		for _, t := range ins {
+			t.Close()
+		}
+	}()
+	if err != nil {
+		return nil, err
+	}
+	wanted, err := s.wantedOutputs(req.Outputs)
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.run(ins)
+	if errors.Is(err, errQueueFull) {
+		return nil, &statusError{http.StatusTooManyRequests, fmt.Sprintf("model %s: queue full (%d waiting, --max-queue): retry later or add instances", s.cfg.Name, s.cfg.MaxQueue)}
+	}
+	if res.err != nil {
+		return nil, fmt.Errorf("model %s: inference failed: %v", s.cfg.Name, clip(res.err.Error()))
+	}
+	defer torch.CloseOutputs(res.outs)
+	resp := &InferResponse{ModelName: s.cfg.Name, ModelVersion: ModelVersion, ID: req.ID, Outputs: make([]ResponseOutput, 0, len(res.outs))}
+	for _, o := range res.outs {
+		if wanted != nil && !wanted[o.Name] {
+			continue
+		}
+		ro, err := outputOf(o)
+		if err != nil {
+			return nil, fmt.Errorf("model %s: %v", s.cfg.Name, err)
+		}
+		resp.Outputs = append(resp.Outputs, ro)
+	}
+	return resp, nil
+}
+
+// decodeRequest parses the body strictly: a misspelt field is the client's bug, and a silently
+// ignored one hides it.
+func decodeRequest(body []byte, req *InferRequest) error {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return badRequest(`empty request body: send {"inputs": [{"name": ..., "shape": [...], "datatype": "FP32", "data": [...]}]}`)
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(req); err != nil {
+		return badRequest("request body is not a valid inference request: %s: send {\"inputs\": [{\"name\": ..., \"shape\": [...], \"datatype\": \"FP32\", \"data\": [...]}]}", clip(err.Error()))
+	}
+	if dec.More() {
+		return badRequest("request body has data after the JSON object: send one object")
+	}
+	if len(req.Inputs) == 0 {
+		return badRequest(`request has no "inputs": give each input's name, shape, datatype and data`)
+	}
+	return nil
+}
+
+// inputTensors matches the request's inputs to the model's by name and builds their tensors in
+// the model's order. Tensors built before an error are returned too, for the caller to close.
+func (s *Server) inputTensors(reqs []RequestInput) ([]*torch.Tensor, error) {
+	seen := map[string]bool{}
+	for i, in := range reqs {
+		if in.Name == "" {
+			return nil, badRequest("input %d has no name: name it as the model metadata does (%s)", i, s.inputNames())
+		}
+		if seen[in.Name] {
+			return nil, badRequest("input %s is given twice: give each input once", clip(in.Name))
+		}
+		seen[in.Name] = true
+		if len(in.Parameters) > 0 {
+			if _, ok := in.Parameters["binary_data_size"]; ok {
+				return nil, badRequest("input %s: binary tensor data is not supported by this server: send the data as JSON", clip(in.Name))
+			}
+		}
+	}
+	if len(s.inputs) == 0 {
+		// A plain TorchScript file: no names to check, the inputs go in the order given.
+		var ins []*torch.Tensor
+		for _, in := range reqs {
+			t, err := newInputTensor(in)
+			if err != nil {
+				return ins, badRequest("input %s: %v", clip(in.Name), err)
+			}
+			ins = append(ins, t)
+		}
+		return ins, nil
+	}
+	byName := make(map[string]RequestInput, len(reqs))
+	for _, in := range reqs {
+		if !slices.ContainsFunc(s.inputs, func(sp inputSpec) bool { return sp.name == in.Name }) {
+			return nil, badRequest("model %s has no input %q: its inputs are %s", s.cfg.Name, clip(in.Name), s.inputNames())
+		}
+		byName[in.Name] = in
+	}
+	ins := make([]*torch.Tensor, 0, len(s.inputs))
+	for _, sp := range s.inputs {
+		in, ok := byName[sp.name]
+		if !ok {
+			return ins, badRequest("input %s is missing: model %s takes %s", sp.name, s.cfg.Name, s.inputNames())
+		}
+		if in.Datatype != sp.datatype {
+			return ins, badRequest("input %s: datatype %q, the model takes %s", sp.name, clip(in.Datatype), sp.datatype)
+		}
+		if err := sp.checkShape(in.Shape); err != nil {
+			return ins, badRequest("input %s: %v", sp.name, err)
+		}
+		t, err := newInputTensor(in)
+		if err != nil {
+			return ins, badRequest("input %s: %v", sp.name, err)
+		}
+		ins = append(ins, t)
+	}
+	return ins, nil
+}
+
+// checkShape allows any size of the batch dimension, 1 or more, and requires the others to be
+// the manifest's.
+func (sp inputSpec) checkShape(shape []int64) error {
+	if len(shape) != len(sp.shape) {
+		return fmt.Errorf("shape %v has %d dimensions, the model takes %d (%s)", shape, len(shape), len(sp.shape), sp.describe())
+	}
+	for i, d := range shape {
+		if i == sp.batchDim {
+			if d < 1 {
+				return fmt.Errorf("shape %v: batch dimension %d is %d: send 1 or more", shape, i, d)
+			}
+			continue
+		}
+		if d != sp.shape[i] {
+			return fmt.Errorf("shape %v: dimension %d is %d, the model takes %d (%s)", shape, i, d, sp.shape[i], sp.describe())
+		}
+	}
+	return nil
+}
+
+func (sp inputSpec) describe() string {
+	shape := slices.Clone(sp.shape)
+	if sp.batchDim >= 0 {
+		shape[sp.batchDim] = -1
+	}
+	return fmt.Sprintf("%s %v, -1 any size", sp.datatype, shape)
+}
+
+func (s *Server) inputNames() string {
+	if len(s.inputs) == 0 {
+		return "(not listed: the model has no manifest)"
+	}
+	names := make([]string, len(s.inputs))
+	for i, in := range s.inputs {
+		names[i] = in.describeNamed()
+	}
+	return strings.Join(names, ", ")
+}
+
+func (sp inputSpec) describeNamed() string { return sp.name + " " + sp.describe() }
+
+// wantedOutputs is the set of outputs the request names (nil: all).
+func (s *Server) wantedOutputs(reqs []RequestOutput) (map[string]bool, error) {
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	wanted := map[string]bool{}
+	for _, o := range reqs {
+		if len(s.meta.Outputs) > 0 && !slices.ContainsFunc(s.meta.Outputs, func(m TensorMetadata) bool { return m.Name == o.Name }) {
+			names := make([]string, len(s.meta.Outputs))
+			for i, m := range s.meta.Outputs {
+				names[i] = m.Name
+			}
+			return nil, badRequest("model %s has no output %q: its outputs are %s", s.cfg.Name, clip(o.Name), strings.Join(names, ", "))
+		}
+		if v, ok := o.Parameters["binary_data"]; ok && string(v) == "true" {
+			return nil, badRequest("output %s: binary tensor data is not supported by this server: leave out binary_data", clip(o.Name))
+		}
+		wanted[o.Name] = true
+	}
+	return wanted, nil
+}

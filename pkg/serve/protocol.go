@@ -1,0 +1,295 @@
+package serve
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/torchspeed/torchspeed/bindings/torch"
+)
+
+// The Open Inference Protocol's (KServe v2) JSON messages, as Triton and KServe runtimes speak
+// them: clients and load generators written for those servers send these unchanged.
+
+// InferRequest is the body of POST /v2/models/{name}/infer.
+type InferRequest struct {
+	ID         string                     `json:"id,omitempty"`
+	Parameters map[string]json.RawMessage `json:"parameters,omitempty"`
+	Inputs     []RequestInput             `json:"inputs"`
+	Outputs    []RequestOutput            `json:"outputs,omitempty"`
+}
+
+// RequestInput is one input tensor: data holds its elements flat or nested, row-major.
+type RequestInput struct {
+	Name       string                     `json:"name"`
+	Shape      []int64                    `json:"shape"`
+	Datatype   string                     `json:"datatype"`
+	Parameters map[string]json.RawMessage `json:"parameters,omitempty"`
+	Data       json.RawMessage            `json:"data"`
+}
+
+// RequestOutput names an output the client wants; none named means all of them.
+type RequestOutput struct {
+	Name       string                     `json:"name"`
+	Parameters map[string]json.RawMessage `json:"parameters,omitempty"`
+}
+
+// InferResponse is the answer to an inference request.
+type InferResponse struct {
+	ModelName    string           `json:"model_name"`
+	ModelVersion string           `json:"model_version,omitempty"`
+	ID           string           `json:"id,omitempty"`
+	Outputs      []ResponseOutput `json:"outputs"`
+}
+
+// ResponseOutput is one output tensor, its data flat and row-major.
+type ResponseOutput struct {
+	Name     string  `json:"name"`
+	Shape    []int64 `json:"shape"`
+	Datatype string  `json:"datatype"`
+	Data     any     `json:"data"`
+}
+
+// TensorMetadata describes an input or output in the model metadata; -1 marks a dimension of
+// any size (the batch dimension).
+type TensorMetadata struct {
+	Name     string  `json:"name"`
+	Datatype string  `json:"datatype"`
+	Shape    []int64 `json:"shape"`
+}
+
+// ModelMetadata is the answer to GET /v2/models/{name}.
+type ModelMetadata struct {
+	Name     string           `json:"name"`
+	Versions []string         `json:"versions"`
+	Platform string           `json:"platform"`
+	Inputs   []TensorMetadata `json:"inputs"`
+	Outputs  []TensorMetadata `json:"outputs"`
+}
+
+// ServerMetadata is the answer to GET /v2.
+type ServerMetadata struct {
+	Name       string   `json:"name"`
+	Version    string   `json:"version"`
+	Extensions []string `json:"extensions"`
+}
+
+// The protocol's datatype names for the torch dtypes a request can carry.
+var protocolTypes = map[torch.DType]string{
+	torch.Bool: "BOOL", torch.Uint8: "UINT8", torch.Int8: "INT8", torch.Int16: "INT16",
+	torch.Int32: "INT32", torch.Int64: "INT64", torch.Float16: "FP16", torch.BFloat16: "BF16",
+	torch.Float32: "FP32", torch.Float64: "FP64",
+}
+
+const supportedTypes = "BOOL, UINT8, INT8, INT16, INT32, INT64, FP32 or FP64"
+
+// dtypeOf maps a protocol datatype to the torch dtype it is built as.
+func dtypeOf(datatype string) (torch.DType, error) {
+	for dt, name := range protocolTypes {
+		if name == datatype {
+			switch dt {
+			case torch.Float16, torch.BFloat16:
+				return 0, fmt.Errorf("datatype %s is not accepted: send %s (the model converts)", datatype, supportedTypes)
+			}
+			return dt, nil
+		}
+	}
+	if datatype == "BYTES" {
+		return 0, fmt.Errorf("datatype BYTES (strings) is not accepted: this server runs tensor models; send %s", supportedTypes)
+	}
+	return 0, fmt.Errorf("unknown datatype %q: use %s", datatype, supportedTypes)
+}
+
+// protocolType names a manifest dtype ("float32") in the protocol's terms ("FP32").
+func protocolType(manifestDType string) string {
+	if manifestDType == "" {
+		return "FP32"
+	}
+	dt, err := torch.ParseDType(manifestDType)
+	if err != nil {
+		return strings.ToUpper(manifestDType)
+	}
+	return protocolTypes[dt]
+}
+
+// maxNesting bounds how deep nested data may go, so that a hostile body cannot recurse without
+// limit; real tensors have a handful of dimensions.
+const maxNesting = 32
+
+// numel is the element count of shape, refusing negative dimensions and counts that could not
+// be allocated.
+func numel(shape []int64) (int64, error) {
+	n := int64(1)
+	for _, d := range shape {
+		if d < 0 {
+			return 0, fmt.Errorf("shape %v has a negative dimension: dimensions are 0 or more", shape)
+		}
+		if d != 0 && n > math.MaxInt32/d {
+			return 0, fmt.Errorf("shape %v holds 2^31 elements or more: send smaller tensors", shape)
+		}
+		n *= d
+	}
+	return n, nil
+}
+
+// newInputTensor builds the tensor an input describes, checking its data against its shape and
+// datatype before anything reaches libtorch.
+func newInputTensor(in RequestInput) (*torch.Tensor, error) {
+	dt, err := dtypeOf(in.Datatype)
+	if err != nil {
+		return nil, err
+	}
+	n, err := numel(in.Shape)
+	if err != nil {
+		return nil, err
+	}
+	if len(in.Data) == 0 {
+		return nil, errors.New(`no "data": give the elements as a flat or nested JSON list`)
+	}
+	var data any
+	var got int
+	switch dt {
+	case torch.Float32:
+		d, err := decodeData[float32](in.Data, 0)
+		data, got, err = d, len(d), typeErr(err, in.Datatype, "numbers")
+		if err != nil {
+			return nil, err
+		}
+	case torch.Float64:
+		d, err := decodeData[float64](in.Data, 0)
+		data, got, err = d, len(d), typeErr(err, in.Datatype, "numbers")
+		if err != nil {
+			return nil, err
+		}
+	case torch.Int64:
+		d, err := decodeData[int64](in.Data, 0)
+		data, got, err = d, len(d), typeErr(err, in.Datatype, "integers")
+		if err != nil {
+			return nil, err
+		}
+	case torch.Int32:
+		d, err := decodeData[int32](in.Data, 0)
+		data, got, err = d, len(d), typeErr(err, in.Datatype, "integers from -2^31 to 2^31-1")
+		if err != nil {
+			return nil, err
+		}
+	case torch.Int16:
+		d, err := decodeData[int16](in.Data, 0)
+		data, got, err = d, len(d), typeErr(err, in.Datatype, "integers from -32768 to 32767")
+		if err != nil {
+			return nil, err
+		}
+	case torch.Int8:
+		d, err := decodeData[int8](in.Data, 0)
+		data, got, err = d, len(d), typeErr(err, in.Datatype, "integers from -128 to 127")
+		if err != nil {
+			return nil, err
+		}
+	case torch.Uint8:
+		d, err := decodeData[uint8](in.Data, 0)
+		data, got, err = d, len(d), typeErr(err, in.Datatype, "integers from 0 to 255")
+		if err != nil {
+			return nil, err
+		}
+	case torch.Bool:
+		d, err := decodeData[bool](in.Data, 0)
+		data, got, err = d, len(d), typeErr(err, in.Datatype, "true or false")
+		if err != nil {
+			return nil, err
+		}
+	}
+	if int64(got) != n {
+		return nil, fmt.Errorf("data has %d elements, shape %v holds %d: send exactly one value per element", got, in.Shape, n)
+	}
+	return torch.NewTensorAny(data, in.Shape)
+}
+
+func typeErr(err error, datatype, want string) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("data is not a list of %s: %s (datatype %s)", want, clip(err.Error()), datatype)
+}
+
+// decodeData reads a flat list of T, or a nested one (as the protocol allows), row-major.
+func decodeData[T any](raw json.RawMessage, depth int) ([]T, error) {
+	var flat []T
+	ferr := json.Unmarshal(raw, &flat)
+	if ferr == nil {
+		return flat, nil
+	}
+	if depth >= maxNesting {
+		return nil, fmt.Errorf("nested more than %d levels deep", maxNesting)
+	}
+	var nested []json.RawMessage
+	if err := json.Unmarshal(raw, &nested); err != nil || len(nested) == 0 || !isList(nested[0]) {
+		return nil, ferr
+	}
+	var out []T
+	for _, sub := range nested {
+		if !isList(sub) {
+			return nil, fmt.Errorf("mixes lists and values at one level: nest every element to the same depth")
+		}
+		d, err := decodeData[T](sub, depth+1)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, d...)
+	}
+	return out, nil
+}
+
+func isList(raw json.RawMessage) bool {
+	for _, c := range raw {
+		switch c {
+		case ' ', '\t', '\n', '\r':
+			continue
+		case '[':
+			return true
+		}
+		return false
+	}
+	return false
+}
+
+// outputOf reads an output tensor for the response. Quantized and half-precision outputs go out
+// as FP32, the closest type a client can read.
+func outputOf(o torch.Output) (ResponseOutput, error) {
+	t := o.Tensor
+	r := ResponseOutput{Name: o.Name, Shape: t.Shape()}
+	dt := t.DType()
+	name, ok := protocolTypes[dt]
+	if !ok || dt == torch.Float16 || dt == torch.BFloat16 {
+		f, err := t.Float32s()
+		if err != nil {
+			return r, fmt.Errorf("output %s (%s): %w", o.Name, dt, err)
+		}
+		r.Datatype, r.Data = "FP32", f
+		return r, nil
+	}
+	d, err := torch.DataAny(t)
+	if err != nil {
+		return r, fmt.Errorf("output %s (%s): %w", o.Name, dt, err)
+	}
+	if b, ok := d.([]uint8); ok {
+		// encoding/json writes []byte as base64; the protocol wants numbers.
+		ints := make([]uint16, len(b))
+		for i, v := range b {
+			ints[i] = uint16(v)
+		}
+		d = ints
+	}
+	r.Datatype, r.Data = name, d
+	return r, nil
+}
+
+// clip keeps error text from a request short enough to echo back and log.
+func clip(s string) string {
+	const max = 300
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + "..."
+}
