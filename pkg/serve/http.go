@@ -149,16 +149,16 @@ func (s *Server) inferBody(w http.ResponseWriter, r *http.Request) (*InferRespon
 	if err != nil {
 		return nil, err
 	}
-	res, err := s.run(ins)
+	outs, err := s.run(ins)
 	if errors.Is(err, errQueueFull) {
 		return nil, &statusError{http.StatusTooManyRequests, fmt.Sprintf("model %s: queue full (%d waiting, --max-queue): retry later or add instances", s.cfg.Name, s.cfg.MaxQueue)}
 	}
-	if res.err != nil {
-		return nil, fmt.Errorf("model %s: inference failed: %v", s.cfg.Name, clip(res.err.Error()))
+	if err != nil {
+		return nil, fmt.Errorf("model %s: inference failed: %v", s.cfg.Name, clip(err.Error()))
 	}
-	defer torch.CloseOutputs(res.outs)
-	resp := &InferResponse{ModelName: s.cfg.Name, ModelVersion: ModelVersion, ID: req.ID, Outputs: make([]ResponseOutput, 0, len(res.outs))}
-	for _, o := range res.outs {
+	defer torch.CloseOutputs(outs)
+	resp := &InferResponse{ModelName: s.cfg.Name, ModelVersion: ModelVersion, ID: req.ID, Outputs: make([]ResponseOutput, 0, len(outs))}
+	for _, o := range outs {
 		if wanted != nil && !wanted[o.Name] {
 			continue
 		}

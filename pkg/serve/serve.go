@@ -68,9 +68,11 @@ type Server struct {
 	sessions []*torchspeed.Session
 	inputs   []inputSpec
 	meta     ModelMetadata
-	jobs     chan *job
-	workers  sync.WaitGroup
-	metrics  *metrics
+	// free holds the instances not running a request. A handler takes one and calls it itself:
+	// a worker goroutine in between cost two more scheduler wake-ups per request.
+	free    chan *torchspeed.Session
+	waiting atomic.Int64 // requests waiting for an instance
+	metrics *metrics
 	// draining: Shutdown has begun; new inference requests are answered 503.
 	draining atomic.Bool
 	// pending counts requests between admission and their answer; Shutdown waits for it.
@@ -86,18 +88,6 @@ type inputSpec struct {
 	datatype string
 	shape    []int64 // as the manifest measured it
 	batchDim int     // -1: none
-}
-
-type job struct {
-	inputs []*torch.Tensor
-	enq    time.Time
-	done   chan result
-}
-
-type result struct {
-	outs  []torch.Output
-	err   error
-	queue time.Duration
 }
 
 // New starts cfg.Instances sessions of model, each on its own OS thread, and runs one call on
@@ -123,7 +113,7 @@ func New(model *torchspeed.Model, cfg Config) (*Server, error) {
 	if cfg.MaxRequestBytes == 0 {
 		cfg.MaxRequestBytes = DefaultMaxRequestBytes
 	}
-	s := &Server{cfg: cfg, model: model, metrics: newMetrics(), jobs: make(chan *job, cfg.MaxQueue)}
+	s := &Server{cfg: cfg, model: model, metrics: newMetrics(), free: make(chan *torchspeed.Session, cfg.Instances)}
 	s.meta = ModelMetadata{Name: cfg.Name, Versions: []string{ModelVersion}, Platform: Platform, Inputs: []TensorMetadata{}, Outputs: []TensorMetadata{}}
 	if man := model.Manifest; man != nil {
 		for _, in := range man.Inputs {
@@ -167,8 +157,7 @@ func New(model *torchspeed.Model, cfg Config) (*Server, error) {
 		}
 	}
 	for _, sess := range s.sessions {
-		s.workers.Add(1)
-		go s.work(sess)
+		s.free <- sess
 	}
 	return s, nil
 }
@@ -243,17 +232,6 @@ func zeros(dt torch.DType, n int64, shape []int64) (*torch.Tensor, error) {
 	return torch.NewTensorAny(data, shape)
 }
 
-// work runs queued requests on one instance until the queue is closed.
-func (s *Server) work(sess *torchspeed.Session) {
-	defer s.workers.Done()
-	for j := range s.jobs {
-		s.metrics.queued.Add(-1)
-		q := time.Since(j.enq)
-		outs, err := s.predict(sess, j.inputs)
-		j.done <- result{outs: outs, err: err, queue: q}
-	}
-}
-
 // predict turns a panic below into an error: one request must never take the server down.
 func (s *Server) predict(sess *torchspeed.Session, ins []*torch.Tensor) (outs []torch.Output, err error) {
 	defer func() {
@@ -293,8 +271,6 @@ func (s *Server) Close() error {
 		s.draining.Store(true)
 		s.admitMu.Unlock()
 		s.pending.Wait()
-		close(s.jobs)
-		s.workers.Wait()
 		s.closeErr = s.closeSessions()
 	})
 	return s.closeErr
@@ -325,19 +301,25 @@ func (s *Server) admit() bool {
 	return true
 }
 
-// run queues inputs for the next free instance and waits for the answer.
-func (s *Server) run(ins []*torch.Tensor) (result, error) {
-	j := &job{inputs: ins, enq: time.Now(), done: make(chan result, 1)}
-	s.metrics.queued.Add(1)
+// run waits for a free instance, unless MaxQueue requests wait already, and runs ins on it.
+func (s *Server) run(ins []*torch.Tensor) ([]torch.Output, error) {
+	start := time.Now()
+	var sess *torchspeed.Session
 	select {
-	case s.jobs <- j:
+	case sess = <-s.free:
 	default:
+		if s.waiting.Add(1) > int64(s.cfg.MaxQueue) {
+			s.waiting.Add(-1)
+			return nil, errQueueFull
+		}
+		s.metrics.queued.Add(1)
+		sess = <-s.free
 		s.metrics.queued.Add(-1)
-		return result{}, errQueueFull
+		s.waiting.Add(-1)
 	}
-	r := <-j.done
-	s.metrics.queueTime(s.cfg.Name, r.queue)
-	return r, nil
+	s.metrics.queueTime(s.cfg.Name, time.Since(start))
+	defer func() { s.free <- sess }()
+	return s.predict(sess, ins)
 }
 
 // ServerMetadata is what GET /v2 answers.

@@ -322,28 +322,29 @@ func TestBadRequests(t *testing.T) {
 func TestQueueFull(t *testing.T) {
 	m := digitsArtifact(t)
 	s, url := startServer(t, m, Config{MaxQueue: 1})
-	// The worker takes busy and blocks handing back its answer, then held fills the queue.
-	busy := &job{enq: time.Now(), done: make(chan result)}
-	held := &job{enq: time.Now(), done: make(chan result, 1)}
-	s.metrics.queued.Add(2)
-	s.jobs <- busy
-	deadline := time.Now().Add(10 * time.Second)
-	for len(s.jobs) != 0 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	s.jobs <- held
+	sess := <-s.free // the instance is busy
 	c := &http.Client{Timeout: 30 * time.Second}
-	code, body := do(t, c, "POST", url+"/v2/models/digits/infer", inferBody(digitsInput(t), []int64{1, 1, 8, 8}))
-	if code != 429 || !strings.Contains(string(body), "queue full (1 waiting, --max-queue)") {
-		t.Errorf("with the queue full: %d %s, want 429 naming the queue", code, body)
+	body := inferBody(digitsInput(t), []int64{1, 1, 8, 8})
+	first := make(chan int, 1)
+	go func() {
+		code, _ := do(t, c, "POST", url+"/v2/models/digits/infer", body)
+		first <- code
+	}()
+	for deadline := time.Now().Add(10 * time.Second); s.waiting.Load() != 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first request never queued")
+		}
 	}
-	for _, j := range []*job{busy, held} {
-		r := <-j.done
-		torch.CloseOutputs(r.outs)
+	code, b := do(t, c, "POST", url+"/v2/models/digits/infer", body)
+	if code != 429 || !strings.Contains(string(b), "queue full (1 waiting, --max-queue)") {
+		t.Errorf("with the queue full: %d %s, want 429 naming the queue", code, b)
 	}
-	code, body = do(t, c, "POST", url+"/v2/models/digits/infer", inferBody(digitsInput(t), []int64{1, 1, 8, 8}))
-	if code != 200 {
-		t.Errorf("after the queue emptied: %d %s", code, body)
+	s.free <- sess
+	if code := <-first; code != 200 {
+		t.Errorf("the queued request: %d, want 200", code)
+	}
+	if code, b := do(t, c, "POST", url+"/v2/models/digits/infer", body); code != 200 {
+		t.Errorf("after the queue emptied: %d %s", code, b)
 	}
 }
 
