@@ -30,7 +30,7 @@ func BenchmarkInferHandler(b *testing.B) {
 			if err := decodeRequest(body, &req); err != nil {
 				b.Fatal(err)
 			}
-			ins, err := s.inputTensors(req.Inputs)
+			ins, err := s.inputTensors(req.Inputs, nil)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -40,7 +40,7 @@ func BenchmarkInferHandler(b *testing.B) {
 	b.Run("run-only", func(b *testing.B) {
 		var req InferRequest
 		decodeRequest(body, &req)
-		ins, _ := s.inputTensors(req.Inputs)
+		ins, _ := s.inputTensors(req.Inputs, nil)
 		for i := 0; i < b.N; i++ {
 			outs, err := s.run(ins)
 			if err != nil {

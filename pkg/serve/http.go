@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -101,7 +102,7 @@ func (s *Server) infer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.pending.Done()
-	resp, err := s.inferBody(w, r)
+	resp, tail, err := s.inferBody(w, r)
 	if err != nil {
 		var se *statusError
 		if !errors.As(err, &se) {
@@ -114,61 +115,100 @@ func (s *Server) infer(w http.ResponseWriter, r *http.Request) {
 		httpError(w, code, "%s", se.msg)
 		return
 	}
-	writeJSON(w, code, resp)
+	if tail == nil {
+		writeJSON(w, code, resp)
+		return
+	}
+	// The binary tensor data extension: the JSON header, then the outputs' bytes.
+	head, err := json.Marshal(resp)
+	if err != nil {
+		code = http.StatusInternalServerError
+		httpError(w, code, "encoding the answer: %v", clip(err.Error()))
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set(headerLength, strconv.Itoa(len(head)))
+	w.Header().Set("Content-Length", strconv.Itoa(len(head)+len(tail)))
+	w.WriteHeader(code)
+	_, _ = w.Write(head)
+	_, _ = w.Write(tail)
 }
 
-// inferBody reads, checks and runs one request. Every error it returns is a *statusError but
-// the model's own failures.
-func (s *Server) inferBody(w http.ResponseWriter, r *http.Request) (*InferResponse, error) {
+// headerLength is the binary tensor data extension's header: the length of the JSON that
+// starts the body; tensor bytes follow it.
+const headerLength = "Inference-Header-Content-Length"
+
+// inferBody reads, checks and runs one request; tail, non-nil when outputs go as binary data,
+// follows the JSON answer. Every error it returns is a *statusError but the model's own failures.
+func (s *Server) inferBody(w http.ResponseWriter, r *http.Request) (resp *InferResponse, tail []byte, err error) {
 	limit := s.cfg.MaxRequestBytes
 	if r.ContentLength > limit {
-		return nil, &statusError{http.StatusRequestEntityTooLarge, fmt.Sprintf("request body of %d bytes is over the server's limit of %d (--max-request-bytes): send smaller batches", r.ContentLength, limit)}
+		return nil, nil, &statusError{http.StatusRequestEntityTooLarge, fmt.Sprintf("request body of %d bytes is over the server's limit of %d (--max-request-bytes): send smaller batches", r.ContentLength, limit)}
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return nil, &statusError{http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is over the server's limit of %d bytes (--max-request-bytes): send smaller batches", limit)}
+			return nil, nil, &statusError{http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is over the server's limit of %d bytes (--max-request-bytes): send smaller batches", limit)}
 		}
-		return nil, badRequest("reading the request body: %v", clip(err.Error()))
+		return nil, nil, badRequest("reading the request body: %v", clip(err.Error()))
+	}
+	var bin []byte // nil: no binary data follows the JSON
+	if h := r.Header.Get(headerLength); h != "" {
+		n, err := strconv.ParseInt(h, 10, 64)
+		if err != nil || n < 0 || n > int64(len(body)) {
+			return nil, nil, badRequest("header %s: %q: give the length in bytes of the JSON that starts the body (0 to %d)", headerLength, clip(h), len(body))
+		}
+		body, bin = body[:n], body[n:]
 	}
 	var req InferRequest
 	if err := decodeRequest(body, &req); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	ins, err := s.inputTensors(req.Inputs)
+	ins, err := s.inputTensors(req.Inputs, bin)
 	defer func() {
 		for _, t := range ins {
 			t.Close()
 		}
 	}()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	wanted, err := s.wantedOutputs(req.Outputs)
+	wanted, binaryOut, err := s.wantedOutputs(req)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	outs, err := s.run(ins)
 	if errors.Is(err, errQueueFull) {
-		return nil, &statusError{http.StatusTooManyRequests, fmt.Sprintf("model %s: queue full (%d waiting, --max-queue): retry later or add instances", s.cfg.Name, s.cfg.MaxQueue)}
+		return nil, nil, &statusError{http.StatusTooManyRequests, fmt.Sprintf("model %s: queue full (%d waiting, --max-queue): retry later or add instances", s.cfg.Name, s.cfg.MaxQueue)}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("model %s: inference failed: %v", s.cfg.Name, clip(err.Error()))
+		return nil, nil, fmt.Errorf("model %s: inference failed: %v", s.cfg.Name, clip(err.Error()))
 	}
 	defer torch.CloseOutputs(outs)
-	resp := &InferResponse{ModelName: s.cfg.Name, ModelVersion: ModelVersion, ID: req.ID, Outputs: make([]ResponseOutput, 0, len(outs))}
+	resp = &InferResponse{ModelName: s.cfg.Name, ModelVersion: ModelVersion, ID: req.ID, Outputs: make([]ResponseOutput, 0, len(outs))}
 	for _, o := range outs {
 		if wanted != nil && !wanted[o.Name] {
 			continue
 		}
 		ro, err := outputOf(o)
 		if err != nil {
-			return nil, fmt.Errorf("model %s: %v", s.cfg.Name, err)
+			return nil, nil, fmt.Errorf("model %s: %v", s.cfg.Name, err)
+		}
+		if binaryOut(o.Name) {
+			before := len(tail)
+			tail = appendBinary(tail, ro.Data)
+			if tail == nil {
+				tail = []byte{}
+			}
+			ro.Parameters = map[string]any{"binary_data_size": len(tail) - before}
+			ro.Data = nil
+		} else {
+			ro.Data = jsonData(ro.Data)
 		}
 		resp.Outputs = append(resp.Outputs, ro)
 	}
-	return resp, nil
+	return resp, tail, nil
 }
 
 // decodeRequest parses the body strictly: a misspelt field is the client's bug, and a silently
@@ -193,8 +233,10 @@ func decodeRequest(body []byte, req *InferRequest) error {
 
 // inputTensors matches the request's inputs to the model's by name and builds their tensors in
 // the model's order. Tensors built before an error are returned too, for the caller to close.
-func (s *Server) inputTensors(reqs []RequestInput) ([]*torch.Tensor, error) {
+func (s *Server) inputTensors(reqs []RequestInput, bin []byte) ([]*torch.Tensor, error) {
 	seen := map[string]bool{}
+	binOf := map[string][]byte{} // inputs sent as binary data: their bytes, in request order
+	off := int64(0)
 	for i, in := range reqs {
 		if in.Name == "" {
 			return nil, badRequest("input %d has no name: name it as the model metadata does (%s)", i, s.inputNames())
@@ -203,17 +245,31 @@ func (s *Server) inputTensors(reqs []RequestInput) ([]*torch.Tensor, error) {
 			return nil, badRequest("input %s is given twice: give each input once", clip(in.Name))
 		}
 		seen[in.Name] = true
-		if len(in.Parameters) > 0 {
-			if _, ok := in.Parameters["binary_data_size"]; ok {
-				return nil, badRequest("input %s: binary tensor data is not supported by this server: send the data as JSON", clip(in.Name))
-			}
+		raw, ok := in.Parameters["binary_data_size"]
+		if !ok {
+			continue
 		}
+		var size int64
+		if err := json.Unmarshal(raw, &size); err != nil || size < 0 {
+			return nil, badRequest("input %s: binary_data_size %s: give the byte count of its binary data", clip(in.Name), clip(string(raw)))
+		}
+		if bin == nil {
+			return nil, badRequest("input %s has binary_data_size but the request has no %s header: send the JSON's length in it, the tensors' bytes after the JSON", clip(in.Name), headerLength)
+		}
+		if size > int64(len(bin))-off {
+			return nil, badRequest("input %s: binary_data_size %d runs past the body: %d bytes follow the JSON, %d of them for the inputs before it", clip(in.Name), size, len(bin), off)
+		}
+		binOf[in.Name] = bin[off : off+size]
+		off += size
+	}
+	if bin != nil && off != int64(len(bin)) {
+		return nil, badRequest("%d bytes follow the JSON, the inputs' binary_data_size add up to %d: send each input's bytes once, in input order", len(bin), off)
 	}
 	if len(s.inputs) == 0 {
 		// A plain TorchScript file: no names to check, the inputs go in the order given.
 		var ins []*torch.Tensor
 		for _, in := range reqs {
-			t, err := newInputTensor(in)
+			t, err := newInputTensor(in, binOf[in.Name])
 			if err != nil {
 				return ins, badRequest("input %s: %v", clip(in.Name), err)
 			}
@@ -240,7 +296,7 @@ func (s *Server) inputTensors(reqs []RequestInput) ([]*torch.Tensor, error) {
 		if err := sp.checkShape(in.Shape); err != nil {
 			return ins, badRequest("input %s: %v", sp.name, err)
 		}
-		t, err := newInputTensor(in)
+		t, err := newInputTensor(in, binOf[sp.name])
 		if err != nil {
 			return ins, badRequest("input %s: %v", sp.name, err)
 		}
@@ -290,24 +346,53 @@ func (s *Server) inputNames() string {
 
 func (sp inputSpec) describeNamed() string { return sp.name + " " + sp.describe() }
 
-// wantedOutputs is the set of outputs the request names (nil: all).
-func (s *Server) wantedOutputs(reqs []RequestOutput) (map[string]bool, error) {
-	if len(reqs) == 0 {
-		return nil, nil
+// wantedOutputs is the set of outputs the request names (nil: all), and which of them go back as
+// binary data: those whose binary_data is true, or all but those whose binary_data is false
+// when the request's binary_data_output is true.
+func (s *Server) wantedOutputs(req InferRequest) (map[string]bool, func(string) bool, error) {
+	all, err := boolParam(req.Parameters, "binary_data_output", "the request")
+	if err != nil {
+		return nil, nil, err
 	}
-	wanted := map[string]bool{}
-	for _, o := range reqs {
+	per := map[string]bool{}
+	var wanted map[string]bool
+	for _, o := range req.Outputs {
 		if len(s.meta.Outputs) > 0 && !slices.ContainsFunc(s.meta.Outputs, func(m TensorMetadata) bool { return m.Name == o.Name }) {
 			names := make([]string, len(s.meta.Outputs))
 			for i, m := range s.meta.Outputs {
 				names[i] = m.Name
 			}
-			return nil, badRequest("model %s has no output %q: its outputs are %s", s.cfg.Name, clip(o.Name), strings.Join(names, ", "))
+			return nil, nil, badRequest("model %s has no output %q: its outputs are %s", s.cfg.Name, clip(o.Name), strings.Join(names, ", "))
 		}
-		if v, ok := o.Parameters["binary_data"]; ok && string(v) == "true" {
-			return nil, badRequest("output %s: binary tensor data is not supported by this server: leave out binary_data", clip(o.Name))
+		if wanted == nil {
+			wanted = map[string]bool{}
 		}
 		wanted[o.Name] = true
+		if _, ok := o.Parameters["binary_data"]; ok {
+			b, err := boolParam(o.Parameters, "binary_data", "output "+clip(o.Name))
+			if err != nil {
+				return nil, nil, err
+			}
+			per[o.Name] = b
+		}
 	}
-	return wanted, nil
+	return wanted, func(name string) bool {
+		if b, ok := per[name]; ok {
+			return b
+		}
+		return all
+	}, nil
+}
+
+// boolParam reads an optional boolean parameter.
+func boolParam(params map[string]json.RawMessage, key, of string) (bool, error) {
+	raw, ok := params[key]
+	if !ok {
+		return false, nil
+	}
+	var b bool
+	if err := json.Unmarshal(raw, &b); err != nil {
+		return false, badRequest("%s: parameter %s is %s: give true or false", of, key, clip(string(raw)))
+	}
+	return b, nil
 }

@@ -2,6 +2,7 @@ package serve
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -46,12 +47,14 @@ type InferResponse struct {
 	Outputs      []ResponseOutput `json:"outputs"`
 }
 
-// ResponseOutput is one output tensor, its data flat and row-major.
+// ResponseOutput is one output tensor, its data flat and row-major: in Data, or, with the binary
+// tensor data extension, after the JSON (Parameters["binary_data_size"] bytes).
 type ResponseOutput struct {
-	Name     string  `json:"name"`
-	Shape    []int64 `json:"shape"`
-	Datatype string  `json:"datatype"`
-	Data     any     `json:"data"`
+	Name       string         `json:"name"`
+	Shape      []int64        `json:"shape"`
+	Datatype   string         `json:"datatype"`
+	Parameters map[string]any `json:"parameters,omitempty"`
+	Data       any            `json:"data,omitempty"`
 }
 
 // TensorMetadata describes an input or output in the model metadata; -1 marks a dimension of
@@ -136,9 +139,10 @@ func numel(shape []int64) (int64, error) {
 	return n, nil
 }
 
-// newInputTensor builds the tensor an input describes, checking its data against its shape and
-// datatype before anything reaches libtorch.
-func newInputTensor(in RequestInput) (*torch.Tensor, error) {
+// newInputTensor builds the tensor an input describes, checking its data (JSON, or bin for the
+// binary tensor data extension) against its shape and datatype before anything reaches
+// libtorch.
+func newInputTensor(in RequestInput, bin []byte) (*torch.Tensor, error) {
 	dt, err := dtypeOf(in.Datatype)
 	if err != nil {
 		return nil, err
@@ -146,6 +150,16 @@ func newInputTensor(in RequestInput) (*torch.Tensor, error) {
 	n, err := numel(in.Shape)
 	if err != nil {
 		return nil, err
+	}
+	if bin != nil {
+		if len(in.Data) > 0 {
+			return nil, errors.New(`both "data" and binary_data_size: send the elements one way`)
+		}
+		data, err := fromBinary(dt, bin, n)
+		if err != nil {
+			return nil, err
+		}
+		return torch.NewTensorAny(data, in.Shape)
 	}
 	if len(in.Data) == 0 {
 		return nil, errors.New(`no "data": give the elements as a flat or nested JSON list`)
@@ -395,16 +409,123 @@ func outputOf(o torch.Output) (ResponseOutput, error) {
 	if err != nil {
 		return r, fmt.Errorf("output %s (%s): %w", o.Name, dt, err)
 	}
+	r.Datatype, r.Data = name, d
+	return r, nil
+}
+
+// jsonData is data as encoding/json must see it to write a list of numbers.
+func jsonData(d any) any {
 	if b, ok := d.([]uint8); ok {
 		// encoding/json writes []byte as base64; the protocol wants numbers.
 		ints := make([]uint16, len(b))
 		for i, v := range b {
 			ints[i] = uint16(v)
 		}
-		d = ints
+		return ints
 	}
-	r.Datatype, r.Data = name, d
-	return r, nil
+	return d
+}
+
+// Binary tensor data: little-endian, row-major, no padding; BOOL one byte, 0 or 1.
+
+// fromBinary reads n elements of dt from b, which must hold exactly n of them.
+func fromBinary(dt torch.DType, b []byte, n int64) (any, error) {
+	if want := n * int64(dt.Size()); int64(len(b)) != want {
+		return nil, fmt.Errorf("binary_data_size is %d bytes, shape and datatype need %d (%d elements of %d bytes)", len(b), want, n, dt.Size())
+	}
+	le := binary.LittleEndian
+	switch dt {
+	case torch.Float32:
+		out := make([]float32, n)
+		for i := range out {
+			out[i] = math.Float32frombits(le.Uint32(b[4*i:]))
+		}
+		return out, nil
+	case torch.Float64:
+		out := make([]float64, n)
+		for i := range out {
+			out[i] = math.Float64frombits(le.Uint64(b[8*i:]))
+		}
+		return out, nil
+	case torch.Int64:
+		out := make([]int64, n)
+		for i := range out {
+			out[i] = int64(le.Uint64(b[8*i:]))
+		}
+		return out, nil
+	case torch.Int32:
+		out := make([]int32, n)
+		for i := range out {
+			out[i] = int32(le.Uint32(b[4*i:]))
+		}
+		return out, nil
+	case torch.Int16:
+		out := make([]int16, n)
+		for i := range out {
+			out[i] = int16(le.Uint16(b[2*i:]))
+		}
+		return out, nil
+	case torch.Int8:
+		out := make([]int8, n)
+		for i := range out {
+			out[i] = int8(b[i])
+		}
+		return out, nil
+	case torch.Uint8:
+		return bytes.Clone(b), nil
+	case torch.Bool:
+		out := make([]bool, n)
+		for i, v := range b {
+			if v > 1 {
+				return nil, fmt.Errorf("BOOL element %d is byte %d: send 0 or 1", i, v)
+			}
+			out[i] = v == 1
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("datatype %s cannot be sent as binary data here: use %s", dt, supportedTypes)
+}
+
+// appendBinary appends d (a []T from outputOf) to b in the extension's layout.
+func appendBinary(b []byte, d any) []byte {
+	le := binary.LittleEndian
+	switch d := d.(type) {
+	case []float32:
+		for _, v := range d {
+			b = le.AppendUint32(b, math.Float32bits(v))
+		}
+	case []float64:
+		for _, v := range d {
+			b = le.AppendUint64(b, math.Float64bits(v))
+		}
+	case []int64:
+		for _, v := range d {
+			b = le.AppendUint64(b, uint64(v))
+		}
+	case []int32:
+		for _, v := range d {
+			b = le.AppendUint32(b, uint32(v))
+		}
+	case []int16:
+		for _, v := range d {
+			b = le.AppendUint16(b, uint16(v))
+		}
+	case []int8:
+		for _, v := range d {
+			b = append(b, byte(v))
+		}
+	case []uint8:
+		b = append(b, d...)
+	case []bool:
+		for _, v := range d {
+			if v {
+				b = append(b, 1)
+			} else {
+				b = append(b, 0)
+			}
+		}
+	}
+	return b
 }
 
 // clip keeps error text from a request short enough to echo back and log.

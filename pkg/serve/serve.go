@@ -324,7 +324,7 @@ func (s *Server) run(ins []*torch.Tensor) ([]torch.Output, error) {
 
 // ServerMetadata is what GET /v2 answers.
 func (s *Server) ServerMetadata() ServerMetadata {
-	return ServerMetadata{Name: "torchspeed", Version: version.Version, Extensions: []string{}}
+	return ServerMetadata{Name: "torchspeed", Version: version.Version, Extensions: []string{"binary_tensor_data"}}
 }
 
 // writeJSON writes v with status code; an error writing means the client has gone.

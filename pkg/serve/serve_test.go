@@ -278,7 +278,7 @@ func TestBadRequests(t *testing.T) {
 		{"ragged nesting", infer, good(func(in map[string]any) { in["data"] = []any{[]float32{1}, 2} }), 400, "mixes lists and values"},
 		{"no data", infer, good(func(in map[string]any) { delete(in, "data") }), 400, `no "data"`},
 		{"unknown datatype", infer, good(func(in map[string]any) { in["datatype"] = "FLOAT" }), 400, `datatype "FLOAT", the model takes FP32`},
-		{"binary data", infer, good(func(in map[string]any) { in["parameters"] = map[string]any{"binary_data_size": 256} }), 400, "binary tensor data is not supported"},
+		{"binary data", infer, good(func(in map[string]any) { in["parameters"] = map[string]any{"binary_data_size": 256} }), 400, "has binary_data_size but the request has no Inference-Header-Content-Length header"},
 		{"unknown output", infer, `{"inputs":[{"name":"x","shape":[1,1,8,8],"datatype":"FP32","data":[` + strings.Repeat("0,", 63) + `0]}],"outputs":[{"name":"logits"}]}`, 400, `no output "logits"`},
 		{"too large", infer, `{"inputs":[` + strings.Repeat(" ", 5000) + `]}`, 413, "over the server's limit of 4096"},
 		{"unknown model", "/v2/models/mnist/infer", good(func(map[string]any) {}), 404, `unknown model "mnist": this server serves "digits"`},
@@ -457,5 +457,84 @@ func TestShutdownDrains(t *testing.T) {
 	code, _ := do(t, c, "GET", url+"/v2/health/ready", nil)
 	if code != 503 {
 		t.Errorf("ready after shutdown: %d, want 503", code)
+	}
+}
+
+// The binary tensor data extension, both ways, as Triton's clients send it.
+func TestBinaryTensorData(t *testing.T) {
+	m := digitsArtifact(t)
+	_, url := startServer(t, m, Config{})
+	c := &http.Client{Timeout: 30 * time.Second}
+	x := digitsInput(t)
+	want := predictDirect(t, m, x, []int64{1, 1, 8, 8})
+	xb := appendBinary(nil, x)
+	post := func(head string, tail []byte, hdr string) (int, http.Header, []byte) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", url+"/v2/models/digits/infer", bytes.NewReader(append([]byte(head), tail...)))
+		if hdr == "" {
+			hdr = fmt.Sprint(len(head))
+		}
+		req.Header.Set("Inference-Header-Content-Length", hdr)
+		req.Header.Set("Content-Type", "application/octet-stream")
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header, b
+	}
+	in := func(size int) string {
+		return fmt.Sprintf(`{"name":"x","shape":[1,1,8,8],"datatype":"FP32","parameters":{"binary_data_size":%d}}`, size)
+	}
+	// Binary in, binary out.
+	code, h, b := post(`{"inputs":[`+in(256)+`],"parameters":{"binary_data_output":true}}`, xb, "")
+	if code != 200 {
+		t.Fatalf("binary in and out: %d %s", code, b)
+	}
+	var n int
+	if _, err := fmt.Sscan(h.Get("Inference-Header-Content-Length"), &n); err != nil || n > len(b) {
+		t.Fatalf("answer header length %q for %d bytes", h.Get("Inference-Header-Content-Length"), len(b))
+	}
+	var resp InferResponse
+	if err := json.Unmarshal(b[:n], &resp); err != nil || len(resp.Outputs) != 1 {
+		t.Fatalf("answer JSON %s: %v", b[:n], err)
+	}
+	if size, _ := resp.Outputs[0].Parameters["binary_data_size"].(float64); int(size) != 40 || resp.Outputs[0].Data != nil || len(b)-n != 40 {
+		t.Fatalf("answer %s with %d bytes after it: want binary_data_size 40 and no data", b[:n], len(b)-n)
+	}
+	got, err := fromBinary(torch.Float32, b[n:], 10)
+	if err != nil || !slices.Equal(got.([]float32), want) {
+		t.Errorf("binary answer %v (%v), want %v", got, err, want)
+	}
+	// Binary in, JSON out (binary_data false on the output wins over the request's default).
+	outName := md0(t, url, c)
+	code, _, b = post(`{"inputs":[`+in(256)+`],"parameters":{"binary_data_output":true},"outputs":[{"name":"`+outName+`","parameters":{"binary_data":false}}]}`, xb, "")
+	var jr struct {
+		Outputs []struct {
+			Data []float32 `json:"data"`
+		} `json:"outputs"`
+	}
+	if code != 200 || json.Unmarshal(b, &jr) != nil || len(jr.Outputs) != 1 || !slices.Equal(jr.Outputs[0].Data, want) {
+		t.Errorf("binary in, JSON out: %d %s, want %v", code, b, want)
+	}
+	for _, tc := range []struct {
+		name, head string
+		tail       []byte
+		hdr, msg   string
+	}{
+		{"size short of the shape", `{"inputs":[` + in(252) + `]}`, xb[:252], "", "binary_data_size is 252 bytes, shape and datatype need 256"},
+		{"size past the body", `{"inputs":[` + in(512) + `]}`, xb, "", "runs past the body"},
+		{"bytes left over", `{"inputs":[` + in(256) + `]}`, append(slices.Clone(xb), 0, 0), "", "258 bytes follow the JSON"},
+		{"header past the body", `{"inputs":[` + in(256) + `]}`, xb, "99999", "header Inference-Header-Content-Length"},
+		{"header not a number", `{"inputs":[` + in(256) + `]}`, xb, "ten", "header Inference-Header-Content-Length"},
+		{"data and binary", `{"inputs":[{"name":"x","shape":[1,1,8,8],"datatype":"FP32","data":[1],"parameters":{"binary_data_size":256}}]}`, xb, "", "and binary_data_size: send the elements one way"},
+		{"negative size", `{"inputs":[` + in(-1) + `]}`, nil, "", "binary_data_size -1"},
+		{"binary_data not a bool", `{"inputs":[` + in(256) + `],"parameters":{"binary_data_output":"yes"}}`, xb, "", "parameter binary_data_output is"},
+	} {
+		code, _, b := post(tc.head, tc.tail, tc.hdr)
+		if code != 400 || !strings.Contains(string(b), tc.msg) {
+			t.Errorf("%s: %d %s, want 400 with %q", tc.name, code, b, tc.msg)
+		}
 	}
 }
