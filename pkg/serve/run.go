@@ -64,6 +64,11 @@ func Run(ctx context.Context, opts Options, log io.Writer) error {
 	for _, w := range m.Warnings {
 		fmt.Fprintln(log, "serve: warning:", w)
 	}
+	if m.Stateful() {
+		// Each instance keeps one copy of the state, and requests from every client run on it.
+		fmt.Fprintf(log, "serve: warning: model %q keeps state between calls (%s): requests from all clients share each instance's state; serve it only if that is what it expects\n",
+			opts.Model, strings.Join(m.StateAttributes(), ", "))
+	}
 	s, err := New(m, opts.Config)
 	if err != nil {
 		return err

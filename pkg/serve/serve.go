@@ -284,11 +284,8 @@ func (s *Server) closeSessions() error {
 	return errors.Join(errs...)
 }
 
-// errQueueFull and errDraining are answered 429 and 503.
-var (
-	errQueueFull = errors.New("queue full")
-	errDraining  = errors.New("draining")
-)
+// errQueueFull is answered 429.
+var errQueueFull = errors.New("queue full")
 
 // admit registers a request unless the server is draining.
 func (s *Server) admit() bool {
