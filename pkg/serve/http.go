@@ -41,13 +41,17 @@ func (s *Server) Handler() http.Handler {
 	return mux
 }
 
+// unknownModel labels requests for models this server does not serve.
+const unknownModel = "(unknown)"
+
 // forModel checks the model name and version in the path before h runs.
 func (s *Server) forModel(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if name := r.PathValue("name"); name != s.cfg.Name {
 			code := http.StatusNotFound
 			if strings.HasSuffix(r.URL.Path, "/infer") {
-				s.metrics.request(name, code, 0)
+				// One label for every unknown name: a client must not grow the series without bound.
+				s.metrics.request(unknownModel, code, 0)
 			}
 			httpError(w, code, "unknown model %q: this server serves %q", clip(name), s.cfg.Name)
 			return

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/torchspeed/torchspeed/pkg/config"
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
 )
 
@@ -72,6 +73,10 @@ func Run(ctx context.Context, opts Options, log io.Writer) error {
 	s, err := New(m, opts.Config)
 	if err != nil {
 		return err
+	}
+	if n, avail := s.cfg.Instances*threadsOf(m, opts.Threads), config.AvailableCPUs(); n > avail {
+		fmt.Fprintf(log, "serve: warning: %d instance(s) x %d thread(s) = %d threads on %d CPUs: they will slow each other; lower --instances or --threads\n",
+			s.cfg.Instances, threadsOf(m, opts.Threads), n, avail)
 	}
 	defer s.Close()
 	ln, err := net.Listen("tcp", opts.Addr)

@@ -167,6 +167,9 @@ func TestEndpoints(t *testing.T) {
 	if code != 400 {
 		t.Fatalf("bad infer: %d %s", code, body)
 	}
+	if code, _ := do(t, c, "POST", url+"/v2/models/random-name/infer", nil); code != 404 {
+		t.Errorf("unknown model: %d", code)
+	}
 	code, body = do(t, c, "GET", url+"/metrics", nil)
 	for _, want := range []string{
 		`torchspeed_inference_requests_total{model="digits",code="200"} 1`,
@@ -174,6 +177,7 @@ func TestEndpoints(t *testing.T) {
 		`torchspeed_inference_duration_seconds_count{model="digits"} 2`,
 		`torchspeed_queue_duration_seconds_count{model="digits"} 1`,
 		"torchspeed_inference_in_flight 0",
+		`torchspeed_inference_requests_total{model="(unknown)",code="404"} 1`,
 		"torchspeed_queue_depth 0",
 		"# TYPE torchspeed_inference_duration_seconds histogram",
 	} {
