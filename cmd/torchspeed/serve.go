@@ -28,7 +28,8 @@ KServe work unchanged:
   GET  /metrics                   Prometheus text: requests, latency, queue time, in flight
 
 Each of --instances runs on its own OS thread with its own OpenMP pool; requests wait in one
-queue of --max-queue, beyond which they are answered 429. SIGTERM or SIGINT drain the server:
+queue of --max-queue, beyond which they are answered 429. --max-batch N joins requests that
+arrive within --batch-delay into one call of up to N samples (inputs batched along dimension 0). SIGTERM or SIGINT drain the server:
 readiness turns false, new requests get 503, requests in flight are answered, exit 0.`,
 		Example: `  torchspeed serve -m out/resnet18.torchspeed.pt --http 0.0.0.0:8000 --instances 2
   curl -s localhost:8000/v2/models/resnet18`,
@@ -62,6 +63,8 @@ readiness turns false, new requests get 503, requests in flight are answered, ex
 	f.IntVar(&o.Threads, "threads", 0, "intra-op threads per instance (0: the artifact's measured count)")
 	f.IntVar(&o.MaxQueue, "max-queue", serve.DefaultMaxQueue, "requests that may wait for an instance; more are answered 429 (-1: none wait)")
 	f.Int64Var(&o.MaxRequestBytes, "max-request-bytes", serve.DefaultMaxRequestBytes, "largest request body; larger ones are answered 413")
+	f.IntVar(&o.MaxBatch, "max-batch", 0, "dynamic batching: join requests arriving within --batch-delay, up to this many samples (0 or 1: off)")
+	f.DurationVar(&o.BatchDelay, "batch-delay", 0, "dynamic batching: how long the first request of a batch waits for more")
 	f.DurationVar(&o.DrainTimeout, "drain-timeout", serve.DefaultDrainTimeout, "longest wait for requests in flight on SIGTERM")
 	f.StringArrayVar(&o.OpLibraries, "op-library", nil, "shared library of custom operators the model calls, loaded before it (repeat)")
 	return c

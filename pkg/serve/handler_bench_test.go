@@ -30,17 +30,23 @@ func BenchmarkInferHandler(b *testing.B) {
 			if err := decodeRequest(body, &req); err != nil {
 				b.Fatal(err)
 			}
-			ins, err := s.inputTensors(req.Inputs, nil)
+			vals, err := s.inputValues(req.Inputs, nil)
 			if err != nil {
 				b.Fatal(err)
 			}
-			ins[0].Close()
+			ins, err := tensorsOf(vals)
+			if err != nil {
+				b.Fatal(err)
+			}
+			closeAll(ins)
 		}
 	})
 	b.Run("run-only", func(b *testing.B) {
 		var req InferRequest
 		decodeRequest(body, &req)
-		ins, _ := s.inputTensors(req.Inputs, nil)
+		vals, _ := s.inputValues(req.Inputs, nil)
+		ins, _ := tensorsOf(vals)
+		defer closeAll(ins)
 		for i := 0; i < b.N; i++ {
 			outs, err := s.run(ins)
 			if err != nil {

@@ -11,8 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/torchspeed/torchspeed/bindings/torch"
 )
 
 // Handler serves the protocol's REST endpoints and GET /metrics.
@@ -169,12 +167,7 @@ func (s *Server) inferBody(w http.ResponseWriter, r *http.Request) (resp *InferR
 	if err := decodeRequest(body, &req); err != nil {
 		return nil, nil, err
 	}
-	ins, err := s.inputTensors(req.Inputs, bin)
-	defer func() {
-		for _, t := range ins {
-			t.Close()
-		}
-	}()
+	vals, err := s.inputValues(req.Inputs, bin)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -182,24 +175,24 @@ func (s *Server) inferBody(w http.ResponseWriter, r *http.Request) (resp *InferR
 	if err != nil {
 		return nil, nil, err
 	}
-	outs, err := s.run(ins)
+	var outs []ResponseOutput
+	if s.batches != nil {
+		outs, err = s.runBatched(vals)
+	} else {
+		outs, err = s.runValues(vals)
+	}
 	if errors.Is(err, errQueueFull) {
 		return nil, nil, &statusError{http.StatusTooManyRequests, fmt.Sprintf("model %s: queue full (%d waiting, --max-queue): retry later or add instances", s.cfg.Name, s.cfg.MaxQueue)}
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("model %s: inference failed: %v", s.cfg.Name, clip(err.Error()))
 	}
-	defer torch.CloseOutputs(outs)
 	resp = &InferResponse{ModelName: s.cfg.Name, ModelVersion: ModelVersion, ID: req.ID, Outputs: make([]ResponseOutput, 0, len(outs))}
-	for _, o := range outs {
-		if wanted != nil && !wanted[o.Name] {
+	for _, ro := range outs {
+		if wanted != nil && !wanted[ro.Name] {
 			continue
 		}
-		ro, err := outputOf(o)
-		if err != nil {
-			return nil, nil, fmt.Errorf("model %s: %v", s.cfg.Name, err)
-		}
-		if binaryOut(o.Name) {
+		if binaryOut(ro.Name) {
 			before := len(tail)
 			tail = appendBinary(tail, ro.Data)
 			if tail == nil {
@@ -235,9 +228,9 @@ func decodeRequest(body []byte, req *InferRequest) error {
 	return nil
 }
 
-// inputTensors matches the request's inputs to the model's by name and builds their tensors in
-// the model's order. Tensors built before an error are returned too, for the caller to close.
-func (s *Server) inputTensors(reqs []RequestInput, bin []byte) ([]*torch.Tensor, error) {
+// inputValues matches the request's inputs to the model's by name and decodes them, in the
+// model's order.
+func (s *Server) inputValues(reqs []RequestInput, bin []byte) ([]tensorData, error) {
 	seen := map[string]bool{}
 	binOf := map[string][]byte{} // inputs sent as binary data: their bytes, in request order
 	off := int64(0)
@@ -271,15 +264,15 @@ func (s *Server) inputTensors(reqs []RequestInput, bin []byte) ([]*torch.Tensor,
 	}
 	if len(s.inputs) == 0 {
 		// A plain TorchScript file: no names to check, the inputs go in the order given.
-		var ins []*torch.Tensor
+		var vals []tensorData
 		for _, in := range reqs {
-			t, err := newInputTensor(in, binOf[in.Name])
+			d, err := decodeInput(in, binOf[in.Name])
 			if err != nil {
-				return ins, badRequest("input %s: %v", clip(in.Name), err)
+				return nil, badRequest("input %s: %v", clip(in.Name), err)
 			}
-			ins = append(ins, t)
+			vals = append(vals, tensorData{d, in.Shape})
 		}
-		return ins, nil
+		return vals, nil
 	}
 	byName := make(map[string]RequestInput, len(reqs))
 	for _, in := range reqs {
@@ -288,25 +281,25 @@ func (s *Server) inputTensors(reqs []RequestInput, bin []byte) ([]*torch.Tensor,
 		}
 		byName[in.Name] = in
 	}
-	ins := make([]*torch.Tensor, 0, len(s.inputs))
+	vals := make([]tensorData, 0, len(s.inputs))
 	for _, sp := range s.inputs {
 		in, ok := byName[sp.name]
 		if !ok {
-			return ins, badRequest("input %s is missing: model %s takes %s", sp.name, s.cfg.Name, s.inputNames())
+			return nil, badRequest("input %s is missing: model %s takes %s", sp.name, s.cfg.Name, s.inputNames())
 		}
 		if in.Datatype != sp.datatype {
-			return ins, badRequest("input %s: datatype %q, the model takes %s", sp.name, clip(in.Datatype), sp.datatype)
+			return nil, badRequest("input %s: datatype %q, the model takes %s", sp.name, clip(in.Datatype), sp.datatype)
 		}
 		if err := sp.checkShape(in.Shape); err != nil {
-			return ins, badRequest("input %s: %v", sp.name, err)
+			return nil, badRequest("input %s: %v", sp.name, err)
 		}
-		t, err := newInputTensor(in, binOf[sp.name])
+		d, err := decodeInput(in, binOf[sp.name])
 		if err != nil {
-			return ins, badRequest("input %s: %v", sp.name, err)
+			return nil, badRequest("input %s: %v", sp.name, err)
 		}
-		ins = append(ins, t)
+		vals = append(vals, tensorData{d, in.Shape})
 	}
-	return ins, nil
+	return vals, nil
 }
 
 // checkShape allows any size of the batch dimension, 1 or more, and requires the others to be

@@ -39,6 +39,8 @@ type metrics struct {
 	queue    map[string]*histogram // by model
 	inflight atomic.Int64
 	queued   atomic.Int64
+	// batches run and the requests in them (dynamic batching only)
+	batches, batched uint64
 }
 
 type requestKey struct {
@@ -73,6 +75,14 @@ func (m *metrics) queueTime(model string, d time.Duration) {
 		m.queue[model] = h
 	}
 	h.observe(d.Seconds())
+}
+
+// batch records one dynamic batch of n requests.
+func (m *metrics) batch(n int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.batches++
+	m.batched += uint64(n)
 }
 
 // write writes every series in the Prometheus text format (version 0.0.4).
@@ -128,6 +138,10 @@ func (m *metrics) write(w io.Writer) error {
 	p("torchspeed_inference_in_flight %d\n", m.inflight.Load())
 	p("# HELP torchspeed_queue_depth Inference requests waiting for a model instance.\n# TYPE torchspeed_queue_depth gauge\n")
 	p("torchspeed_queue_depth %d\n", m.queued.Load())
+	p("# HELP torchspeed_batches_total Dynamic batches run.\n# TYPE torchspeed_batches_total counter\n")
+	p("torchspeed_batches_total %d\n", m.batches)
+	p("# HELP torchspeed_batched_requests_total Requests run in dynamic batches.\n# TYPE torchspeed_batched_requests_total counter\n")
+	p("torchspeed_batched_requests_total %d\n", m.batched)
 	return err
 }
 

@@ -139,10 +139,10 @@ func numel(shape []int64) (int64, error) {
 	return n, nil
 }
 
-// newInputTensor builds the tensor an input describes, checking its data (JSON, or bin for the
-// binary tensor data extension) against its shape and datatype before anything reaches
-// libtorch.
-func newInputTensor(in RequestInput, bin []byte) (*torch.Tensor, error) {
+// decodeInput reads the elements an input describes into a []T of its datatype, checking its
+// data (JSON, or bin for the binary tensor data extension) against its shape before anything
+// reaches libtorch.
+func decodeInput(in RequestInput, bin []byte) (any, error) {
 	dt, err := dtypeOf(in.Datatype)
 	if err != nil {
 		return nil, err
@@ -155,11 +155,7 @@ func newInputTensor(in RequestInput, bin []byte) (*torch.Tensor, error) {
 		if len(in.Data) > 0 {
 			return nil, errors.New(`both "data" and binary_data_size: send the elements one way`)
 		}
-		data, err := fromBinary(dt, bin, n)
-		if err != nil {
-			return nil, err
-		}
-		return torch.NewTensorAny(data, in.Shape)
+		return fromBinary(dt, bin, n)
 	}
 	if len(in.Data) == 0 {
 		return nil, errors.New(`no "data": give the elements as a flat or nested JSON list`)
@@ -219,7 +215,94 @@ func newInputTensor(in RequestInput, bin []byte) (*torch.Tensor, error) {
 	if int64(got) != n {
 		return nil, fmt.Errorf("data has %d elements, shape %v holds %d: send exactly one value per element", got, in.Shape, n)
 	}
-	return torch.NewTensorAny(data, in.Shape)
+	return data, nil
+}
+
+// tensorData is an input's elements (a []T) and shape, decoded but not yet a tensor, so that
+// dynamic batching can join requests first.
+type tensorData struct {
+	data  any
+	shape []int64
+}
+
+// concatData joins []T slices of one type end to end.
+func concatData(parts []any) any {
+	switch parts[0].(type) {
+	case []float32:
+		return concat[float32](parts)
+	case []float64:
+		return concat[float64](parts)
+	case []int64:
+		return concat[int64](parts)
+	case []int32:
+		return concat[int32](parts)
+	case []int16:
+		return concat[int16](parts)
+	case []int8:
+		return concat[int8](parts)
+	case []uint8:
+		return concat[uint8](parts)
+	case []bool:
+		return concat[bool](parts)
+	}
+	return nil
+}
+
+func concat[T any](parts []any) []T {
+	n := 0
+	for _, p := range parts {
+		n += len(p.([]T))
+	}
+	out := make([]T, 0, n)
+	for _, p := range parts {
+		out = append(out, p.([]T)...)
+	}
+	return out
+}
+
+// sliceData is d[lo:hi] for any []T, and the length of d.
+func sliceData(d any, lo, hi int) any {
+	switch d := d.(type) {
+	case []float32:
+		return d[lo:hi]
+	case []float64:
+		return d[lo:hi]
+	case []int64:
+		return d[lo:hi]
+	case []int32:
+		return d[lo:hi]
+	case []int16:
+		return d[lo:hi]
+	case []int8:
+		return d[lo:hi]
+	case []uint8:
+		return d[lo:hi]
+	case []bool:
+		return d[lo:hi]
+	}
+	return nil
+}
+
+func dataLen(d any) int {
+	switch d := d.(type) {
+	case []float32:
+		return len(d)
+	case []float64:
+		return len(d)
+	case []int64:
+		return len(d)
+	case []int32:
+		return len(d)
+	case []int16:
+		return len(d)
+	case []int8:
+		return len(d)
+	case []uint8:
+		return len(d)
+	case []bool:
+		return len(d)
+	}
+	return 0
 }
 
 func typeErr(err error, datatype, want string) error {

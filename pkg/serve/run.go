@@ -87,8 +87,12 @@ func Run(ctx context.Context, opts Options, log io.Writer) error {
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	fmt.Fprintf(log, "listening on http://%s\n", ln.Addr())
-	fmt.Fprintf(log, "serve: model %s (%d instance(s), %d thread(s) each, queue %d): POST /v2/models/%s/infer\n",
-		opts.Name, len(s.sessions), threadsOf(m, opts.Threads), s.cfg.MaxQueue, opts.Name)
+	batching := "no dynamic batching"
+	if s.batches != nil {
+		batching = fmt.Sprintf("batches of up to %d within %v", s.cfg.MaxBatch, s.cfg.BatchDelay)
+	}
+	fmt.Fprintf(log, "serve: model %s (%d instance(s), %d thread(s) each, queue %d, %s): POST /v2/models/%s/infer\n",
+		opts.Name, len(s.sessions), threadsOf(m, opts.Threads), s.cfg.MaxQueue, batching, opts.Name)
 	select {
 	case err := <-done:
 		return fmt.Errorf("serve: %w", err)

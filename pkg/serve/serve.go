@@ -45,6 +45,12 @@ type Config struct {
 	// MaxRequestBytes bounds a request body; a larger one is answered 413
 	// (0: DefaultMaxRequestBytes).
 	MaxRequestBytes int64
+	// MaxBatch, above 1, turns on dynamic batching: an instance joins requests that arrive
+	// within BatchDelay of the first along the batch dimension, up to MaxBatch samples, runs
+	// them as one call and splits the outputs by rows. The model's inputs must all be batched
+	// along dimension 0, and its outputs must answer row by row.
+	MaxBatch   int
+	BatchDelay time.Duration
 }
 
 // Validate names the setting that is out of range and what is allowed.
@@ -56,6 +62,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("instances %d: use 1 to 256 (0: 1)", c.Instances)
 	case c.MaxRequestBytes < 0:
 		return fmt.Errorf("max request bytes %d: use a positive size (0: %d)", c.MaxRequestBytes, DefaultMaxRequestBytes)
+	case c.MaxBatch < 0 || c.MaxBatch > 1<<16:
+		return fmt.Errorf("max batch %d: use 0 or 1 (no batching) to 65536", c.MaxBatch)
+	case c.BatchDelay < 0 || c.BatchDelay > time.Minute:
+		return fmt.Errorf("batch delay %v: use 0 to 1m", c.BatchDelay)
 	}
 	return nil
 }
@@ -72,6 +82,9 @@ type Server struct {
 	// a worker goroutine in between cost two more scheduler wake-ups per request.
 	free    chan *torchspeed.Session
 	waiting atomic.Int64 // requests waiting for an instance
+	// batches queues requests for the batching loops (nil without dynamic batching).
+	batches chan *batchReq
+	loops   sync.WaitGroup
 	metrics *metrics
 	// draining: Shutdown has begun; new inference requests are answered 503.
 	draining atomic.Bool
@@ -155,6 +168,18 @@ func New(model *torchspeed.Model, cfg Config) (*Server, error) {
 		if i == 0 {
 			s.meta.Outputs = outs
 		}
+	}
+	if cfg.MaxBatch > 1 {
+		if len(s.inputs) == 0 || slices.ContainsFunc(s.inputs, func(in inputSpec) bool { return in.batchDim != 0 }) {
+			s.closeSessions()
+			return nil, fmt.Errorf("serve: model %s: dynamic batching needs every input batched along dimension 0 in the manifest (inputs: %s): serve it without --max-batch", cfg.Name, s.inputNames())
+		}
+		s.batches = make(chan *batchReq, cfg.MaxQueue)
+		for _, sess := range s.sessions {
+			s.loops.Add(1)
+			go s.batchLoop(sess)
+		}
+		return s, nil
 	}
 	for _, sess := range s.sessions {
 		s.free <- sess
@@ -271,6 +296,10 @@ func (s *Server) Close() error {
 		s.draining.Store(true)
 		s.admitMu.Unlock()
 		s.pending.Wait()
+		if s.batches != nil {
+			close(s.batches)
+			s.loops.Wait()
+		}
 		s.closeErr = s.closeSessions()
 	})
 	return s.closeErr
@@ -317,6 +346,184 @@ func (s *Server) run(ins []*torch.Tensor) ([]torch.Output, error) {
 	s.metrics.queueTime(s.cfg.Name, time.Since(start))
 	defer func() { s.free <- sess }()
 	return s.predict(sess, ins)
+}
+
+// runValues makes tensors of vals, runs them on the next free instance and reads the outputs.
+func (s *Server) runValues(vals []tensorData) ([]ResponseOutput, error) {
+	ins, err := tensorsOf(vals)
+	defer closeAll(ins)
+	if err != nil {
+		return nil, err
+	}
+	outs, err := s.run(ins)
+	if err != nil {
+		return nil, err
+	}
+	defer torch.CloseOutputs(outs)
+	return readOutputs(outs)
+}
+
+func tensorsOf(vals []tensorData) ([]*torch.Tensor, error) {
+	ins := make([]*torch.Tensor, 0, len(vals))
+	for _, v := range vals {
+		t, err := torch.NewTensorAny(v.data, v.shape)
+		if err != nil {
+			return ins, err
+		}
+		ins = append(ins, t)
+	}
+	return ins, nil
+}
+
+func closeAll(ts []*torch.Tensor) {
+	for _, t := range ts {
+		t.Close()
+	}
+}
+
+func readOutputs(outs []torch.Output) ([]ResponseOutput, error) {
+	ros := make([]ResponseOutput, 0, len(outs))
+	for _, o := range outs {
+		ro, err := outputOf(o)
+		if err != nil {
+			return nil, err
+		}
+		ros = append(ros, ro)
+	}
+	return ros, nil
+}
+
+// batchReq is one request waiting to be batched: its inputs, its batch size.
+type batchReq struct {
+	vals []tensorData
+	n    int64
+	enq  time.Time
+	done chan batchResult
+}
+
+type batchResult struct {
+	outs []ResponseOutput
+	err  error
+}
+
+// runBatched queues vals for the batching loops and waits for its rows of the answer.
+func (s *Server) runBatched(vals []tensorData) ([]ResponseOutput, error) {
+	r := &batchReq{vals: vals, n: vals[0].shape[0], enq: time.Now(), done: make(chan batchResult, 1)}
+	s.metrics.queued.Add(1)
+	select {
+	case s.batches <- r:
+	default:
+		s.metrics.queued.Add(-1)
+		return nil, errQueueFull
+	}
+	res := <-r.done
+	return res.outs, res.err
+}
+
+// batchLoop gathers requests for one instance: the first waiting, then whatever arrives within
+// BatchDelay, up to MaxBatch samples; a request that would overflow the batch starts the next.
+func (s *Server) batchLoop(sess *torchspeed.Session) {
+	defer s.loops.Done()
+	max := int64(s.cfg.MaxBatch)
+	var carry *batchReq
+	for {
+		first := carry
+		carry = nil
+		if first == nil {
+			var ok bool
+			if first, ok = <-s.batches; !ok {
+				return
+			}
+		}
+		s.metrics.queued.Add(-1)
+		group, total := []*batchReq{first}, first.n
+		timer := time.NewTimer(s.cfg.BatchDelay)
+	collect:
+		for total < max {
+			select {
+			case r, ok := <-s.batches:
+				if !ok {
+					break collect
+				}
+				if total+r.n > max {
+					carry = r
+					break collect
+				}
+				s.metrics.queued.Add(-1)
+				group, total = append(group, r), total+r.n
+			case <-timer.C:
+				break collect
+			}
+		}
+		timer.Stop()
+		s.runGroup(sess, group, total) // carry stays counted as queued until the next round takes it
+	}
+}
+
+// runGroup runs a batch as one call and hands each request its rows.
+func (s *Server) runGroup(sess *torchspeed.Session, group []*batchReq, total int64) {
+	start := time.Now()
+	for _, r := range group {
+		s.metrics.queueTime(s.cfg.Name, start.Sub(r.enq))
+	}
+	s.metrics.batch(len(group))
+	fail := func(err error) {
+		for _, r := range group {
+			r.done <- batchResult{err: err}
+		}
+	}
+	vals := group[0].vals
+	if len(group) > 1 {
+		vals = make([]tensorData, len(group[0].vals))
+		for i := range vals {
+			parts := make([]any, len(group))
+			for j, r := range group {
+				parts[j] = r.vals[i].data
+			}
+			shape := slices.Clone(group[0].vals[i].shape)
+			shape[0] = total
+			vals[i] = tensorData{concatData(parts), shape}
+		}
+	}
+	ins, err := tensorsOf(vals)
+	defer closeAll(ins)
+	if err != nil {
+		fail(err)
+		return
+	}
+	outs, err := s.predict(sess, ins)
+	if err != nil {
+		fail(err)
+		return
+	}
+	defer torch.CloseOutputs(outs)
+	ros, err := readOutputs(outs)
+	if err != nil {
+		fail(err)
+		return
+	}
+	if len(group) == 1 {
+		group[0].done <- batchResult{outs: ros}
+		return
+	}
+	for _, o := range ros {
+		if len(o.Shape) == 0 || o.Shape[0] != total {
+			fail(fmt.Errorf("output %s has shape %v for a batch of %d requests (%d samples): it does not answer row by row; serve this model without --max-batch", o.Name, o.Shape, len(group), total))
+			return
+		}
+	}
+	off := int64(0)
+	for _, r := range group {
+		mine := make([]ResponseOutput, len(ros))
+		for k, o := range ros {
+			row := int64(dataLen(o.Data)) / total
+			shape := slices.Clone(o.Shape)
+			shape[0] = r.n
+			mine[k] = ResponseOutput{Name: o.Name, Shape: shape, Datatype: o.Datatype, Data: sliceData(o.Data, int(off*row), int((off+r.n)*row))}
+		}
+		off += r.n
+		r.done <- batchResult{outs: mine}
+	}
 }
 
 // ServerMetadata is what GET /v2 answers.

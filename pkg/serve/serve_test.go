@@ -542,3 +542,83 @@ func TestBinaryTensorData(t *testing.T) {
 		}
 	}
 }
+
+// Requests that arrive together run as one batch, and each gets its own rows: the library's
+// answer for its input alone, up to float rounding of the batched kernels.
+func TestDynamicBatching(t *testing.T) {
+	m := digitsArtifact(t)
+	s, url := startServer(t, m, Config{Instances: 1, MaxBatch: 4, BatchDelay: 5 * time.Millisecond})
+	x := digitsInput(t)
+	c := &http.Client{Timeout: 30 * time.Second}
+	var wg sync.WaitGroup
+	errs := make(chan string, 64)
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n := int64(1 + i%2) // batches of 1 and 2 samples, mixed
+			in := make([]float32, 0, 64*n)
+			for k := int64(0); k < n; k++ {
+				for _, v := range x {
+					in = append(in, v*float32(i+1)/8+float32(k))
+				}
+			}
+			shape := []int64{n, 1, 8, 8}
+			want := predictDirect(t, m, in, shape)
+			for r := 0; r < 10; r++ {
+				code, b := do(t, c, "POST", url+"/v2/models/digits/infer", inferBody(in, shape))
+				var resp struct {
+					Outputs []struct {
+						Shape []int64   `json:"shape"`
+						Data  []float32 `json:"data"`
+					} `json:"outputs"`
+				}
+				if code != 200 || json.Unmarshal(b, &resp) != nil || len(resp.Outputs) != 1 || !slices.Equal(resp.Outputs[0].Shape, []int64{n, 10}) || !close32(resp.Outputs[0].Data, want) {
+					errs <- fmt.Sprintf("client %d: %d %s, want [%d 10] %v", i, code, b, n, want)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	s.metrics.mu.Lock()
+	batches, batched := s.metrics.batches, s.metrics.batched
+	s.metrics.mu.Unlock()
+	t.Logf("80 requests ran in %d batches", batches)
+	if batched != 80 || batches >= 80 {
+		t.Errorf("%d requests in %d batches: want 80 requests in fewer batches", batched, batches)
+	}
+	// Without a manifest there is no batch dimension to join on.
+	plain, err := torchspeed.Load(fixtures.Load(t).Get(t, "digits").ModelPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	if _, err := New(plain, Config{Name: "plain", MaxBatch: 4}); err == nil || !strings.Contains(err.Error(), "dynamic batching needs every input batched along dimension 0") {
+		t.Errorf("batching a model without a manifest: %v", err)
+	}
+}
+
+func close32(got, want []float32) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	for i := range got {
+		d := float64(got[i] - want[i])
+		if d < 0 {
+			d = -d
+		}
+		w := float64(want[i])
+		if w < 0 {
+			w = -w
+		}
+		if d > 1e-4*(1+w) {
+			return false
+		}
+	}
+	return true
+}
