@@ -2,6 +2,7 @@ package serve
 
 import (
 	"bytes"
+	"context"
 	"net/http/httptest"
 	"testing"
 
@@ -48,7 +49,7 @@ func BenchmarkInferHandler(b *testing.B) {
 		ins, _ := tensorsOf(vals)
 		defer closeAll(ins)
 		for i := 0; i < b.N; i++ {
-			outs, err := s.run(ins)
+			outs, err := s.run(context.Background(), ins)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -179,10 +179,14 @@ func (s *Server) inferBody(w http.ResponseWriter, r *http.Request) (resp *InferR
 	if s.batches != nil {
 		outs, err = s.runBatched(vals)
 	} else {
-		outs, err = s.runValues(vals)
+		outs, err = s.runValues(r.Context(), vals)
 	}
 	if errors.Is(err, errQueueFull) {
 		return nil, nil, &statusError{http.StatusTooManyRequests, fmt.Sprintf("model %s: queue full (%d waiting, --max-queue): retry later or add instances", s.cfg.Name, s.cfg.MaxQueue)}
+	}
+	var se *statusError
+	if errors.As(err, &se) {
+		return nil, nil, err
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("model %s: inference failed: %v", s.cfg.Name, clip(err.Error()))

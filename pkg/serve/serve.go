@@ -327,8 +327,9 @@ func (s *Server) admit() bool {
 	return true
 }
 
-// run waits for a free instance, unless MaxQueue requests wait already, and runs ins on it.
-func (s *Server) run(ins []*torch.Tensor) ([]torch.Output, error) {
+// run waits for a free instance, unless MaxQueue requests wait already, and runs ins on it. A
+// request whose client has gone (ctx done) leaves the queue without running.
+func (s *Server) run(ctx context.Context, ins []*torch.Tensor) ([]torch.Output, error) {
 	start := time.Now()
 	var sess *torchspeed.Session
 	select {
@@ -339,23 +340,33 @@ func (s *Server) run(ins []*torch.Tensor) ([]torch.Output, error) {
 			return nil, errQueueFull
 		}
 		s.metrics.queued.Add(1)
-		sess = <-s.free
+		select {
+		case sess = <-s.free:
+		case <-ctx.Done():
+		}
 		s.metrics.queued.Add(-1)
 		s.waiting.Add(-1)
+		if sess == nil {
+			return nil, &statusError{statusClientGone, "the client closed the request while it waited for an instance"}
+		}
 	}
 	s.metrics.queueTime(s.cfg.Name, time.Since(start))
 	defer func() { s.free <- sess }()
 	return s.predict(sess, ins)
 }
 
+// statusClientGone is recorded for requests whose client left before the answer (nginx's
+// convention); nobody reads the answer.
+const statusClientGone = 499
+
 // runValues makes tensors of vals, runs them on the next free instance and reads the outputs.
-func (s *Server) runValues(vals []tensorData) ([]ResponseOutput, error) {
+func (s *Server) runValues(ctx context.Context, vals []tensorData) ([]ResponseOutput, error) {
 	ins, err := tensorsOf(vals)
 	defer closeAll(ins)
 	if err != nil {
 		return nil, err
 	}
-	outs, err := s.run(ins)
+	outs, err := s.run(ctx, ins)
 	if err != nil {
 		return nil, err
 	}

@@ -86,20 +86,26 @@ func inferBody(x []float32, shape []int64) []byte {
 
 func do(t testing.TB, c *http.Client, method, url string, body []byte) (int, []byte) {
 	t.Helper()
-	req, err := http.NewRequest(method, url, bytes.NewReader(body))
+	code, b, err := try(c, method, url, body)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return code, b
+}
+
+// try is do for goroutines other than the test's, which must not call t.Fatal.
+func try(c *http.Client, method, url string, body []byte) (int, []byte, error) {
+	req, err := http.NewRequest(method, url, bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, err
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		t.Fatal(err)
+		return 0, nil, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, b
+	return resp.StatusCode, b, err
 }
 
 // predictDirect is what the library answers on the same input.
@@ -331,7 +337,7 @@ func TestQueueFull(t *testing.T) {
 	body := inferBody(digitsInput(t), []int64{1, 1, 8, 8})
 	first := make(chan int, 1)
 	go func() {
-		code, _ := do(t, c, "POST", url+"/v2/models/digits/infer", body)
+		code, _, _ := try(c, "POST", url+"/v2/models/digits/infer", body)
 		first <- code
 	}()
 	for deadline := time.Now().Add(10 * time.Second); s.waiting.Load() != 1; time.Sleep(time.Millisecond) {
@@ -553,20 +559,20 @@ func TestDynamicBatching(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make(chan string, 64)
 	for i := 0; i < 8; i++ {
+		n := int64(1 + i%2) // batches of 1 and 2 samples, mixed
+		in := make([]float32, 0, 64*n)
+		for k := int64(0); k < n; k++ {
+			for _, v := range x {
+				in = append(in, v*float32(i+1)/8+float32(k))
+			}
+		}
+		shape := []int64{n, 1, 8, 8}
+		want := predictDirect(t, m, in, shape)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			n := int64(1 + i%2) // batches of 1 and 2 samples, mixed
-			in := make([]float32, 0, 64*n)
-			for k := int64(0); k < n; k++ {
-				for _, v := range x {
-					in = append(in, v*float32(i+1)/8+float32(k))
-				}
-			}
-			shape := []int64{n, 1, 8, 8}
-			want := predictDirect(t, m, in, shape)
 			for r := 0; r < 10; r++ {
-				code, b := do(t, c, "POST", url+"/v2/models/digits/infer", inferBody(in, shape))
+				code, b, _ := try(c, "POST", url+"/v2/models/digits/infer", inferBody(in, shape))
 				var resp struct {
 					Outputs []struct {
 						Shape []int64   `json:"shape"`
@@ -621,4 +627,45 @@ func close32(got, want []float32) bool {
 		}
 	}
 	return true
+}
+
+// A client that gives up while its request waits frees its place in the queue, and the request
+// never runs.
+func TestClientGoneLeavesQueue(t *testing.T) {
+	m := digitsArtifact(t)
+	s, url := startServer(t, m, Config{MaxQueue: 1})
+	sess := <-s.free
+	defer func() { s.free <- sess }()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "POST", url+"/v2/models/digits/infer", bytes.NewReader(inferBody(digitsInput(t), []int64{1, 1, 8, 8})))
+	done := make(chan error, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	for deadline := time.Now().Add(10 * time.Second); s.waiting.Load() != 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the request never queued")
+		}
+	}
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("a canceled request was answered")
+	}
+	for deadline := time.Now().Add(10 * time.Second); s.waiting.Load() != 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the canceled request kept its place in the queue")
+		}
+	}
+	var b bytes.Buffer
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(b.String(), `code="499"} 1`); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no 499 recorded:\n%s", b.String())
+		}
+		b.Reset()
+		s.metrics.write(&b)
+	}
 }
