@@ -1,6 +1,6 @@
-// Small FP32 2-D convolutions through torchspeed's GEMM: torchspeed::conv2d_gemm, and the graph
-// pass (fast_conv) that swaps it in for aten::_convolution / aten::convolution / aten::conv2d with
-// a constant weight, fusing a following relu.
+// Small FP32 2-D (and 1-D) convolutions through torchspeed's GEMM: torchspeed::conv2d_gemm, and
+// the graph pass (fast_conv) that swaps it in for aten::_convolution / aten::convolution /
+// aten::conv2d / aten::conv1d with a constant weight, fusing a following relu.
 //
 // Why: libtorch 1.13 runs a batch-1 float conv with a 3x3 kernel and fewer than 20480 input
 // elements as thnn_conv2d (_slow_conv2d_forward: im2col, then OpenBLAS's sgemm with Haswell's
@@ -231,17 +231,29 @@ bool is_conv(Node* node) {
              "dilation, bool transposed, int[] output_padding, int groups) -> Tensor") ||
          node->matches(
              "aten::conv2d(Tensor input, Tensor weight, Tensor? bias=None, int[2] stride=1, int[2] padding=0, int[2] "
+             "dilation=1, int groups=1) -> Tensor") ||
+         node->matches(
+             "aten::conv1d(Tensor input, Tensor weight, Tensor? bias=None, int[1] stride=1, int[1] padding=0, int[1] "
              "dilation=1, int groups=1) -> Tensor");
 }
 
-// Swaps one conv node (is_conv) if it is a 2-D, ungrouped, not transposed one with a constant
-// weight and constant arguments; returns whether it did.
+// Swaps one conv node (is_conv) if it is a 1-D or 2-D, ungrouped, not transposed one with a
+// constant weight and constant arguments; returns whether it did. A 1-D conv ([N, C, L], weight
+// [O, I, k]: audio front ends, STFT-like filter banks, a VAD's encoder) runs as a 2-D one of
+// height 1: unsqueeze, conv2d_gemm, squeeze. libtorch 1.13 sends those to the same slow im2col
+// path (thnn_conv2d) as small 2-D ones, with its per-call set-up cost.
 bool swap_one(Node* node, Counts& counts) {
   static const auto sym = c10::Symbol::fromQualString("torchspeed::conv2d_gemm");
-  const bool conv2d = node->kind() == c10::Symbol::fromQualString("aten::conv2d");
+  const bool named = node->kind() == c10::Symbol::fromQualString("aten::conv2d") ||
+                     node->kind() == c10::Symbol::fromQualString("aten::conv1d");
   auto w = tsimpl::constant_float(node->input(1));
+  if (!w || (w->dim() != 4 && w->dim() != 3) || w->size(0) == 0) return false;
+  const bool one_d = w->dim() == 3;
+  if (node->kind() == c10::Symbol::fromQualString("aten::conv1d") && !one_d) return false;
+  if (node->kind() == c10::Symbol::fromQualString("aten::conv2d") && one_d) return false;
+  if (one_d) w = w->unsqueeze(2).contiguous();  // [O, I, 1, k]
   // A depth past kMaxK would always run ATen's convolution: left as it is.
-  if (!w || w->dim() != 4 || w->size(0) == 0 || w->size(1) * w->size(2) * w->size(3) > kMaxK) return false;
+  if (w->size(1) * w->size(2) * w->size(3) > kMaxK) return false;
   c10::optional<at::Tensor> bias;
   if (!node->input(2)->type()->cast<c10::NoneType>()) {
     bias = tsimpl::constant_float(node->input(2));
@@ -249,13 +261,20 @@ bool swap_one(Node* node, Counts& counts) {
   }
   auto stride = const_ints(node->input(3)), padding = const_ints(node->input(4)), dilation = const_ints(node->input(5));
   if (!stride || !padding || !dilation) return false;
+  if (one_d) {
+    // Height 1: stride and dilation 1, no padding there; the 1-D value goes to the width.
+    if (stride->size() != 1 || padding->size() != 1 || dilation->size() != 1) return false;
+    stride = std::vector<int64_t>{1, (*stride)[0]};
+    padding = std::vector<int64_t>{0, (*padding)[0]};
+    dilation = std::vector<int64_t>{1, (*dilation)[0]};
+  }
   int64_t pair[2];
   for (const auto* v : {&*stride, &*padding, &*dilation}) {
     if (!pair_of(*v, pair)) return false;
   }
-  auto groups = const_int(node->input(conv2d ? 6 : 8));
+  auto groups = const_int(node->input(named ? 6 : 8));
   if (!groups || *groups != 1) return false;
-  if (!conv2d) {
+  if (!named) {
     auto transposed = const_bool(node->input(6));
     if (!transposed || *transposed) return false;
   }
@@ -270,9 +289,12 @@ bool swap_one(Node* node, Counts& counts) {
   }
   auto* graph = node->owningGraph();
   torch::jit::WithInsertPoint guard(node);
+  Value* x = node->input(0);
+  if (one_d) x = graph->insert(c10::aten::unsqueeze, {x, 2});
   std::vector<Value*> args{
-      node->input(0),
-      node->input(1),  // the original weight, for the fallback (ATen's bits there)
+      x,
+      // The original weight (as 4-D for a 1-D conv), for the fallback: ATen's bits there.
+      one_d ? graph->insertConstant(*w) : node->input(1),
       graph->insertConstant(tsimpl::pack_conv_weight(*w)),
       bias ? graph->insertConstant(bias->contiguous()) : graph->insertConstant(c10::IValue()),
       graph->insertConstant(*stride),
@@ -283,7 +305,9 @@ bool swap_one(Node* node, Counts& counts) {
   // The output's strides are channels-last where the original's were not: plain Tensor.
   repl->output()->setType(c10::TensorType::get());
   repl->insertBefore(node);
-  last->output()->replaceAllUsesWith(repl->output());
+  Value* y = repl->output();
+  if (one_d) y = graph->insert(c10::aten::squeeze, {y, 2});
+  last->output()->replaceAllUsesWith(y);
   for (auto it = gone.rbegin(); it != gone.rend(); ++it) (*it)->destroy();
   counts.convs++;
   if (relu) counts.relus++;

@@ -10,6 +10,7 @@ import (
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/internal/fixtures"
+	"github.com/torchspeed/torchspeed/internal/fixtures/streamref"
 	"github.com/torchspeed/torchspeed/internal/refconv"
 )
 
@@ -434,4 +435,55 @@ func float32s(t *testing.T, x *torch.Tensor) []float32 {
 		t.Fatal(err)
 	}
 	return v
+}
+
+// fast_conv on 1-D convolutions: the stream models' front ends (a Conv1d over audio chunks, an
+// STFT-like filter bank) run as 2-D ones of height 1 through torchspeed's GEMM, and each call of
+// the recorded stream answers as PyTorch's did, state and all.
+func TestFastConvPassOn1DStreams(t *testing.T) {
+	skipWithoutFastKernels(t)
+	for _, name := range []string{"vad_lstm", "streaming"} {
+		f := fixtures.Load(t).Get(t, name)
+		m := loadFixture(t, f)
+		fr, err := m.Freeze("reset_states")
+		if err != nil {
+			t.Fatal(err)
+		}
+		fast, convs, _, err := fr.FastConv()
+		fr.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if convs == 0 {
+			t.Fatalf("%s: no 1-D conv swapped", name)
+		}
+		counts, err := fast.NodeCounts()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if counts["aten::conv1d"]+counts["aten::_convolution"] != 0 || counts["torchspeed::conv2d_gemm"] != convs {
+			t.Errorf("%s: node counts after the pass %v", name, counts)
+		}
+		r := streamref.Load(t, f, "forward")
+		out, err := fast.Call("reset_states")
+		if err != nil {
+			t.Fatal(err)
+		}
+		out.Close()
+		worst := 0.0
+		for i := 0; i < r.Calls(); i++ {
+			out, err := fast.Call("forward", r.Args(i)...)
+			if err != nil {
+				t.Fatalf("%s call %d: %v", name, i, err)
+			}
+			d, err := r.Diff(i, out)
+			out.Close()
+			if err != nil || d > streamTol {
+				t.Fatalf("%s call %d: diff %.3g from PyTorch's (%v)", name, i, d, err)
+			}
+			worst = max(worst, d)
+		}
+		t.Logf("%s: %d 1-D conv(s) swapped; %d calls within %.2g of PyTorch's", name, convs, r.Calls(), worst)
+		fast.Close()
+	}
 }
