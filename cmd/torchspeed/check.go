@@ -40,6 +40,7 @@ type checkCmd struct {
 	out       string
 	asJSON    bool
 	noTiming  bool
+	opLibs    []string
 }
 
 // checkReport is what check writes beside the artifact (ARTIFACT.check.json) and prints.
@@ -142,7 +143,8 @@ input. A full re-measurement of passes and runtime settings is optimize's job.`,
 	f.Float64Var(&k.minCosine, "min-cosine", 0, "lowest acceptable cosine of any output (default: the lower of 0.99 and what optimize validated minus 0.005)")
 	f.StringVar(&k.out, "out", "", "where to write the result (default: ARTIFACT.check.json beside it)")
 	f.BoolVar(&k.asJSON, "json", false, "print the result as JSON")
-	f.BoolVar(&k.noTiming, "no-timing", false, "skip the thread-count timing")
+	f.BoolVar(&k.noTiming, "no-timing", false, "skip the thread-count and runtime timing")
+	f.StringArrayVar(&k.opLibs, "op-library", nil, "shared library of custom operators the model calls, loaded before it (repeat)")
 	return c
 }
 
@@ -164,6 +166,9 @@ func (k *checkCmd) run(c *cobra.Command) error {
 	man, err := torchspeed.VerifyArchive(k.artifact)
 	if err != nil {
 		return exitcode.New(exitcode.Usage, fmt.Errorf("check: %w", err))
+	}
+	if err := torchspeed.LoadOpLibraries(k.opLibs); err != nil {
+		return exitcode.New(exitcode.Usage, fmt.Errorf("check: --op-library: %w", err))
 	}
 	if man == nil {
 		return exitcode.Usagef("check: %q has no torchspeed manifest: check compares an artifact made by torchspeed optimize with its original", k.artifact)
