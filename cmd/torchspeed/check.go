@@ -543,11 +543,14 @@ func (k *checkCmd) timeRuntime(c *cobra.Command, rep *checkReport, man *torchspe
 		name string
 		env  []string
 	}{{runenv.DefaultCandidate, base}, {cand.Name, candEnv}, {"default (second group)", base}}
+	argv := []string{exe, "bench", "--serve", "-m", k.artifact, "--runtime", "default", "--threads", fmt.Sprint(threads), "--warmup", "10"}
+	for _, lib := range k.opLibs {
+		argv = append(argv, "--op-library", lib)
+	}
 	var specs []benchrun.ServerSpec
 	for _, g := range groups {
 		for p := range procs {
-			specs = append(specs, benchrun.ServerSpec{Name: fmt.Sprintf("runtime %s (process %d)", g.name, p+1), Env: g.env,
-				Argv: []string{exe, "bench", "--serve", "-m", k.artifact, "--runtime", "default", "--threads", fmt.Sprint(threads), "--warmup", "10"}})
+			specs = append(specs, benchrun.ServerSpec{Name: fmt.Sprintf("runtime %s (process %d)", g.name, p+1), Env: g.env, Argv: argv})
 		}
 	}
 	fmt.Fprintf(log, "check: timing runtime candidate %s against libtorch's defaults (%d processes, %d rounds)\n", cand.Name, len(specs), rounds)
