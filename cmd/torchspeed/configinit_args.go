@@ -32,8 +32,8 @@ type initArg struct {
 	dtype     string
 	data      *config.Source
 	dataShape []int64 // the shape of a --input file's array (nil: a dict, or unknown)
-	value     string // a YAML literal
-	todo      string // the comment of a value left to fill in
+	value     string  // a YAML literal
+	todo      string  // the comment of a value left to fill in
 	note      string
 }
 
