@@ -3,6 +3,7 @@ package torch_test
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -177,6 +178,7 @@ func TestFastAddKernelsMatchATen(t *testing.T) {
 					for i, k := range kernels {
 						what := fmt.Sprintf("case %d (%s), shape %v, channels-last %v, %d thread(s), relu %v, kernel %d", ci, c.reason, shape, cl, th, relu, k)
 						sameQuantized(t, what, outs[i+1], outs[0])
+						addWithinStep(t, what, a, b, outs[i+1], c.s, c.z, relu)
 						compared++
 					}
 					for _, o := range outs {
@@ -455,6 +457,45 @@ func BenchmarkQAdd(b *testing.B) {
 				b.ReportMetric(f/1e3, "fast-us")
 				b.ReportMetric(a/f, "ratio")
 			})
+		}
+	}
+}
+
+// addWithinStep checks a quantized add against the float arithmetic it stands for, whatever
+// kernel made it: (a - za) * sa + (b - zb) * sb (relu'd), requantized at (s, z), within one
+// step: the add rounds once, and its float32 multipliers can move an exact half by one. Sums
+// whose terms reach beyond float32's exact integers (|term / s| >= 2^22, or its overflow) are
+// left to the comparison with ATen's bits.
+func addWithinStep(t *testing.T, what string, a, b, out *torch.Tensor, s float64, z int64, relu bool) {
+	t.Helper()
+	qa, err := a.QParams()
+	if err != nil {
+		t.Fatal(err)
+	}
+	qb, err := b.QParams()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if qa.Scales[0]/s >= 1<<22 || qb.Scales[0]/s >= 1<<22 {
+		return // the float32 multipliers themselves are inexact or infinite (0 * inf is NaN)
+	}
+	ia, ib, io := intRepr(t, a), intRepr(t, b), intRepr(t, out)
+	lo, hi := 0.0, 255.0
+	if out.DType() == torch.QInt8 {
+		lo, hi = -128, 127
+	}
+	for i := range io {
+		ta, tb := float64(ia[i]-int(qa.ZeroPoints[0]))*qa.Scales[0], float64(ib[i]-int(qb.ZeroPoints[0]))*qb.Scales[0]
+		if math.Abs(ta/s) >= 1<<22 || math.Abs(tb/s) >= 1<<22 {
+			continue // each term on its own past float32's exact range (or its overflow)
+		}
+		r := ta + tb
+		if relu {
+			r = math.Max(r, 0)
+		}
+		want := math.Max(lo, math.Min(hi, math.RoundToEven(r/s)+float64(z)))
+		if d := math.Abs(float64(io[i]) - want); d > 1 {
+			t.Fatalf("%s: element %d is %d, the float sum %g requantizes to %g", what, i, io[i], r, want)
 		}
 	}
 }

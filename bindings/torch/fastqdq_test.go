@@ -46,6 +46,38 @@ func qdqValues(c qdqCase, n int, seed uint64) []float32 {
 	return v[:n]
 }
 
+// withinHalfStep checks a quantization against the float arithmetic it stands for, whatever
+// kernel made it: a finite x inside the type's range comes back as (q - zp) * scale within half a
+// step, plus the float32 rounding of x / scale (one ulp of x / scale, in steps) that can move an
+// exact half; outside the range it is the nearest end.
+func withinHalfStep(t *testing.T, what string, x, q *torch.Tensor, c qdqCase) {
+	t.Helper()
+	xs, err := x.Float32s()
+	if err != nil {
+		t.Fatal(err)
+	}
+	qs := intRepr(t, q)
+	qmin, qmax := 0.0, 255.0
+	if c.dtype == torch.QInt8 {
+		qmin, qmax = -128, 127
+	}
+	s := float64(float32(c.scale))
+	if s < 1e-30 {
+		return // the reciprocal overflows float: ATen's own special case, compared bit for bit above
+	}
+	for i, v := range xs {
+		f := float64(v)
+		if math.IsNaN(f) || math.IsInf(f, 0) || math.Abs(f/s) > 1<<62 {
+			continue // the specials, compared with ATen's above
+		}
+		want := math.Max(qmin, math.Min(qmax, math.RoundToEven(f/s)+float64(c.zp)))
+		steps := math.Abs(float64(qs[i]) - want)
+		if slack := math.Abs(f/s) * 0x1p-23; steps > 0 && steps > 1-1e-9 && !(steps <= 1 && math.Abs(math.Abs(f/s-math.Trunc(f/s))-0.5) <= slack) {
+			t.Fatalf("%s: element %d (%g) quantizes to %d; the float arithmetic gives %g", what, i, v, qs[i], want)
+		}
+	}
+}
+
 // sameQuantized fails unless got and want are the same quantized tensor: dtype, shape, qparams
 // and integer representation.
 func sameQuantized(t *testing.T, what string, got, want *torch.Tensor) {
@@ -171,6 +203,7 @@ func TestFastQDQKernelsMatchATen(t *testing.T) {
 				if !skip {
 					sameQuantized(t, what, got, want)
 					sameBits(t, what+", dequantize", dgot, dwant)
+					withinHalfStep(t, what, x, got, c)
 				}
 				for _, y := range []*torch.Tensor{want, got, dwant, dgot} {
 					if y != nil {

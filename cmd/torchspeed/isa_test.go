@@ -57,14 +57,22 @@ func newEmulated(t *testing.T) *emulated {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &emulated{bin: filepath.Join(t.TempDir(), "torchspeed."+name), env: append(scrubbedEnv(), "QEMU_CPU=Haswell")}
+	// QEMU reads QEMU_* variables of its own (QEMU_LOG set empty makes it print its log items
+	// and exit 1): only the CPU model goes through.
+	var env []string
+	for _, kv := range scrubbedEnv() {
+		if !strings.HasPrefix(kv, "QEMU_") {
+			env = append(env, kv)
+		}
+	}
+	e := &emulated{bin: filepath.Join(t.TempDir(), "torchspeed."+name), env: append(env, "QEMU_CPU=Haswell")}
 	if err := os.WriteFile(e.bin, src, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	// The emulation is in force: the CPU the binary sees has AVX2 and no AVX-512.
 	out, stderr, code := e.run(t, nil, "probe", "--json", "--no-torch")
 	if code != 0 {
-		t.Fatalf("probe on the emulated CPU: exit %d\n%s", code, stderr)
+		t.Fatalf("probe on the emulated CPU: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, stderr)
 	}
 	var p cpu.Probe
 	if err := json.Unmarshal([]byte(out), &p); err != nil {

@@ -24,6 +24,7 @@ var commands = []func(*ui) *cobra.Command{
 	newRunCmd,
 	newCheckCmd,
 	newLaunchCmd,
+	newServeCmd,
 	newExportCmd,
 	newConfigCmd,
 	newVersionCmd,

@@ -121,6 +121,7 @@ func WriteTorchServe(a *Artifact, dir string, o TorchServeOptions) (*TorchServeE
 		notes = append(notes, why+fmt.Sprintf(" (maxBatchDelay %d ms)", mc.MaxBatchDelay))
 	}
 	threads := a.Manifest.Runtime.Threads
+	notes = append(notes, "TorchServe's launcher (torch.backends.xeon.run_cpu) pins each worker with numactl: install it on the server (apt-get install numactl); without it TorchServe logs \"torch.backends.xeon.run_cpu is not available\" and runs the workers unpinned")
 	props := map[string]string{
 		"cpu_launcher_enable":       "true",
 		"cpu_launcher_args":         launcherArgs(threads, a.Manifest.Runtime.Allocator),
@@ -207,14 +208,16 @@ func WriteTorchServe(a *Artifact, dir string, o TorchServeOptions) (*TorchServeE
 }
 
 // launcherArgs are TorchServe's cpu_launcher_args (torch.backends.xeon.run_cpu): each worker
-// is pinned to the artifact's thread count in cores (TorchServe adds each worker's
-// --ninstances/--rank), keeps the GNU OpenMP that libtorch ships and torchspeed measured
-// (the launcher would otherwise preload Intel's libiomp5 where it finds one), and uses the
-// allocator the artifact was measured with.
+// is pinned to the artifact's thread count in cores, keeps the GNU OpenMP that libtorch ships
+// and torchspeed measured (the launcher would otherwise preload Intel's libiomp5 where it finds
+// one), and uses the allocator the artifact was measured with. TorchServe appends
+// --ninstances N --rank i only when a model has more than one worker; with one, run_cpu would
+// start cores / ncores_per_instance copies of the worker. So the arguments say one instance,
+// rank 0, which TorchServe's own (appended later: argparse keeps the last) replace.
 func launcherArgs(threads int, allocator string) string {
 	var args []string
 	if threads > 0 {
-		args = append(args, "--ncores_per_instance", strconv.Itoa(threads))
+		args = append(args, "--ncores_per_instance", strconv.Itoa(threads), "--ninstances", "1", "--rank", "0")
 	}
 	args = append(args, "--disable_iomp")
 	switch allocator {

@@ -73,7 +73,7 @@ func TestTorchServeExport(t *testing.T) {
 			}
 			props := readProperties(t, filepath.Join(dir, TorchServeConfigProperty))
 			threads := a.Manifest.Runtime.Threads
-			wantArgs := fmt.Sprintf("--ncores_per_instance %d --disable_iomp --use_default_allocator", threads)
+			wantArgs := fmt.Sprintf("--ncores_per_instance %d --ninstances 1 --rank 0 --disable_iomp --use_default_allocator", threads)
 			if props["cpu_launcher_enable"] != "true" || props["cpu_launcher_args"] != wantArgs || props["default_workers_per_model"] != "1" {
 				t.Errorf("config.properties %v, want cpu_launcher_enable=true cpu_launcher_args=%q default_workers_per_model=1", props, wantArgs)
 			}
@@ -254,4 +254,40 @@ func flatten(v any) []float64 {
 		return out
 	}
 	return nil
+}
+
+// TestTorchServeLauncherArgsParse runs the exported cpu_launcher_args through the launcher's own
+// argument parser (torch.backends.xeon.run_cpu, Debian's python3-torch), as TorchServe passes
+// them: one worker gets one instance (run_cpu would otherwise start cores / threads copies);
+// with N workers TorchServe's appended --ninstances N --rank i win.
+func TestTorchServeLauncherArgsParse(t *testing.T) {
+	py := "/usr/bin/python3"
+	if err := exec.Command(py, "-c", "import torch.backends.xeon.run_cpu").Run(); err != nil {
+		t.Skipf("no torch.backends.xeon.run_cpu in %s: %v", py, err)
+	}
+	args := strings.Fields(launcherArgs(2, "jemalloc"))
+	for _, tc := range []struct {
+		extra          []string
+		ninst, rank, n int
+	}{
+		{nil, 1, 0, 2},
+		{[]string{"--ninstances", "4", "--rank", "3"}, 4, 3, 2},
+	} {
+		argv := append(append(append([]string{}, args...), tc.extra...), "--no_python", "hostname")
+		script := "import sys, json\nfrom argparse import ArgumentParser\nfrom torch.backends.xeon import run_cpu\n" +
+			"p = ArgumentParser()\nrun_cpu.create_args(p)\na = p.parse_args(sys.argv[1:])\n" +
+			"print(json.dumps([a.ninstances, a.rank, a.ncores_per_instance, a.enable_jemalloc, a.disable_iomp]))"
+		out, err := exec.Command(py, append([]string{"-c", script}, argv...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("run_cpu's parser on %q: %v\n%s", argv, err, out)
+		}
+		var got []any
+		if err := json.Unmarshal(out, &got); err != nil {
+			t.Fatalf("%s: %v", out, err)
+		}
+		want := []any{float64(tc.ninst), float64(tc.rank), float64(tc.n), true, true}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%q: ninstances, rank, ncores_per_instance, jemalloc, disable_iomp = %v, want %v", argv, got, want)
+		}
+	}
 }

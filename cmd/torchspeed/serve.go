@@ -1,0 +1,72 @@
+package main
+
+import (
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/torchspeed/torchspeed/internal/exitcode"
+	"github.com/torchspeed/torchspeed/pkg/config"
+	"github.com/torchspeed/torchspeed/pkg/serve"
+)
+
+func newServeCmd(_ *ui) *cobra.Command {
+	var o serve.Options
+	c := &cobra.Command{
+		Use:   "serve -m ARTIFACT [--name NAME] [--http 127.0.0.1:8000] [--instances N]",
+		Short: "Serve an artifact over the Open Inference Protocol (KServe v2 REST), as Triton does",
+		Long: `serve loads an artifact (with its load-time passes and measured threads) and answers the Open
+Inference Protocol's REST endpoints, so that clients and load generators written for Triton or
+KServe work unchanged:
+
+  GET  /v2/health/live, /v2/health/ready, /v2
+  GET  /v2/models/NAME            metadata: inputs and outputs with datatype and shape
+  GET  /v2/models/NAME/ready
+  POST /v2/models/NAME/infer      JSON tensors in, JSON tensors out
+  GET  /metrics                   Prometheus text: requests, latency, queue time, in flight
+
+Each of --instances runs on its own OS thread with its own OpenMP pool; requests wait in one
+queue of --max-queue, beyond which they are answered 429. --max-batch N joins requests that
+arrive within --batch-delay into one call of up to N samples (inputs batched along dimension
+0). SIGTERM or SIGINT drain the server: readiness turns false, new requests get 503, requests
+in flight are answered, exit 0.`,
+		Example: `  torchspeed serve -m out/resnet18.torchspeed.pt --http 0.0.0.0:8000 --instances 2
+  curl -s localhost:8000/v2/models/resnet18`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if o.Model == "" {
+				return exitcode.Usagef("serve: --model (-m) is required")
+			}
+			if _, err := os.Stat(o.Model); err != nil {
+				return exitcode.Usagef("serve: model %q: %v", o.Model, err)
+			}
+			if err := config.CheckThreads("serve: --threads", o.Threads, "the artifact's"); err != nil {
+				return exitcode.New(exitcode.Usage, err)
+			}
+			if o.Name == "" {
+				o.Name = serve.NameOf(o.Model)
+			}
+			if err := o.Config.Validate(); err != nil {
+				return exitcode.Usagef("serve: %v", err)
+			}
+			ctx, stop := signal.NotifyContext(c.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return serve.Run(ctx, o, c.ErrOrStderr())
+		},
+	}
+	f := c.Flags()
+	f.StringVarP(&o.Model, "model", "m", "", "artifact written by torchspeed optimize (or a TorchScript file)")
+	f.StringVar(&o.Name, "name", "", "model name in URLs (default: the file name without .torchspeed.pt)")
+	f.StringVar(&o.Addr, "http", "127.0.0.1:8000", "HTTP listen address, host:port (port 0: any free port)")
+	f.IntVar(&o.Instances, "instances", 1, "model instances answering side by side, each on its own OS thread")
+	f.IntVar(&o.Threads, "threads", 0, "intra-op threads per instance (0: the artifact's measured count)")
+	f.IntVar(&o.MaxQueue, "max-queue", serve.DefaultMaxQueue, "requests that may wait for an instance; more are answered 429 (-1: none wait)")
+	f.Int64Var(&o.MaxRequestBytes, "max-request-bytes", serve.DefaultMaxRequestBytes, "largest request body; larger ones are answered 413")
+	f.IntVar(&o.MaxBatch, "max-batch", 0, "dynamic batching: join requests arriving within --batch-delay, up to this many samples (0 or 1: off)")
+	f.DurationVar(&o.BatchDelay, "batch-delay", 0, "dynamic batching: how long the first request of a batch waits for more")
+	f.DurationVar(&o.DrainTimeout, "drain-timeout", serve.DefaultDrainTimeout, "longest wait for requests in flight on SIGTERM")
+	f.StringArrayVar(&o.OpLibraries, "op-library", nil, "shared library of custom operators the model calls, loaded before it (repeat)")
+	return c
+}
