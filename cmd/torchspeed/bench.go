@@ -75,8 +75,8 @@ var benchKeys = map[string]string{
 func newBenchCmd(u *ui) *cobra.Command {
 	b := &benchCmd{ui: u}
 	c := &cobra.Command{
-		Use:   "bench -m MODEL [--vs OTHER] --input-shape 1x3x224x224 [--runs N | --duration 10s]",
-		Short: "Measure latency (median with its 95% interval, tail percentiles) and throughput; compare models side by side",
+		Use:   "bench -m MODEL [--vs OTHER] --input-shape 1x3x224x224 [--runs N | --duration D]",
+		Short: "Measure latency (median, 95% interval, tails) and throughput; compare models",
 		Long: `bench times loading, the first inference and warm-up apart from the timed runs, keeps every
 latency, and reports p50 with its 95% confidence interval, p90/p95/p99/p99.9/max, mean,
 stddev and throughput, warning when the run is too short or too noisy to trust.
@@ -98,9 +98,11 @@ Values come from flags, then TORCHSPEED_* variables (TORCHSPEED_RUNTIME_THREADS=
 the config file (-c), then defaults. An artifact made by optimize gives its own inputs and
 thread count when none is given.`,
 		Example: `  torchspeed bench -m resnet18.pt --input-shape 1x3x224x224 --threads 2 --runs 200
-  torchspeed bench -m resnet18.pt --vs resnet18.torchspeed.pt --input-shape 1x3x224x224 --duration 20s -o out
+  torchspeed bench -m resnet18.pt --vs out/resnet18.torchspeed.pt --input-shape 1x3x224x224 \
+      --duration 20s -o out
   torchspeed bench -m resnet18.pt --input-shape 1x3x224x224 --instances 2 --runs 100
-  torchspeed bench -m model.pt --input-shape 1x3x224x224 --sweep-batch 1,4 --sweep-threads 1,2 --sweep-streams 1,2`,
+  torchspeed bench -m model.pt --input-shape 1x3x224x224 --sweep-batch 1,4 --sweep-threads 1,2 \
+      --sweep-streams 1,2`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error { return b.run(c) },
 	}

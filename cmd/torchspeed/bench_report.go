@@ -250,7 +250,7 @@ func (b *benchCmd) write(stdout, log io.Writer, rep *bench.RunReport, o outputs)
 // and the sweep curve into dir.
 func writePlots(rep *bench.RunReport, dir string) ([]string, error) {
 	var all []string
-	title := fmt.Sprintf("latency, %d threads", rep.Environment.Threads)
+	title := "latency, " + plot.Count(rep.Environment.Threads, "thread")
 	if rs := rep.LatencyResults(); len(rs) > 0 {
 		p, err := plot.Latency(plot.SeriesFromResults(rs), title, dir, "bench_latency")
 		if err != nil {
@@ -259,7 +259,13 @@ func writePlots(rep *bench.RunReport, dir string) ([]string, error) {
 		all = append(all, p...)
 	}
 	if t := rep.Throughput; t != nil {
-		p, err := plot.Latency(plot.SeriesFromThroughput(t), fmt.Sprintf("%s: %d streams x %d threads", t.Name, t.Streams, t.Threads), dir, "bench_latency")
+		// --instances runs its streams as processes: name them so.
+		unit := "stream"
+		if rep.Settings["instances"] != "" {
+			unit = "instance"
+		}
+		title := fmt.Sprintf("%s: %s x %s", t.Name, plot.Count(t.Streams, unit), plot.Count(t.Threads, "thread"))
+		p, err := plot.Latency(plot.SeriesFromThroughput(t, unit), title, dir, "bench_latency")
 		if err != nil {
 			return all, err
 		}

@@ -20,7 +20,7 @@ func newConfigCmd(u *ui) *cobra.Command {
 	c := &cobra.Command{Use: "config", Short: "Work with torchspeed config files"}
 	ci := &configInit{ui: u}
 	initCmd := &cobra.Command{
-		Use:   "init -m MODEL [--method M] [--input [NAME=]VALUE]... [--input-shape 1x3x224x224]... [-o config.yaml]",
+		Use:   "init -m MODEL [--input [NAME=]VALUE]... [--input-shape S]... [-o FILE]",
 		Short: "Write a starter config for a model, with every argument of its method and its state",
 		Long: `config init reads the arguments of the model's method (forward, or --method) from its schema,
 each with its declared type (Tensor, int, float, bool, str, Optional, List, Tuple, Dict),

@@ -31,8 +31,9 @@ type initArg struct {
 	shape     []string
 	dtype     string
 	data      *config.Source
-	value     string // a YAML literal
-	todo      string // the comment of a value left to fill in
+	dataShape []int64 // the shape of a --input file's array (nil: a dict, or unknown)
+	value     string  // a YAML literal
+	todo      string  // the comment of a value left to fill in
 	note      string
 }
 
@@ -105,7 +106,7 @@ func (ci *configInit) describe(m *torch.Module, shapes [][]int64) (*initArgs, er
 			}
 			if a.Kind == "tensor" && src.Kind == config.SourceFile {
 				// The config's dtype defaults to float32, and optimize refuses data of another.
-				if arg.dtype, err = sourceDType(src); err != nil {
+				if arg.dtype, arg.dataShape, err = sourceDType(src); err != nil {
 					return nil, exitcode.Usagef("config init: --input %s: argument %s: %v", src.Text, a.Name, err)
 				}
 			}
@@ -123,28 +124,28 @@ func (ci *configInit) describe(m *torch.Module, shapes [][]int64) (*initArgs, er
 	return ia, nil
 }
 
-// sourceDType is the dtype of the data a tensor file source holds (a .npy, or one member of a
-// .npz; a whole .npz holds a dict and keeps float32).
-func sourceDType(src config.Source) (string, error) {
+// sourceDType is the dtype and shape of the data a tensor file source holds (a .npy, or one
+// member of a .npz; a whole .npz holds a dict and keeps float32, with no one shape).
+func sourceDType(src config.Source) (string, []int64, error) {
 	if strings.HasSuffix(src.Path, ".npz") {
 		if src.Member == "" {
-			return "float32", nil
+			return "float32", nil, nil
 		}
 		arrays, _, err := npy.ReadNPZ(src.Path)
 		if err != nil {
-			return "", err
+			return "", nil, err
 		}
 		a, ok := arrays[src.Member]
 		if !ok {
-			return "", fmt.Errorf("%s has no member %q", src.Path, src.Member)
+			return "", nil, fmt.Errorf("%s has no member %q", src.Path, src.Member)
 		}
-		return a.DType, nil
+		return a.DType, a.Shape, nil
 	}
 	a, err := npy.ReadFile(src.Path)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
-	return a.DType, nil
+	return a.DType, a.Shape, nil
 }
 
 // set takes a value given with --input.
@@ -198,7 +199,10 @@ func (a *initArg) fill(s torch.Argument) {
 		a.value, a.note = string(s.Default), "the schema's default"
 	case a.kind == "tensor":
 		if len(a.shape) == 0 {
-			a.todo = "the full shape, batch first (torch.jit.save keeps no input shapes, traced or scripted), or data: FILE.npy / seq:CHUNKS.npy"
+			a.todo = "TODO shape: libtorch does not save a model's input shapes (traced or scripted).\n" +
+				"Write the full shape, batch first, e.g. [1, 3, 224, 224], or replace shape with\n" +
+				"data: FILE.npy; or run config init again with --input-shape 1x3x224x224 or\n" +
+				"--input " + a.name + "=FILE.npy."
 		}
 	case a.kind == "optional" && holds:
 		a.value, a.note = "null", "None; or give data: FILE.npy"
@@ -238,11 +242,23 @@ func (ia *initArgs) write(b *bytes.Buffer, out string) {
 			fmt.Fprintf(b, "      data: %q\n", relSource(out, d).String())
 			if a.kind == "tensor" && d.Kind == config.SourceFile {
 				fmt.Fprintf(b, "      dtype: %s   # the data's\n", a.dtype)
+				if a.dataShape != nil {
+					what := "each call's input"
+					if d.Seq && len(a.dataShape) > 0 {
+						what = fmt.Sprintf("%d calls, one slice each", a.dataShape[0])
+					}
+					fmt.Fprintf(b, "      # shape from the data: [%s] (%s)\n", strings.Join(strings.Split(config.FormatShape(a.dataShape), "x"), ", "), what)
+				}
 			}
 		case a.kind == "tensor" && len(a.shape) > 0:
 			fmt.Fprintf(b, "      shape: [%s]\n      dtype: %s   # check: int64 for token ids\n", strings.Join(a.shape, ", "), a.dtype)
 		case a.kind == "tensor":
-			fmt.Fprintf(b, "      shape: [1]   # TODO: %s\n      dtype: %s\n", a.todo, a.dtype)
+			// An empty shape, not a guess: optimize refuses it with the key and what to write,
+			// where a made-up [1] ran until the model rejected it.
+			for _, l := range strings.Split(a.todo, "\n") {
+				fmt.Fprintf(b, "      # %s\n", l)
+			}
+			fmt.Fprintf(b, "      shape: []\n      dtype: %s\n", a.dtype)
 		case a.value != "":
 			fmt.Fprintf(b, "      value: %s", a.value)
 			if a.note != "" {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/spf13/cobra"
 
@@ -26,21 +27,32 @@ type exportFlags struct {
 
 func (f *exportFlags) bind(c *cobra.Command) {
 	fl := c.Flags()
-	fl.StringVarP(&f.model, "model", "m", "", "artifact written by `torchspeed optimize` (.torchspeed.pt)")
-	fl.StringVarP(&f.out, "out", "o", "", "output folder")
+	fl.StringVarP(&f.model, "model", "m", "", "artifact written by torchspeed optimize (.torchspeed.pt)")
+	fl.StringVarP(&f.out, "output", "o", "", "output folder")
+	// --out was this flag's name before every command said --output; it still works.
+	fl.StringVar(&f.out, "out", "", "output folder")
+	_ = fl.MarkDeprecated("out", "use --output (-o)")
 	fl.StringVar(&f.name, "name", "", "model name (default: the artifact's file name without .torchspeed.pt)")
 	fl.BoolVar(&f.overwrite, "overwrite", false, "replace files an earlier export wrote")
-	fl.BoolVar(&f.measure, "measure", true, "time the artifact as the server loads it against torchspeed.Load")
+	fl.BoolVar(&f.measure, "measure", true, "time the artifact as the server loads it, against torchspeed.Load")
 	fl.IntVar(&f.runs, "runs", 100, "interleaved rounds for --measure")
 	fl.BoolVar(&f.asJSON, "json", false, "print JSON")
 }
 
 func (f *exportFlags) check(cmd string) error {
 	if f.model == "" || f.out == "" {
-		return exitcode.Usagef("export %s: --model (-m) and --out (-o) are required", cmd)
+		return exitcode.Usagef("export %s: --model (-m) and --output (-o) are required", cmd)
 	}
 	if f.runs < 1 {
 		return exitcode.Usagef("export %s: --runs %d: give 1 or more", cmd, f.runs)
+	}
+	if fi, err := os.Stat(f.model); err != nil || fi.IsDir() {
+		return exitcode.Usagef("export %s: --model %q: not a file: pass the .torchspeed.pt that torchspeed optimize wrote", cmd, f.model)
+	}
+	if f.name != "" {
+		if err := export.CheckName(f.name); err != nil {
+			return exitcode.Usagef("export %s: --name: %v", cmd, err)
+		}
 	}
 	return nil
 }
@@ -162,9 +174,9 @@ func newExportTritonCmd(u *ui) *cobra.Command {
 	}
 	f.bind(c)
 	c.Flags().IntVar(&o.MaxBatch, "max-batch", 0, fmt.Sprintf("max_batch_size for a batchable model (0: %d; -1: no batching)", export.DefaultMaxBatch))
-	c.Flags().StringVar(&sweep, "batch-sweep", "", "JSON report of `torchspeed bench -m ARTIFACT --sweep-batch 1,2,4,8 [--latency-budget D] --json`: write dynamic_batching when it shows batching pays")
-	c.Flags().IntVar(&o.Instances, "instances", 0, "KIND_CPU instance count measured with `torchspeed bench --instances` (0: not measured, write 1)")
-	c.Flags().BoolVar(&measureParams, "measure-params", true, "with --measure, also time the model under each of the backend's executor settings and write the fastest significant one's parameters (false: the backend's defaults)")
+	c.Flags().StringVar(&sweep, "batch-sweep", "", "JSON report of torchspeed bench -m ARTIFACT --sweep-batch 1,2,4,8 --json;\nwrites dynamic_batching when it shows batching pays")
+	c.Flags().IntVar(&o.Instances, "instances", 0, "KIND_CPU instance count, as measured with torchspeed bench --instances\n(0: not measured, write 1)")
+	c.Flags().BoolVar(&measureParams, "measure-params", true, "with --measure, also time each executor setting the backend offers and write\nthe fastest significant one (false: the backend's defaults)")
 	return c
 }
 
@@ -194,13 +206,13 @@ func newExportTorchServeCmd(u *ui) *cobra.Command {
 		}}
 	c := &cobra.Command{
 		Use:   "torchserve -m ARTIFACT -o DIR [--name NAME] [--workers N]",
-		Short: "Write what torch-model-archiver takes (model, model-config.yaml, config.properties) and the command to run",
+		Short: "Write what torch-model-archiver takes, and the command to run",
 		Args:  cobra.NoArgs,
 		RunE:  func(c *cobra.Command, _ []string) error { return t.run(c, u, &f, o.Workers, sweep) },
 	}
 	f.bind(c)
-	c.Flags().StringVar(&sweep, "batch-sweep", "", "JSON report of `torchspeed bench -m ARTIFACT --sweep-batch 1,2,4,8 [--latency-budget D] --json`: batchSize and maxBatchDelay when it shows batching pays")
-	c.Flags().IntVar(&o.Workers, "workers", 0, "workers per model measured with `torchspeed bench --instances` (0: not measured, write 1)")
+	c.Flags().StringVar(&sweep, "batch-sweep", "", "JSON report of torchspeed bench -m ARTIFACT --sweep-batch 1,2,4,8 --json;\nwrites batchSize and maxBatchDelay when it shows batching pays")
+	c.Flags().IntVar(&o.Workers, "workers", 0, "workers per model, as measured with torchspeed bench --instances\n(0: not measured, write 1)")
 	return c
 }
 

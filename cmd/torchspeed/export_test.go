@@ -34,7 +34,9 @@ func TestCLIExport(t *testing.T) {
 	}{
 		{"no model", []string{"export", "triton", "-o", repo}, 2, "--model"},
 		{"bad instances", []string{"export", "triton", "-m", artifact, "-o", repo, "--instances", "-2"}, 2, "--instances -2"},
-		{"missing artifact", []string{"export", "torchserve", "-m", filepath.Join(out, "nope.pt"), "-o", repo}, 1, "nope.pt"},
+		{"missing artifact", []string{"export", "torchserve", "-m", filepath.Join(out, "nope.pt"), "-o", repo}, 2, "nope.pt"},
+		{"bad name", []string{"export", "triton", "-m", artifact, "--output", repo, "--name", "a/b"}, 2, `--name: model name "a/b"`},
+		{"positional artifact", []string{"export", "triton", artifact}, 2, "torchspeed export triton --help"},
 		{"plain TorchScript", []string{"export", "triton", "-m", fx + "/digits.pt", "-o", repo}, 1, "no torchspeed manifest"},
 		{"params without measuring", []string{"export", "triton", "-m", artifact, "-o", repo, "--measure=false", "--measure-params"}, 2, "--measure-params"},
 		{"sweep of nothing", []string{"export", "triton", "-m", artifact, "-o", repo, "--batch-sweep", cfg}, 2, "not a `torchspeed bench --json` report"},
@@ -103,12 +105,21 @@ func TestCLIExport(t *testing.T) {
 		t.Errorf("export triton --measure-params=false output:\n%s", b)
 	}
 	dir := t.TempDir()
-	b, err = exec.Command(bin, "export", "torchserve", "-m", artifact, "-o", dir, "--measure=false", "--workers", "2").Output()
+	b, err = exec.Command(bin, "export", "torchserve", "-m", artifact, "--output", dir, "--measure=false", "--workers", "2").Output()
 	if err != nil {
 		t.Fatalf("export torchserve: %v\n%s", err, b)
 	}
 	if !strings.Contains(string(b), "torch-model-archiver --model-name digits ") || strings.Contains(string(b), "will run this model") {
 		t.Errorf("export torchserve --measure=false output:\n%s", b)
+	}
+	// --out, the old name of --output, still works and says what to use instead.
+	old := t.TempDir()
+	b, err = exec.Command(bin, "export", "torchserve", "-m", artifact, "--out", old, "--measure=false").CombinedOutput()
+	if err != nil || !strings.Contains(string(b), "use --output") {
+		t.Errorf("export torchserve --out: %v\n%s", err, b)
+	}
+	if _, err := os.Stat(filepath.Join(old, "config.properties")); err != nil {
+		t.Errorf("export torchserve --out wrote nothing there: %v", err)
 	}
 	// The TorchServe export prints its own cost line, and no Triton parameter table.
 	b, err = exec.Command(bin, "export", "torchserve", "-m", artifact, "-o", t.TempDir(), "--runs", "5").Output()

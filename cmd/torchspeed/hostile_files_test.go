@@ -220,7 +220,7 @@ func TestHostileFiles(t *testing.T) {
 		}
 		md := after["report.failed.md"]
 		t.Run("11 two calibration samples are warned about", func(t *testing.T) {
-			if !strings.Contains(md, "holds 2 sample(s), fewer than 8") {
+			if !strings.Contains(md, "holds 2 samples, fewer than 8") {
 				t.Errorf("no warning about 2 samples in report.failed.md")
 			}
 		})

@@ -42,15 +42,16 @@ func newLaunchCmd(u *ui) *cobra.Command {
 	l := &launchCmd{ui: u}
 	c := &cobra.Command{
 		Use:   "launch [flags] -- COMMAND [ARGS...]",
-		Short: "Run any program pinned to cores and a NUMA node with tuned OpenMP and allocator settings, as one or many instances",
+		Short: "Run a program pinned to cores and a NUMA node with tuned OpenMP and allocator settings",
 		Long: `launch works out per-instance settings from this machine (one thread per physical core,
 packed within a NUMA node, within the cgroup's cpuset and quota), then starts COMMAND once
 per instance with its CPU affinity and memory policy set before the command's first
-instruction (inherited from a pinned launcher thread), and with OMP_NUM_THREADS, OMP_PLACES, OMP_PROC_BIND, OMP_WAIT_POLICY (or the
-Intel runtime's KMP_* with --openmp intel), MKL_NUM_THREADS, OPENBLAS_NUM_THREADS, TORCHSPEED_INSTANCE,
-TORCHSPEED_INSTANCES and, with --allocator, LD_PRELOAD. Signals (INT, TERM, HUP) go to every
-instance, and an instance is killed if launch itself dies (SIGKILL, the OOM killer); the exit
-code is the worst instance's. numactl and taskset are not needed.
+instruction (inherited from a pinned launcher thread), and with OMP_NUM_THREADS, OMP_PLACES,
+OMP_PROC_BIND, OMP_WAIT_POLICY (or the Intel runtime's KMP_* with --openmp intel),
+MKL_NUM_THREADS, OPENBLAS_NUM_THREADS, TORCHSPEED_INSTANCE, TORCHSPEED_INSTANCES and, with
+--allocator, LD_PRELOAD. Signals (INT, TERM, HUP) go to every instance, and an instance is
+killed if launch itself dies (SIGKILL, the OOM killer); the exit code is the worst instance's.
+numactl and taskset are not needed.
 
 A variable the command's environment already sets to another value is overridden, and
 launch says so.

@@ -7,6 +7,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -40,12 +41,40 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetVersionTemplate("torchspeed {{.Version}}\n")
+	root.SetUsageTemplate(wrappedUsage(root.UsageTemplate()))
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return exitcode.New(exitcode.Usage, err) })
 	u.addFlags(root)
 	for _, add := range commands {
 		root.AddCommand(add(u))
 	}
+	usageArgs(root)
 	return root
+}
+
+// usageArgs makes a wrong positional argument (`bench model.pt` for `bench -m model.pt`)
+// bad input, exit 2, as a wrong flag is: cobra reports both before any work.
+func usageArgs(c *cobra.Command) {
+	if args := c.Args; args != nil {
+		c.Args = func(c *cobra.Command, a []string) error {
+			if err := args(c, a); err != nil {
+				return exitcode.New(exitcode.Usage, fmt.Errorf("%w; see %s --help", err, c.CommandPath()))
+			}
+			return nil
+		}
+	}
+	for _, sub := range c.Commands() {
+		usageArgs(sub)
+	}
+}
+
+// helpWidth is the widest line --help prints: flag texts wrap there, so each flag's
+// explanation stays readable on an 80- to 100-column terminal.
+const helpWidth = 100
+
+// wrappedUsage is cobra's usage template with flag texts wrapped at helpWidth columns.
+func wrappedUsage(tmpl string) string {
+	wrap := fmt.Sprintf("FlagUsagesWrapped %d", helpWidth)
+	return strings.ReplaceAll(tmpl, "FlagUsages", wrap)
 }
 
 // An instance of `bench --instances` dies with its driver, even one killed with SIGKILL. In

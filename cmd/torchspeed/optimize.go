@@ -47,8 +47,8 @@ var optimizeKeys = map[string]string{
 func newOptimizeCmd(u *ui) *cobra.Command {
 	o := &optimizeCmd{ui: u}
 	c := &cobra.Command{
-		Use:   "optimize (-c config.yaml | -m model.pt --input-shape 1x3x224x224) [--quantize static --calibration data/]",
-		Short: "Optimize a TorchScript model: freeze, fold, oneDNN fusions, channels-last, INT8; validate, bench, save",
+		Use:   "optimize (-c config.yaml | -m model.pt --input-shape 1x3x224x224) [-o DIR]",
+		Short: "Optimize a TorchScript model (freeze, fuse, INT8), validate, benchmark and save it",
 		Long: `optimize loads the model, tries each optimization on this machine, keeps what is faster and
 still answers like the original, and writes <name>.torchspeed.pt, report.json and report.md
 into the output folder.
@@ -179,6 +179,9 @@ func (o *optimizeCmd) config(c *cobra.Command) (*config.Config, error) {
 	}
 	if err := cfg.CheckOutput(); err != nil {
 		return nil, exitcode.Usagef("optimize: %v", err)
+	}
+	if err := pipeline.Preflight(cfg); err != nil {
+		return nil, fmt.Errorf("optimize: %w", err)
 	}
 	return cfg, nil
 }

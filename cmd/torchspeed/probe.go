@@ -30,7 +30,7 @@ func newProbeCmd(u *ui) *cobra.Command {
 	p := &probeCmd{ui: u}
 	c := &cobra.Command{
 		Use:   "probe",
-		Short: "Show what this machine offers to inference: ISA, cores, NUMA, cgroup limits, OpenMP, libtorch, and what hurts",
+		Short: "Show what this machine offers to inference (ISA, cores, NUMA, limits) and what hurts",
 		Long: `probe reads the CPU (cpuid), the topology, NUMA nodes and caches (/sys), the cgroup CPU
 quota and cpuset, the affinity mask, huge page settings, the OpenMP runtime and allocator
 loaded, and libtorch's build, runs libtorch's oneDNN kernels once in a child process to see

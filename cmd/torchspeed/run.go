@@ -53,8 +53,8 @@ type topItem struct {
 func newRunCmd(u *ui) *cobra.Command {
 	r := &runCmd{ui: u}
 	c := &cobra.Command{
-		Use:   "run -m MODEL [--input [NAME=]VALUE]... [--input-shape 1x3x224x224]... [--save OUT.npz]",
-		Short: "Load a TorchScript model or artifact, run it on real or random inputs, print (and save) its outputs",
+		Use:   "run -m MODEL [--input [NAME=]VALUE]... [--input-shape S]... [--save OUT.npz]",
+		Short: "Run a model or artifact on real or random inputs; print (and save) its outputs",
 		Long: `run loads a model (an artifact made by optimize with its load-time passes and settings) and
 calls its method (forward, or --method) with the arguments the method's schema declares:
 

@@ -16,7 +16,7 @@ func newServeCmd(_ *ui) *cobra.Command {
 	var o serve.Options
 	c := &cobra.Command{
 		Use:   "serve -m ARTIFACT [--name NAME] [--http 127.0.0.1:8000] [--instances N]",
-		Short: "Serve an artifact over the Open Inference Protocol (KServe v2 REST), as Triton's clients speak it",
+		Short: "Serve an artifact over the Open Inference Protocol (KServe v2 REST), as Triton does",
 		Long: `serve loads an artifact (with its load-time passes and measured threads) and answers the Open
 Inference Protocol's REST endpoints, so that clients and load generators written for Triton or
 KServe work unchanged:
@@ -29,8 +29,9 @@ KServe work unchanged:
 
 Each of --instances runs on its own OS thread with its own OpenMP pool; requests wait in one
 queue of --max-queue, beyond which they are answered 429. --max-batch N joins requests that
-arrive within --batch-delay into one call of up to N samples (inputs batched along dimension 0). SIGTERM or SIGINT drain the server:
-readiness turns false, new requests get 503, requests in flight are answered, exit 0.`,
+arrive within --batch-delay into one call of up to N samples (inputs batched along dimension
+0). SIGTERM or SIGINT drain the server: readiness turns false, new requests get 503, requests
+in flight are answered, exit 0.`,
 		Example: `  torchspeed serve -m out/resnet18.torchspeed.pt --http 0.0.0.0:8000 --instances 2
   curl -s localhost:8000/v2/models/resnet18`,
 		Args: cobra.NoArgs,
@@ -56,7 +57,7 @@ readiness turns false, new requests get 503, requests in flight are answered, ex
 		},
 	}
 	f := c.Flags()
-	f.StringVarP(&o.Model, "model", "m", "", "artifact written by `torchspeed optimize` (or a TorchScript file)")
+	f.StringVarP(&o.Model, "model", "m", "", "artifact written by torchspeed optimize (or a TorchScript file)")
 	f.StringVar(&o.Name, "name", "", "model name in URLs (default: the file name without .torchspeed.pt)")
 	f.StringVar(&o.Addr, "http", "127.0.0.1:8000", "HTTP listen address, host:port (port 0: any free port)")
 	f.IntVar(&o.Instances, "instances", 1, "model instances answering side by side, each on its own OS thread")

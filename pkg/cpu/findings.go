@@ -110,10 +110,10 @@ func findings(p *Probe) []Finding {
 		strings.EqualFold(env["KMP_BLOCKTIME"], "infinite")
 	switch {
 	case (wait == "ACTIVE" || spinForever) && n <= fewCores:
-		add(Warning, "omp-wait-active", "export OMP_WAIT_POLICY=PASSIVE GOMP_SPINCOUNT=3000 (torchspeed --latency-mode does on few cores)",
+		add(Warning, "omp-wait-active", "run through torchspeed launch --wait-policy passive (it exports OMP_WAIT_POLICY=PASSIVE), or export OMP_WAIT_POLICY=PASSIVE yourself",
 			"OpenMP workers spin while idle (OMP_WAIT_POLICY=%s) on a process with only %d CPUs; spinning threads steal the CPU from the thread with work, which shows as tail spikes", env["OMP_WAIT_POLICY"], n)
 	case wait == "" && !spinForever && n <= fewCores && n > 1 && (rt["gnu"] || len(rt) == 0):
-		add(Info, "omp-wait-default", "export OMP_WAIT_POLICY=PASSIVE GOMP_SPINCOUNT=3000 (a short spin, then sleep), or run through torchspeed launch --latency-mode",
+		add(Info, "omp-wait-default", "time OMP_WAIT_POLICY=PASSIVE against the default (torchspeed optimize --measure-runtime true does); to use it, run through torchspeed launch --wait-policy passive (it exports OMP_WAIT_POLICY=PASSIVE)",
 			"OMP_WAIT_POLICY is unset and the process has %d CPUs; libgomp's default spinning gave p95 2-10x the median with 2 threads here", n)
 	case wait != "" && wait != "ACTIVE" && wait != "PASSIVE":
 		add(Warning, "omp-wait-invalid", "set OMP_WAIT_POLICY to ACTIVE or PASSIVE",

@@ -367,7 +367,7 @@ func interruptFinding(in *Interruptions) *Finding {
 	if in == nil || in.LostFraction < interruptLostWarn {
 		return nil
 	}
-	msg := fmt.Sprintf("the CPUs lose %.1f%% of their time in %.0f interruptions a second (length p50 %v, p99 %v) that no setting of this process removes: the hypervisor, interrupts or other threads",
+	msg := fmt.Sprintf("the CPUs lose %.1f%% of their time in %.0f interruptions a second (length p50 %v, p99 %v) taken by the host, not by this process: the hypervisor, device interrupts or other processes ran instead of it, and no setting of this process gives that time back",
 		100*in.LostFraction, in.PerSecond, roundDur(in.P50), roundDur(in.P99))
 	var floors []string
 	for _, f := range in.Floors {

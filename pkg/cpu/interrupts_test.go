@@ -161,7 +161,7 @@ func TestInterruptFinding(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := interruptFinding(in)
-	if f == nil || f.Code != "cpu-interruptions" || !strings.Contains(f.Message, "4.0%") || !strings.Contains(f.Message, "1.40 at 100µs") {
+	if f == nil || f.Code != "cpu-interruptions" || !strings.Contains(f.Message, "4.0%") || !strings.Contains(f.Message, "1.40 at 100µs") || !strings.Contains(f.Message, "not by this process") {
 		t.Errorf("finding for 4%% lost: %+v", f)
 	}
 	quiet, err := SummarizeGaps([]GapTrace{periodic(0, 2*time.Second, 10*time.Millisecond, 0, 5*us)})

@@ -94,6 +94,10 @@ func DefaultName(path string) string {
 	return base
 }
 
+// CheckName reports whether name can be a model name (it becomes a folder name), so a
+// command can refuse a bad --name before any work.
+func CheckName(name string) error { return checkName(name) }
+
 func checkName(name string) error {
 	if !modelName.MatchString(name) || name == "." || name == ".." {
 		return fmt.Errorf("model name %q: use letters, digits, '_', '-' and '.' (it becomes a folder name)", name)

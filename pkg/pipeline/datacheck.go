@@ -9,6 +9,7 @@ import (
 	"github.com/torchspeed/torchspeed/internal/exitcode"
 	"github.com/torchspeed/torchspeed/pkg/calib"
 	"github.com/torchspeed/torchspeed/pkg/npy"
+	"github.com/torchspeed/torchspeed/pkg/report"
 )
 
 const (
@@ -28,8 +29,8 @@ const (
 func (r *run) checkCalibration(ds *calib.Dataset, specs []calib.InputSpec) error {
 	src := orNone(r.cfg.Calibration.Path)
 	if n := ds.Len(); n < minCalibrationSamples && !ds.Synthetic() {
-		r.warn(fmt.Sprintf("calibration data %s holds %d sample(s), fewer than %d: INT8 scales from so few may not fit real inputs; give more (calibration.limit, calibration.path)",
-			src, n, minCalibrationSamples))
+		r.warn(fmt.Sprintf("calibration data %s holds %s, fewer than %d: INT8 scales from so few may not fit real inputs; give more (calibration.limit, calibration.path)",
+			src, report.Plural(n, "sample"), minCalibrationSamples))
 	}
 	if err := r.checkLabels(ds, "calibration data"); err != nil {
 		return err

@@ -65,7 +65,7 @@ func TestBaselineShiftWarnsAndRowsAgree(t *testing.T) {
 	if math.Abs(b.Speedup-b.OriginalP50/b.OptimizedP50) > 1e-9 {
 		t.Errorf("final speedup %v, p50s %v / %v", b.Speedup, b.OriginalP50, b.OptimizedP50)
 	}
-	if v, sig := report.Verdict(b.Speedup, b.SpeedupLo, b.SpeedupHi, b.UTestP); v != b.Verdict || sig != b.Significant {
+	if v, sig := report.Verdict(report.RoundedSpeedup(b.OriginalP50, b.OptimizedP50), b.SpeedupLo, b.SpeedupHi, b.UTestP); v != b.Verdict || sig != b.Significant {
 		t.Errorf("verdict %q (%v), want %q (%v)", b.Verdict, b.Significant, v, sig)
 	}
 }

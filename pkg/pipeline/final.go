@@ -55,7 +55,7 @@ func (r *run) finalBench() error {
 	p := m.cmp.Pairs[0]
 	b := &report.Bench{
 		Measurement: m.name, Runs: m.cmp.Rounds, Threads: m.threads, Precision: final.precision, Optimized: final.name,
-		OriginalP50: msOf(o.P50), OriginalP95: msOf(o.P95),
+		OriginalP50: msOf(o.P50), OriginalP90: msOf(o.P90), OriginalP95: msOf(o.P95), OriginalP99: msOf(o.P99),
 		OptimizedP50: msOf(n.P50), OptimizedP90: msOf(n.P90), OptimizedP95: msOf(n.P95), OptimizedP99: msOf(n.P99),
 		Throughput: n.Throughput, UTestP: p.UTest.P,
 	}
@@ -65,7 +65,8 @@ func (r *run) finalBench() error {
 	if p.RatioLo > 0 && p.RatioHi > 0 {
 		b.SpeedupLo, b.SpeedupHi = 1/p.RatioHi, 1/p.RatioLo
 	}
-	b.Verdict, b.Significant = report.Verdict(b.Speedup, b.SpeedupLo, b.SpeedupHi, p.UTest.P)
+	// The verdict quotes the ratio of the p50s as printed, the one speedup every table shows.
+	b.Verdict, b.Significant = report.Verdict(report.RoundedSpeedup(b.OriginalP50, b.OptimizedP50), b.SpeedupLo, b.SpeedupHi, p.UTest.P)
 	r.interruptions(b, n.P50, m.threads)
 	r.rep.Bench = b
 	for _, w := range append(p.Warnings, n.Warnings...) {
@@ -133,7 +134,7 @@ func settingsOf(m map[string]string, threads int) report.Settings {
 		case strings.HasPrefix(k, "env "):
 			name := strings.TrimPrefix(k, "env ")
 			if (name == "OMP_NUM_THREADS" || name == "OPENBLAS_NUM_THREADS" || name == "MKL_NUM_THREADS") && v != strconv.Itoa(threads) {
-				s.Notes = append(s.Notes, fmt.Sprintf("%s=%s was set at start; the final benchmark ran %d intra-op thread(s) (set at run time with at::set_num_threads and openblas_set_num_threads)", name, v, threads))
+				s.Notes = append(s.Notes, fmt.Sprintf("%s=%s was set at start; the final benchmark ran %s (set at run time with at::set_num_threads and openblas_set_num_threads)", name, v, report.Plural(threads, "intra-op thread")))
 			}
 			s.Env = append(s.Env, report.EnvVar{Name: name, Value: v})
 		case strings.HasPrefix(k, "applied "):

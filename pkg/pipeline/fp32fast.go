@@ -7,6 +7,7 @@ import (
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/pkg/config"
+	"github.com/torchspeed/torchspeed/pkg/report"
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
 	"github.com/torchspeed/torchspeed/pkg/validate"
 )
@@ -24,16 +25,17 @@ type fastPass struct {
 	kind  kind
 	apply func(*torch.Module) (m *torch.Module, swapped, relus int, err error)
 	none  string // why a variant that swapped nothing is skipped
-	what  string // what it swaps, as "%d <what> swapped"
+	noun  string // what it swaps, one of them ("linear layer")
+	what  string // what happened to them ("swapped for torchspeed's GEMM")
 }
 
 var (
 	fastLinearPass = fastPass{torchspeed.PassFastLinear, kindFP32Fast, (*torch.Module).FastLinear,
 		"the graph has no linear with a constant float weight (aten::linear, or aten::matmul by a constant 2-D tensor)",
-		"linear(s) swapped for torchspeed's GEMM"}
+		"linear layer", "swapped for torchspeed's GEMM"}
 	fastConvPass = fastPass{torchspeed.PassFastConv, kindFP32Conv, (*torch.Module).FastConv,
 		"the graph has no 2-D convolution with a constant float weight and groups 1",
-		"convolution(s) swapped for im2col + torchspeed's GEMM"}
+		"convolution", "swapped for im2col + torchspeed's GEMM"}
 )
 
 // fp32Fast builds "<c> + fast_linear" for every frozen FP32 candidate c built so far (their
@@ -126,7 +128,7 @@ func (r *run) fastVariantOf(base *candidate, p fastPass) *candidate {
 		r.warn(fmt.Sprintf("%s: %s", name, c.reason))
 		return c
 	}
-	c.reason = fmt.Sprintf("%d %s (%d with a fused relu); outputs within %.2g of %s's on %d check input set(s)", swapped, p.what, relus, maxAbs, base.name, len(r.checks))
+	c.reason = fmt.Sprintf("%s %s (%d with a fused relu); outputs within %.2g of %s's on %s", report.Plural(swapped, p.noun), p.what, relus, maxAbs, base.name, report.Plural(len(r.checks), "check input set"))
 	return c
 }
 
@@ -149,7 +151,8 @@ func (r *run) decideFast(best *candidate, p50 map[string]float64, k kind, toggle
 			continue
 		}
 		if c.base != best {
-			c.status, c.reason = stRejected, fmt.Sprintf("%s was not kept; %s", c.base.name, c.reason)
+			// Its own p50 may beat the kept stage: say that it was never in the running.
+			c.status, c.reason = stRejected, fmt.Sprintf("built on %s, which was not kept, so it was not a choice whatever its p50; %s", c.base.name, c.reason)
 			continue
 		}
 		bp, fp := p50[best.name], p50[c.name]

@@ -32,7 +32,7 @@ func TestFP32FastLinear(t *testing.T) {
 		t.Fatalf("no %q row: stages %+v", name, rep.Stages)
 	}
 	t.Logf("%s: %s, %s", name, s.Status, s.Reason)
-	if s.Status != report.StatusKept || !strings.Contains(s.Reason, "8 linear(s) swapped") || !strings.Contains(s.Reason, "2 with a fused relu") {
+	if s.Status != report.StatusKept || !strings.Contains(s.Reason, "8 linear layers swapped") || !strings.Contains(s.Reason, "2 with a fused relu") {
 		t.Errorf("row %s, %q: want kept (fast_linear is on) with 8 linears, 2 relus", s.Status, s.Reason)
 	}
 	if s.Measurement == nil || *s.Measurement != "stages" || s.P50Ms == nil || s.MaxAbsErr == nil || *s.MaxAbsErr > 1e-5 {
@@ -105,7 +105,7 @@ func TestDecideFastLinear(t *testing.T) {
 		{config.Auto, 0.25, true, stRejected, "not faster than freeze"},
 		{config.Auto, 0.20, true, stRejected, "not faster than freeze"},
 		{config.On, 0.25, true, stKept, "optimize.fast_linear is on"},
-		{config.Auto, 0.10, false, stRejected, "freeze + optimize_for_inference was not kept"},
+		{config.Auto, 0.10, false, stRejected, "built on freeze + optimize_for_inference, which was not kept"},
 	} {
 		cfg := config.Default()
 		cfg.Optimize.FastLinear = c.toggle
@@ -153,13 +153,13 @@ func TestFP32FastConv(t *testing.T) {
 		t.Fatalf("no %q row: stages %+v", name, rep.Stages)
 	}
 	t.Logf("%s: %s, %s", name, s.Status, s.Reason)
-	if s.Status != report.StatusKept || !strings.Contains(s.Reason, "2 convolution(s) swapped") || !strings.Contains(s.Reason, "2 with a fused relu") {
+	if s.Status != report.StatusKept || !strings.Contains(s.Reason, "2 convolutions swapped") || !strings.Contains(s.Reason, "2 with a fused relu") {
 		t.Errorf("row %s, %q: want kept (fast_conv is on) with 2 convolutions, 2 relus", s.Status, s.Reason)
 	}
 	if s.Measurement == nil || *s.Measurement != "stages" || s.P50Ms == nil || s.MaxAbsErr == nil || *s.MaxAbsErr > 5e-5 {
 		t.Errorf("row not timed in the stage rounds or too far from the original: measurement %v, p50 %v, max abs err %v", deref(s.Measurement), deref(s.P50Ms), deref(s.MaxAbsErr))
 	}
-	if fc := stageNamed(rep, "freeze + fast_conv"); fc == nil || fc.Status != report.StatusRejected || !strings.Contains(fc.Reason, "freeze was not kept") {
+	if fc := stageNamed(rep, "freeze + fast_conv"); fc == nil || fc.Status != report.StatusRejected || !strings.Contains(fc.Reason, "built on freeze, which was not kept") {
 		t.Errorf("freeze + fast_conv row %+v: want rejected, its base superseded by fast_linear", fc)
 	}
 	if fl := stageNamed(rep, "freeze + fast_linear"); fl == nil || fl.Status != report.StatusSuperseded {

@@ -7,6 +7,7 @@ import (
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/pkg/bench"
 	"github.com/torchspeed/torchspeed/pkg/config"
+	"github.com/torchspeed/torchspeed/pkg/report"
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
 	"github.com/torchspeed/torchspeed/pkg/validate"
 )
@@ -67,7 +68,7 @@ func (r *run) int8Fast(q *candidate) *candidate {
 		r.warn(fmt.Sprintf("%s: %s", name, c.reason))
 		return nil
 	}
-	c.reason = fmt.Sprintf("%d quantize_per_tensor/dequantize and %d quantized add call(s) swapped for torchspeed's; outputs exactly %s's on %d check input set(s)", swapped.Quantizes+swapped.Dequantizes, swapped.Adds, q.name, len(r.checks))
+	c.reason = fmt.Sprintf("%s and %s swapped for torchspeed's; outputs exactly %s's on %s", report.Plural(swapped.Quantizes+swapped.Dequantizes, "quantize_per_tensor/dequantize call"), report.Plural(swapped.Adds, "quantized add call"), q.name, report.Plural(len(r.checks), "check input set"))
 	return c
 }
 

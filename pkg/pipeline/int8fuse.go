@@ -7,6 +7,7 @@ import (
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/pkg/config"
+	"github.com/torchspeed/torchspeed/pkg/report"
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
 	"github.com/torchspeed/torchspeed/pkg/validate"
 )
@@ -82,7 +83,7 @@ func (r *run) int8Fuse(b *candidate, val validate.Batches, th validate.Threshold
 	if int8Val != nil {
 		ref = fmt.Sprintf(" (the INT8 model's %.5f)", int8Val.Cosine)
 	}
-	c.reason = fmt.Sprintf("%d conv + add pair(s) fused; against FP32 on the validation data: cosine %.5f%s, top-1 agreement %.4f", fused, res.Cosine, ref, res.Top1Agreement)
+	c.reason = fmt.Sprintf("%s fused; against FP32 on the validation data: cosine %.5f%s, top-1 agreement %.4f", report.Plural(fused, "conv + add pair"), res.Cosine, ref, res.Top1Agreement)
 	return c
 }
 

@@ -46,7 +46,7 @@ func TestINT8FuseConvAdd(t *testing.T) {
 		t.Fatalf("no %q row: stages %+v", name, rep.Stages)
 	}
 	t.Logf("%s: %s, %s", name, s.Status, s.Reason)
-	if s.Status != report.StatusKept || !strings.Contains(s.Reason, "8 conv + add pair(s) fused; against FP32") {
+	if s.Status != report.StatusKept || !strings.Contains(s.Reason, "8 conv + add pairs fused; against FP32") {
 		t.Errorf("row %s, %q: want kept (fuse_conv_add is on) with its validation", s.Status, s.Reason)
 	}
 	if s.Measurement == nil || *s.Measurement != "INT8 vs FP32" || s.P50Ms == nil {

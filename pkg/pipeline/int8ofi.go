@@ -6,6 +6,7 @@ import (
 
 	"github.com/torchspeed/torchspeed/pkg/config"
 	"github.com/torchspeed/torchspeed/pkg/quant"
+	"github.com/torchspeed/torchspeed/pkg/report"
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
 	"github.com/torchspeed/torchspeed/pkg/validate"
 )
@@ -68,15 +69,15 @@ func (r *run) int8OFI(q *candidate) (ofi *candidate, match string) {
 	case err != nil:
 		c.status, c.reason = stRejected, fmt.Sprintf("outputs do not match %s's: %v", q.name, err)
 	case cosineMeaningful(want) && !(cos >= o.MinCosine):
-		c.status, c.reason = stRejected, fmt.Sprintf("outputs moved from %s's: cosine %.6f (required %.6f) on %d check input set(s)", q.name, cos, o.MinCosine, len(checks))
+		c.status, c.reason = stRejected, fmt.Sprintf("outputs moved from %s's: cosine %.6f (required %.6f) on %s", q.name, cos, o.MinCosine, report.Plural(len(checks), "check input set"))
 	case !cosineMeaningful(want) && !(maxAbs <= o.MaxAbsError):
-		c.status, c.reason = stRejected, fmt.Sprintf("outputs moved from %s's: max abs error %.3g (allowed %.3g; 1-element outputs have no meaningful cosine) on %d check input set(s)", q.name, maxAbs, o.MaxAbsError, len(checks))
+		c.status, c.reason = stRejected, fmt.Sprintf("outputs moved from %s's: max abs error %.3g (allowed %.3g; 1-element outputs have no meaningful cosine) on %s", q.name, maxAbs, o.MaxAbsError, report.Plural(len(checks), "check input set"))
 	}
 	if c.status != stCandidate {
 		r.logf("  %-34s %s", name, c.reason)
 		return nil, ""
 	}
-	match = fmt.Sprintf("outputs match %s's: cosine %.6f, max abs diff %.3g on %d check input set(s), %d FP32 conv/linear layer(s) turned to oneDNN", q.name, cos, maxAbs, len(checks), fp32)
+	match = fmt.Sprintf("outputs match %s's: cosine %.6f, max abs diff %.3g on %s, %s turned to oneDNN", q.name, cos, maxAbs, report.Plural(len(checks), "check input set"), report.Plural(fp32, "FP32 conv/linear layer"))
 	return c, match
 }
 

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
@@ -109,8 +110,8 @@ func (r *run) baselineShift(m *measurement) string {
 		}
 		if ratio := math.Max(a/b, b/a); ratio > worst {
 			worst = ratio
-			why = fmt.Sprintf("the original's p50 moved from %.3f ms (measurement %q) to %.3f ms (measurement %q), %.0f%%, at %d thread(s)",
-				a, o.name, b, m.name, (ratio-1)*100, m.threads)
+			why = fmt.Sprintf("the original's p50 moved from %.3f ms (measurement %q) to %.3f ms (measurement %q), %.0f%%, at %s",
+				a, o.name, b, m.name, (ratio-1)*100, report.Plural(m.threads, "thread"))
 		}
 	}
 	if worst <= baselineShiftLimit {
@@ -183,8 +184,15 @@ func (r *run) stageRows() []report.Stage {
 		return s
 	}
 	rows := []report.Stage{row(r.orig)}
+	final := r.best()
 	for _, c := range r.cands {
-		rows = append(rows, row(c))
+		s := row(c)
+		// A superseded row can look as fast as the kept one: say which row replaced it, so
+		// its status follows from what is written beside it.
+		if c.status == stSuperseded && c != final && !strings.Contains(s.Reason, "builds on") && !strings.Contains(s.Reason, "kept as") {
+			s.Reason = strings.TrimPrefix(s.Reason+"; superseded by "+final.name+", the kept stage", "; ")
+		}
+		rows = append(rows, s)
 	}
 	return rows
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/torchspeed/torchspeed/pkg/config"
 	"github.com/torchspeed/torchspeed/pkg/cpu"
 	"github.com/torchspeed/torchspeed/pkg/npy"
+	"github.com/torchspeed/torchspeed/pkg/quant"
 	"github.com/torchspeed/torchspeed/pkg/report"
 	"github.com/torchspeed/torchspeed/pkg/runenv"
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
@@ -125,6 +126,9 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (*report.Report,
 			r.closes[i]()
 		}
 	}()
+	if err := Preflight(cfg); err != nil {
+		return nil, err
+	}
 	out, err := prepareOutput(cfg)
 	if err != nil {
 		return nil, err
@@ -134,6 +138,22 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (*report.Report,
 		out.abandon()
 	}
 	return rep, err
+}
+
+// Preflight checks what the user gave that can be checked without the model: that its files
+// are there and that this libtorch has the quantized engine it names. Errors are bad input
+// (exit 2) and come before any model work, not after minutes of timing FP32 candidates.
+// Run calls it; commands call it before setting up the runtime.
+func Preflight(cfg *config.Config) error {
+	if err := cfg.CheckFiles(); err != nil {
+		return exitcode.New(exitcode.Usage, err)
+	}
+	if cfg.Quantize.Mode != "none" {
+		if err := quant.CheckEngine(cfg.Quantize.Engine); err != nil {
+			return exitcode.New(exitcode.Usage, err)
+		}
+	}
+	return nil
 }
 
 // steps runs the pipeline and writes its outputs. A nil report with an error means nothing

@@ -282,8 +282,8 @@ func validationOf(q *quant.Outcome, data string, synthetic, cosOK bool) *report.
 		v.Samples = res.Samples
 		v.Metrics = metricsOf(res)
 		if res.Top1Tied > 0 {
-			v.Notes = append(v.Notes, fmt.Sprintf("%d sample(s) have an FP32 top-1 that is a tie at float precision (top two scores within %g of the largest |score|): top-1 agreement counts neither way on them, and is over the other %d",
-				res.Top1Tied, validate.TieTolerance, res.Top1Counted))
+			v.Notes = append(v.Notes, fmt.Sprintf("%s of the validation data have an FP32 top-1 that is a tie at float precision (top two scores within %g of the largest |score|): top-1 agreement counts neither way on them, and is over the other %d",
+				report.Plural(res.Top1Tied, "sample"), validate.TieTolerance, res.Top1Counted))
 		}
 		if !cosOK {
 			v.Metrics.Cosine, v.Metrics.MinSampleCosine = nil, nil
@@ -432,7 +432,7 @@ func (r *run) chooseINT8Threads(q, ofi *candidate) error {
 		return fmt.Errorf("choosing threads for %s: %w", q.name, err)
 	}
 	r.threads = ch.Threads
-	r.rep.Decisions = append(r.rep.Decisions, fmt.Sprintf("threads for %s: %d (measured on it: %s); it is compared with FP32 at %d thread(s)", q.name, ch.Threads, ch.Why, ch.Threads))
+	r.rep.Decisions = append(r.rep.Decisions, fmt.Sprintf("threads for %s: %d (measured on it: %s); it is compared with FP32 at %s", q.name, ch.Threads, ch.Why, report.Plural(ch.Threads, "thread")))
 	r.logf("threads for %s: %d (%s)", q.name, ch.Threads, ch.Why)
 	if ch.Threads == ran {
 		return nil
@@ -465,10 +465,10 @@ func (r *run) checkAgainstFP32Threads(d quant.Decision, int8P50 time.Duration) q
 	}
 	own := quant.DecideINT8(int8P50, fp.Stats[fp.Threads].P50, r.cfg.Optimize.MinSpeedup, false)
 	if own.UseINT8 {
-		d.Reason += fmt.Sprintf(" at %d thread(s); against FP32 at its own %d thread(s) (thread choice): %s", r.threads, fp.Threads, own.Reason)
+		d.Reason += fmt.Sprintf(" at %s; against FP32 at its own %s (thread choice): %s", report.Plural(r.threads, "thread"), report.Plural(fp.Threads, "thread"), own.Reason)
 		return d
 	}
-	own.Reason = fmt.Sprintf("against FP32 at its own %d thread(s) (thread choice), INT8 at %d: %s", fp.Threads, r.threads, own.Reason)
+	own.Reason = fmt.Sprintf("against FP32 at its own %s (thread choice), INT8 at %d: %s", report.Plural(fp.Threads, "thread"), r.threads, own.Reason)
 	return own
 }
 

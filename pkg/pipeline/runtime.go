@@ -137,7 +137,7 @@ func (r *run) timeRuntime(rt *report.Runtime) error {
 		}
 		r.warn(fmt.Sprintf("runtime settings: the winners together not measured (%v); %s kept", err, rt.Chosen))
 	}
-	r.rep.Decisions = append(r.rep.Decisions, fmt.Sprintf("runtime: %s (measured against libtorch's defaults at %d thread(s) in %d shuffled rounds of %d processes per setting)", rt.Chosen, r.threads, m.rounds, runtimeProcesses))
+	r.rep.Decisions = append(r.rep.Decisions, fmt.Sprintf("runtime: %s (measured against libtorch's defaults at %s in %d shuffled rounds of %d processes per setting)", rt.Chosen, report.Plural(r.threads, "thread"), m.rounds, runtimeProcesses))
 	return nil
 }
 

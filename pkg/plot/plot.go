@@ -44,14 +44,24 @@ func SeriesFromResults(rs []*bench.Result) []Series {
 	return out
 }
 
-// SeriesFromThroughput returns one series per stream of a throughput run.
-func SeriesFromThroughput(t *bench.ThroughputResult) []Series {
+// SeriesFromThroughput returns one series per stream of a throughput run, each named for
+// what ran it: unit is "stream" for streams in one process, "instance" for processes.
+func SeriesFromThroughput(t *bench.ThroughputResult, unit string) []Series {
 	var out []Series
 	for _, s := range t.PerStream {
-		out = append(out, Series{Name: fmt.Sprintf("stream %d", s.Stream), Samples: s.Samples})
+		out = append(out, Series{Name: fmt.Sprintf("%s %d", unit, s.Stream), Samples: s.Samples})
 	}
 	return out
 }
+
+// logSpread is the ratio of the slowest sample to the fastest median above which the
+// latency axis is logarithmic: on a linear axis 0.1 ms medians sit on the floor under 20 ms
+// outliers, and the boxes the reader came for cannot be told apart.
+const logSpread = 20
+
+// rotateLabels is the longest box name (in characters) drawn level: longer names are
+// tilted so that neighbours do not overlap.
+const rotateLabels = 12
 
 // Latency draws one box plot per series (box: quartiles; line: median; whiskers: 1.5 IQR;
 // points: outliers, never clipped) with each series' p50, p95 and p99 marked, and writes
@@ -59,8 +69,17 @@ func SeriesFromThroughput(t *bench.ThroughputResult) []Series {
 // never covers data. Names may hold "\n" for a second label line (e.g. precision and
 // threads). It returns the paths written.
 func Latency(series []Series, title, dir, base string) ([]string, error) {
+	p, w, err := latencyPlot(series, title)
+	if err != nil {
+		return nil, err
+	}
+	return save(p, w, 6*vg.Inch, dir, base)
+}
+
+// latencyPlot builds Latency's figure and its width.
+func latencyPlot(series []Series, title string) (*plot.Plot, vg.Length, error) {
 	if len(series) == 0 {
-		return nil, errors.New("latency plot: no series to draw")
+		return nil, 0, errors.New("latency plot: no series to draw")
 	}
 	p := plot.New()
 	p.Title.Text = title
@@ -80,10 +99,10 @@ func Latency(series []Series, title, dir, base string) ([]string, error) {
 		{0.95, "p95", draw.TriangleGlyph{}, nil},
 		{0.99, "p99", draw.SquareGlyph{}, nil},
 	}
-	top := 0.0
+	top, bottom, floor := 0.0, math.Inf(1), math.Inf(1)
 	for i, s := range series {
 		if len(s.Samples) == 0 {
-			return nil, fmt.Errorf("latency plot: series %q has no samples", s.Name)
+			return nil, 0, fmt.Errorf("latency plot: series %q has no samples", s.Name)
 		}
 		vals := make(plotter.Values, len(s.Samples))
 		for j, d := range s.Samples {
@@ -92,7 +111,7 @@ func Latency(series []Series, title, dir, base string) ([]string, error) {
 		}
 		box, err := plotter.NewBoxPlot(width, float64(i), vals)
 		if err != nil {
-			return nil, fmt.Errorf("latency plot: series %q: %w", s.Name, err)
+			return nil, 0, fmt.Errorf("latency plot: series %q: %w", s.Name, err)
 		}
 		box.FillColor = plotutil.Color(i)
 		box.MedianStyle.Width = vg.Points(2)
@@ -100,6 +119,10 @@ func Latency(series []Series, title, dir, base string) ([]string, error) {
 		names[i] = s.Name
 		sorted := slices.Clone([]float64(vals))
 		slices.Sort(sorted)
+		bottom = min(bottom, bench.Percentile(sorted, 0.5))
+		if sorted[0] > 0 {
+			floor = min(floor, sorted[0])
+		}
 		for k := range marks {
 			marks[k].xy = append(marks[k].xy, plotter.XY{X: float64(i) + 0.3, Y: bench.Percentile(sorted, marks[k].q)})
 		}
@@ -107,7 +130,7 @@ func Latency(series []Series, title, dir, base string) ([]string, error) {
 	for k, m := range marks {
 		sc, err := plotter.NewScatter(m.xy)
 		if err != nil {
-			return nil, fmt.Errorf("latency plot: %w", err)
+			return nil, 0, fmt.Errorf("latency plot: %w", err)
 		}
 		sc.GlyphStyle.Shape = m.shape
 		sc.GlyphStyle.Radius = vg.Points(3.5)
@@ -121,9 +144,24 @@ func Latency(series []Series, title, dir, base string) ([]string, error) {
 	p.X.Min, p.X.Max = -0.5, float64(len(series))-0.5
 	p.Y.Max = top * 1.3
 	p.Legend.Top, p.Legend.Left = true, true
+	if bottom > 0 && !math.IsInf(floor, 1) && top/bottom > logSpread {
+		p.Y.Scale, p.Y.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
+		p.Y.Min, p.Y.Max = floor/3, top*3 // headroom on a log axis is a factor
+		p.Y.Label.Text = "latency per inference (ms, log scale)"
+	}
+	longest := 0
+	for _, n := range names {
+		for _, l := range strings.Split(n, "\n") {
+			longest = max(longest, len([]rune(l)))
+		}
+	}
+	if longest > rotateLabels {
+		p.X.Tick.Label.Rotation = math.Pi / 6
+		p.X.Tick.Label.XAlign, p.X.Tick.Label.YAlign = draw.XRight, draw.YCenter
+	}
 	p.Add(plotter.NewGrid())
 	w := vg.Length(max(8, 1.4*float64(len(series)))) * vg.Inch
-	return save(p, w, 6*vg.Inch, dir, base)
+	return p, w, nil
 }
 
 // Sweep draws median latency (x) against items/s (y) for every sweep
@@ -204,13 +242,15 @@ func Sweep(s *bench.SweepResult, title, dir, base string) ([]string, error) {
 
 // PointWords names a sweep point in words: "batch 4, 1 thread, 2 streams".
 func PointWords(p bench.Point) string {
-	plural := func(n int, word string) string {
-		if n == 1 {
-			return fmt.Sprintf("%d %s", n, word)
-		}
-		return fmt.Sprintf("%d %ss", n, word)
+	return fmt.Sprintf("batch %d, %s, %s", p.Batch, Count(p.Threads, "thread"), Count(p.Streams, "stream"))
+}
+
+// Count is n and word, with an s unless n is 1: "1 thread", "2 instances".
+func Count(n int, word string) string {
+	if n == 1 {
+		return fmt.Sprintf("%d %s", n, word)
 	}
-	return fmt.Sprintf("batch %d, %s, %s", p.Batch, plural(p.Threads, "thread"), plural(p.Streams, "stream"))
+	return fmt.Sprintf("%d %ss", n, word)
 }
 
 // save writes p in every format, each atomically.

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"gonum.org/v1/plot"
+
 	"github.com/torchspeed/torchspeed/pkg/bench"
 )
 
@@ -94,7 +96,7 @@ func TestSweepPlot(t *testing.T) {
 
 func TestThroughputSeries(t *testing.T) {
 	tr := &bench.ThroughputResult{PerStream: []bench.StreamResult{{Stream: 0, Samples: []time.Duration{1, 2}}, {Stream: 1, Samples: []time.Duration{3}}}}
-	s := SeriesFromThroughput(tr)
+	s := SeriesFromThroughput(tr, "stream")
 	if len(s) != 2 || s[1].Name != "stream 1" || len(s[0].Samples) != 2 {
 		t.Errorf("series %+v", s)
 	}
@@ -117,5 +119,48 @@ func TestPlotBadInput(t *testing.T) {
 	}
 	if _, err := Latency(good, "", filepath.Join(dir, "missing"), "x"); err == nil || !strings.Contains(err.Error(), "writable") {
 		t.Errorf("missing folder: %v", err)
+	}
+}
+
+// TestLatencyReadable: 0.1 ms medians under 20-60 ms outliers get a log axis, on which the
+// medians stand well off the floor; long stage names are tilted; a narrow spread stays linear
+// and level.
+func TestLatencyReadable(t *testing.T) {
+	fast := func(name string, med time.Duration, outliers ...time.Duration) Series {
+		s := Series{Name: name}
+		for i := 0; i < 500; i++ {
+			s.Samples = append(s.Samples, med+time.Duration(i%7)*time.Microsecond)
+		}
+		return Series{Name: name, Samples: append(s.Samples, outliers...)}
+	}
+	wide := []Series{
+		fast("original\nfp32, 1 thread", 300*time.Microsecond, 20*time.Millisecond),
+		fast("freeze + fast_linear + fast_conv\nfp32, 1 thread", 100*time.Microsecond, 60*time.Millisecond),
+	}
+	p, _, err := latencyPlot(wide, "wide")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := p.Y.Scale.(plot.LogScale); !ok {
+		t.Fatalf("a 0.1 ms median under a 60 ms outlier is drawn on a %T axis", p.Y.Scale)
+	}
+	// Where the 0.1 ms median sits, as a fraction of the axis height.
+	at := p.Y.Norm(0.1)
+	if at < 0.1 {
+		t.Errorf("the 0.1 ms median is drawn at %.2f of the axis height: on the floor", at)
+	}
+	if p.X.Tick.Label.Rotation == 0 {
+		t.Error("long stage names are drawn level, overlapping their neighbours")
+	}
+	if paths, err := Latency(wide, "wide", t.TempDir(), "latency"); err != nil || len(paths) != 2 {
+		t.Fatalf("Latency on a log axis: %v, %v", paths, err)
+	}
+	narrow := []Series{fast("a", 10*time.Millisecond, 14*time.Millisecond), fast("b", 6*time.Millisecond)}
+	p, _, err = latencyPlot(narrow, "narrow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := p.Y.Scale.(plot.LogScale); ok || p.X.Tick.Label.Rotation != 0 {
+		t.Errorf("a narrow spread with short names: scale %T, rotation %v; want linear and level", p.Y.Scale, p.X.Tick.Label.Rotation)
 	}
 }

@@ -145,7 +145,7 @@ var enginePreference = []string{"x86", "fbgemm", "onednn"}
 func ResolveEngine(want string, supported []string, arch string) (string, error) {
 	if want != "" && want != "auto" {
 		if !slices.Contains(supported, want) {
-			return "", fmt.Errorf("quantize.engine %q is not supported by this libtorch build (supported: %s)", want, strings.Join(supported, ", "))
+			return "", fmt.Errorf("quantize.engine %q is not supported by this libtorch build (supported: %s): set quantize.engine (--engine) to auto or one of those", want, strings.Join(supported, ", "))
 		}
 		return want, nil
 	}
@@ -259,6 +259,18 @@ type Outcome struct {
 	// Attempts lists every configuration tried, in order.
 	Attempts []Attempt `json:"attempts,omitempty"`
 	Warnings []string  `json:"warnings,omitempty"`
+}
+
+// CheckEngine resolves want (a quantize.engine value) against this libtorch's engines, as
+// Quantize will: callers run it before any model work, so an engine the build lacks is
+// reported at once rather than after the FP32 candidates are timed.
+func CheckEngine(want string) error {
+	engines, err := torch.SupportedQEngines()
+	if err != nil {
+		return err
+	}
+	_, err = ResolveEngine(want, engines, runtime.GOARCH)
+	return err
 }
 
 // Quantize returns the INT8 version of m. Static mode calibrates on data (every batch, or

@@ -98,6 +98,23 @@ func ms(v float64) string {
 	return fmt.Sprintf("%.2f", v)
 }
 
+// samplesData is how many samples were checked and of what, counted once: a data
+// description from calib's Describe() starts with its own count ("500 samples of ...").
+func (v *Validation) samplesData() string {
+	if d := v.Data; d != "" && d[0] >= '0' && d[0] <= '9' {
+		return d
+	}
+	return Plural(v.Samples, "sample") + ": " + v.Data
+}
+
+// msOrBlank is a figure reports from before it was recorded lack (0): blank, not 0.000.
+func msOrBlank(v float64) string {
+	if v == 0 {
+		return ""
+	}
+	return ms(v)
+}
+
 func msp(v *float64) string {
 	if v == nil {
 		return "-"
@@ -166,14 +183,14 @@ func (r *Report) WriteTable(w io.Writer) error {
 		return err
 	}
 	if b := r.Bench; b != nil {
-		fmt.Fprintf(w, "\nfinal (%s, %d thread(s)): p50 %s ms (original %s ms), p95 %s ms (original %s ms), %s; %d runs interleaved\n",
-			b.Precision, b.Threads, ms(b.OptimizedP50), ms(b.OriginalP50), ms(b.OptimizedP95), ms(b.OriginalP95), b.Verdict, b.Runs)
+		fmt.Fprintf(w, "\nfinal (%s, %s): p50 %s ms (original %s ms), p95 %s ms (original %s ms), %s; %d runs interleaved\n",
+			b.Precision, Plural(b.Threads, "thread"), ms(b.OptimizedP50), ms(b.OriginalP50), ms(b.OptimizedP95), ms(b.OriginalP95), b.Verdict, b.Runs)
 	}
 	if rf := r.Roofline; rf != nil {
 		fmt.Fprintf(w, "roofline: %s\n", rf.Summary())
 	}
 	if v := r.Validation; v != nil {
-		fmt.Fprintf(w, "validation of %s (%s, %d samples: %s%s): %s  %s\n", v.Checked, v.CheckedPrecision, v.Samples, v.Data,
+		fmt.Fprintf(w, "validation of %s (%s, %s%s): %s  %s\n", v.Checked, v.CheckedPrecision, v.samplesData(),
 			synth(v.Synthetic), passWord(v.Passed), metricLine(v.Metrics))
 	}
 	for _, warn := range r.Warnings {
@@ -292,7 +309,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	}
 	if v := r.Validation; v != nil {
 		p("\n## Validation against the FP32 original\n\n")
-		p("Checked: %s (%s), %d samples: %s%s: **%s**\n\n", v.Checked, v.CheckedPrecision, v.Samples, v.Data, synth(v.Synthetic), passWord(v.Passed))
+		p("Checked: %s (%s), %s%s: **%s**\n\n", v.Checked, v.CheckedPrecision, v.samplesData(), synth(v.Synthetic), passWord(v.Passed))
 		p("| metric | value |\n|---|---:|\n")
 		for _, row := range metricRows(v.Metrics) {
 			p("| %s | %s |\n", row[0], row[1])
@@ -308,11 +325,12 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	}
 	if b := r.Bench; b != nil {
 		p("\n## Final benchmark\n\n")
-		p("%d runs each, original and %s (%s) interleaved, %d intra-op thread(s).\n\n", b.Runs, b.Optimized, b.Precision, b.Threads)
+		p("%s each, original and %s (%s) interleaved, %s.\n\n", Plural(b.Runs, "run"), b.Optimized, b.Precision, Plural(b.Threads, "intra-op thread"))
 		p("| model | p50 ms | p90 ms | p95 ms | p99 ms |\n|---|---:|---:|---:|---:|\n")
-		p("| original | %s | | %s | |\n", ms(b.OriginalP50), ms(b.OriginalP95))
+		p("| original | %s | %s | %s | %s |\n", ms(b.OriginalP50), msOrBlank(b.OriginalP90), ms(b.OriginalP95), msOrBlank(b.OriginalP99))
 		p("| optimized | %s | %s | %s | %s |\n\n", ms(b.OptimizedP50), ms(b.OptimizedP90), ms(b.OptimizedP95), ms(b.OptimizedP99))
-		p("Speedup %.2fx (95%% CI %.2f to %.2f); %s; throughput %.1f inferences/s from one caller.\n", RoundedSpeedup(b.OriginalP50, b.OptimizedP50), b.SpeedupLo, b.SpeedupHi, b.Verdict, b.Throughput)
+		// One figure for the speedup: the verdict carries the ratio of the printed p50s.
+		p("Speedup: %s; throughput %.1f inferences/s from one caller.\n", b.Verdict, b.Throughput)
 		if f, ok := b.Floor(); ok && b.OptimizedP50 > 0 {
 			in := b.Interruptions
 			got := b.OptimizedP95 / b.OptimizedP50
@@ -320,8 +338,8 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 			if f.P95P50 > got {
 				busier = " The machine was interrupted more while this was measured than during the runs."
 			}
-			p("\nThe machine's own tail: fixed work as long as the optimized p50 on %d thread(s) gets p95/p50 %.2f from the machine's interruptions alone (the optimized model: %.2f). Its CPUs were interrupted %.0f times a second, %.1f%% of their time lost (measured for %s after the runs).%s\n",
-				f.Threads, f.P95P50, got, in.PerSecond, 100*in.LostFraction, in.Duration.Round(time.Millisecond), busier)
+			p("\nThe machine's own tail: fixed work as long as the optimized p50 on %s gets p95/p50 %.2f from the machine's interruptions alone (the optimized model: %.2f). Its CPUs were interrupted %.0f times a second, %.1f%% of their time lost (measured for %s after the runs).%s\n",
+				Plural(f.Threads, "thread"), f.P95P50, got, in.PerSecond, 100*in.LostFraction, in.Duration.Round(time.Millisecond), busier)
 		}
 	}
 	if rf := r.Roofline; rf != nil {

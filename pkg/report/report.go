@@ -237,7 +237,9 @@ type Bench struct {
 	Precision    string  `json:"precision"`
 	Optimized    string  `json:"optimized"`
 	OriginalP50  float64 `json:"original_p50_ms"`
+	OriginalP90  float64 `json:"original_p90_ms"`
 	OriginalP95  float64 `json:"original_p95_ms"`
+	OriginalP99  float64 `json:"original_p99_ms"`
 	OptimizedP50 float64 `json:"optimized_p50_ms"`
 	OptimizedP90 float64 `json:"optimized_p90_ms"`
 	OptimizedP95 float64 `json:"optimized_p95_ms"`

@@ -35,7 +35,7 @@ func (r *Report) summaryLines() []string {
 		}
 		out = append(out, "Do not deploy: the optimized model failed validation"+why+". No artifact was written; earlier outputs in this folder were left as they were.")
 	case r.Artifact != nil && b != nil:
-		out = append(out, fmt.Sprintf("Deploy `%s`: %s, %s, %d intra-op thread(s).", *r.Artifact, b.Optimized, precisionWords(b.Precision), b.Threads))
+		out = append(out, fmt.Sprintf("Deploy `%s`: %s, %s, %s.", *r.Artifact, b.Optimized, precisionWords(b.Precision), Plural(b.Threads, "intra-op thread")))
 	}
 	if b != nil {
 		sp := RoundedSpeedup(b.OriginalP50, b.OptimizedP50)
@@ -50,7 +50,7 @@ func (r *Report) summaryLines() []string {
 	if v != nil {
 		data := v.Data
 		if data != "" && (data[0] < '0' || data[0] > '9') {
-			data = fmt.Sprintf("%d samples of %s", v.Samples, data) // Describe() already counts them
+			data = Plural(v.Samples, "sample") + " of " + data // Describe() already counts them
 		}
 		how := fmt.Sprintf("Accuracy: %s checked against the original on %s", v.Checked, data)
 		if v.Synthetic {
@@ -60,6 +60,9 @@ func (r *Report) summaryLines() []string {
 			how += ": " + m
 		}
 		out = append(out, how+": "+passWord(v.Passed)+".")
+	}
+	if l := r.forcedLine(); l != "" {
+		out = append(out, l)
 	}
 	if q := r.Quantize; q != nil && q.QuantizedOpCount == 0 {
 		out = append(out, "INT8: no layer was quantized; the result is not called INT8.")
@@ -83,6 +86,51 @@ func (r *Report) summaryLines() []string {
 		out = append(out, fmt.Sprintf("Warnings (%d, listed below): %s", n, first))
 	}
 	return out
+}
+
+// forcedLine says, from the stage table's figures, when quantize.force kept an INT8 stage
+// that an FP32 stage beat or came within optimize.min_speedup of: the one decision a reader
+// of the summary could not otherwise explain ("" when none). Rows may come from different
+// measurements, so they are compared by their speedups over the original, as the table
+// prints them.
+func (r *Report) forcedLine() string {
+	if r.Config == nil || !r.Config.Quantize.Force {
+		return ""
+	}
+	var kept, best *Stage
+	for i, s := range r.Stages {
+		if s.BaselineP50Ms == nil || s.P50Ms == nil || *s.P50Ms <= 0 {
+			continue
+		}
+		switch {
+		case s.Status == StatusKept && strings.HasPrefix(s.Precision, "int8"):
+			kept = &r.Stages[i]
+		case s.Precision == "fp32" && s.Status != StatusBaseline && (best == nil || rowSpeedup(s) > rowSpeedup(*best)):
+			best = &r.Stages[i]
+		}
+	}
+	if kept == nil || best == nil {
+		return ""
+	}
+	ratio := rowSpeedup(*kept) / rowSpeedup(*best)
+	need := r.Config.Optimize.MinSpeedup
+	if ratio >= need && ratio > 1 {
+		return ""
+	}
+	return fmt.Sprintf("INT8 is kept only because quantize.force is true: FP32 %s measured %.2fx the original, INT8 %s %.2fx "+
+		"(%.2fx FP32's; optimize.min_speedup asks %.2fx). Drop force to deploy the FP32 model.",
+		best.Name, rowSpeedup(*best), kept.Name, rowSpeedup(*kept), ratio, need)
+}
+
+// rowSpeedup is a stage row's speedup as the table prints it.
+func rowSpeedup(s Stage) float64 { return RoundedSpeedup(*s.BaselineP50Ms, *s.P50Ms) }
+
+// Plural is n and noun, with an s unless n is 1: "1 thread", "2 threads".
+func Plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 func precisionWords(p string) string {

@@ -26,7 +26,7 @@ func TestSummaryOpensReport(t *testing.T) {
 		t.Fatalf("report.md does not open with the summary:\n%s", text)
 	}
 	for _, want := range []string{
-		"Deploy `out/m.torchspeed.pt`: freeze, FP32, 2 intra-op thread(s).",
+		"Deploy `out/m.torchspeed.pt`: freeze, FP32, 2 intra-op threads.",
 		"Speed: 1.54x the original at p50 (95% CI 1.50 to 1.60): 1.30 ms vs 2.00 ms; p95 1.80 ms vs 2.90 ms; 100 interleaved runs each.",
 		"Accuracy: freeze checked against the original on 16 samples of calib.npy: cosine=",
 		": PASS.",
