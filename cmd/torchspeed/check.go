@@ -110,7 +110,7 @@ func newCheckCmd(u *ui) *cobra.Command {
 	k := &checkCmd{ui: u}
 	c := &cobra.Command{
 		Use:   "check -m ARTIFACT [--original MODEL.pt] [--input [NAME=]VALUE]...",
-		Short: "Re-validate an artifact on this CPU: accuracy against the original, runtime settings, thread count",
+		Short: "Re-validate an artifact on this CPU: accuracy, runtime settings, threads",
 		Long: `check answers, on the machine at hand, the questions an artifact made on another CPU leaves
 open (a fleet deploys one artifact to many kinds of server):
 
@@ -131,7 +131,8 @@ The result is printed and written to ARTIFACT.check.json (--out to choose; it is
 0 when the accuracy holds (or could not be checked: no original), 3 when it does not, 2 for bad
 input. A full re-measurement of passes and runtime settings is optimize's job.`,
 		Example: `  torchspeed check -m out/resnet18.torchspeed.pt
-  torchspeed check -m vad.torchspeed.pt --original silero_vad.jit --input x=seq:chunks.npy --input sr=int:16000`,
+  torchspeed check -m vad.torchspeed.pt --original silero_vad.jit \
+      --input x=seq:chunks.npy --input sr=int:16000`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error { return k.run(c) },
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"slices"
 	"strings"
 	"testing"
 
@@ -18,14 +17,7 @@ const maxHelpWidth = helpWidth
 // maxHelpWidth and that no flag shows a type name pflag took from backquoted text in its
 // usage string (it printed "--instances torchspeed bench --instances").
 func TestHelpReadable(t *testing.T) {
-	// check's texts are left to the change that reworks that command (check.go).
 	root := newRootCmd()
-	var exempt []string
-	for _, c := range root.Commands() {
-		if c.Name() == "check" {
-			exempt = append(exempt, c.Short)
-		}
-	}
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
 		path := c.CommandPath()
@@ -43,9 +35,6 @@ func TestHelpReadable(t *testing.T) {
 			t.Errorf("%s --help: %v", path, err)
 		}
 		for _, line := range strings.Split(buf.String(), "\n") {
-			if c.Name() == "check" || slices.ContainsFunc(exempt, func(e string) bool { return strings.HasSuffix(line, e) }) {
-				continue
-			}
 			if n := len([]rune(line)); n > maxHelpWidth {
 				t.Errorf("%s --help: line of %d columns (at most %d):\n%s", path, n, maxHelpWidth, line)
 			}
