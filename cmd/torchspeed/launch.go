@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -129,6 +130,9 @@ func (l *launchCmd) run(c *cobra.Command, args []string) error {
 			return enc.Encode(settings)
 		}
 		for _, s := range settings {
+			// The output is meant for eval: a newline in a note would end its comment and
+			// run what follows.
+			s.Notes = oneLines(s.Notes)
 			if _, err := fmt.Fprint(out, s.ShellExports()); err != nil {
 				return err
 			}
@@ -150,7 +154,7 @@ func (l *launchCmd) run(c *cobra.Command, args []string) error {
 	}
 	if log := l.ui.log(c.ErrOrStderr()); log != nil {
 		cfg.Log = log
-		for _, n := range settings[0].Notes {
+		for _, n := range oneLines(settings[0].Notes) {
 			fmt.Fprintf(log, "torchspeed launch: note: %s\n", n)
 		}
 	}
@@ -256,4 +260,15 @@ func overrides(settings []runenv.Settings, environ []string) []string {
 		}
 	}
 	return notes
+}
+
+// oneLines returns notes with every control character (newline, NUL, escape) and Unicode line
+// separator written as a Go escape, so each note stays one line of a shell comment or a log.
+func oneLines(notes []string) []string {
+	out := make([]string, len(notes))
+	for i, n := range notes {
+		q := strconv.Quote(n)
+		out[i] = q[1 : len(q)-1]
+	}
+	return out
 }
