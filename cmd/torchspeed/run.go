@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -32,20 +33,32 @@ type runCmd struct {
 	asJSON  bool
 }
 
+// runOutput summarizes one output. Min, max and mean leave NaNs out (nans counts them); in JSON a
+// value that is NaN or infinite (an output of only NaNs, an overflow) is null.
 type runOutput struct {
 	Name  string    `json:"name"`
 	Shape []int64   `json:"shape"`
 	DType string    `json:"dtype"`
 	TopK  []topItem `json:"topk,omitempty"`
-	Min   float64   `json:"min"`
-	Max   float64   `json:"max"`
-	Mean  float64   `json:"mean"`
+	Min   jsonFloat `json:"min"`
+	Max   jsonFloat `json:"max"`
+	Mean  jsonFloat `json:"mean"`
 	NaNs  int       `json:"nans"`
 }
 
 type topItem struct {
-	Index int     `json:"index"`
-	Value float32 `json:"value"`
+	Index int       `json:"index"`
+	Value jsonFloat `json:"value"`
+}
+
+// jsonFloat is a number that JSON cannot always hold: NaN and the infinities are null there.
+type jsonFloat float64
+
+func (f jsonFloat) MarshalJSON() ([]byte, error) {
+	if math.IsNaN(float64(f)) || math.IsInf(float64(f), 0) {
+		return []byte("null"), nil
+	}
+	return json.Marshal(float64(f))
 }
 
 func newRunCmd(u *ui) *cobra.Command {
@@ -221,18 +234,21 @@ func summarizeOutput(o torch.Output, k int) (runOutput, error) {
 	if len(vals) == 0 {
 		return ro, nil
 	}
-	ro.Min, ro.Max = float64(vals[0]), float64(vals[0])
-	sum := 0.0
+	lo, hi, sum, n := math.Inf(1), math.Inf(-1), 0.0, 0
 	for _, v := range vals {
 		f := float64(v)
 		if f != f {
 			ro.NaNs++
 			continue
 		}
-		ro.Min, ro.Max = min(ro.Min, f), max(ro.Max, f)
+		lo, hi = min(lo, f), max(hi, f)
 		sum += f
+		n++
 	}
-	ro.Mean = sum / float64(len(vals))
+	if n == 0 {
+		lo, hi = math.NaN(), math.NaN()
+	}
+	ro.Min, ro.Max, ro.Mean = jsonFloat(lo), jsonFloat(hi), jsonFloat(sum/float64(n))
 	if k > 0 && len(ro.Shape) >= 1 {
 		row := vals
 		if last := ro.Shape[len(ro.Shape)-1]; last > 0 && int64(len(vals)) > last {
@@ -244,7 +260,7 @@ func summarizeOutput(o torch.Output, k int) (runOutput, error) {
 		}
 		sort.SliceStable(idx, func(a, b int) bool { return row[idx[a]] > row[idx[b]] })
 		for _, i := range idx[:min(k, len(idx))] {
-			ro.TopK = append(ro.TopK, topItem{Index: i, Value: row[i]})
+			ro.TopK = append(ro.TopK, topItem{Index: i, Value: jsonFloat(row[i])})
 		}
 	}
 	return ro, nil
