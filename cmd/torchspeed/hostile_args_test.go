@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/torchspeed/torchspeed/internal/exitcode"
+	"github.com/torchspeed/torchspeed/internal/safefile"
 	"github.com/torchspeed/torchspeed/pkg/npy"
 )
 
@@ -68,3 +70,42 @@ func TestHostileRunJSONNonFinite(t *testing.T) {
 }
 
 func nan() float64 { return math.NaN() }
+
+// Counts and sizes that once ran the process out of memory, paths that made an output replace
+// an input, inputs of the wrong kind that exited 1 (a folder as the model), and unbounded reads:
+// each is exit 2 with a message naming the flag or file and what is allowed, before anything
+// is loaded or written.
+func TestHostileArgs(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	model, sum := copyModel(t, dir, "digits.pt")
+	out := filepath.Join(dir, "out")
+	cases := []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"bench --runs past the latencies memory holds", []string{"bench", "-m", model, "--input-shape", "1x1x8x8", "--runs", "10000000000", "-o", out},
+			[]string{"--runs (bench.runs): 10000000000", "at most 10000000", "--duration"}},
+		{"bench --warmup past the bound", []string{"bench", "-m", model, "--input-shape", "1x1x8x8", "--warmup", "10000000000", "-o", out},
+			[]string{"--warmup (bench.warmup): 10000000000", "0 to 10000000"}},
+		{"bench --sweep-batch past the bound", []string{"bench", "-m", model, "--input-shape", "1x1x8x8", "--sweep-batch", "1,100000000000", "-o", out},
+			[]string{"--sweep-batch 100000000000", "want 1 to 65536"}},
+		{"bench --sweep-batch past memory", []string{"bench", "-m", model, "--input-shape", "1x1x1000x1000", "--sweep-batch", "1,65536", "-o", out},
+			[]string{"--sweep-batch 65536", "is available"}},
+		{"optimize bench.runs past the bound", []string{"optimize", "-c", writeConfig(t, "model:\n  path: "+model+"\n  inputs:\n    - {name: x, shape: [1, 1, 8, 8]}\nbench:\n  runs: 10000000000\noutput:\n  dir: "+out+"\n")},
+			[]string{"bench.runs: 10000000000 is not allowed", "at most 10000000"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, stderr, code := cli(t, dir, nil, c.args...)
+			expectExit(t, stderr, code, exitcode.Usage, c.want...)
+			if names := listDir(t, out); len(names) > 0 {
+				t.Errorf("left in the output folder: %v", names)
+			}
+			if now, _, _ := safefile.SHA256(model); now != sum {
+				t.Errorf("the input model changed")
+			}
+		})
+	}
+}

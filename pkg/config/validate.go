@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/torchspeed/torchspeed/pkg/bench"
 	"github.com/torchspeed/torchspeed/pkg/calib"
 )
 
@@ -152,11 +153,14 @@ func (c *Config) ValidateValues() error {
 	if c.Bench.Duration < 0 {
 		bad("bench.duration", c.Bench.Duration, "a positive duration like 10s")
 	}
-	if c.Bench.Warmup < 0 {
-		bad("bench.warmup", c.Bench.Warmup, "must be >= 0")
+	if c.Bench.Runs > bench.DefaultMaxRuns {
+		bad("bench.runs", c.Bench.Runs, fmt.Sprintf("at most %d (every latency is kept in memory); for a longer measurement give bench.duration (--duration)", bench.DefaultMaxRuns))
 	}
-	if c.Bench.StageRuns < 3 {
-		bad("bench.stage_runs", c.Bench.StageRuns, "3 or more (medians of fewer runs mean little)")
+	if c.Bench.Warmup < 0 || c.Bench.Warmup > bench.DefaultMaxRuns {
+		bad("bench.warmup", c.Bench.Warmup, fmt.Sprintf("0 to %d", bench.DefaultMaxRuns))
+	}
+	if c.Bench.StageRuns < 3 || c.Bench.StageRuns > bench.DefaultMaxRuns {
+		bad("bench.stage_runs", c.Bench.StageRuns, fmt.Sprintf("3 (medians of fewer runs mean little) to %d", bench.DefaultMaxRuns))
 	}
 	if c.Output.Dir == "" {
 		bad("output.dir", `""`, "a folder to write the artifact and reports to")
