@@ -11,6 +11,7 @@ import (
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/internal/exitcode"
+	"github.com/torchspeed/torchspeed/internal/safefile"
 	"github.com/torchspeed/torchspeed/pkg/bench"
 	"github.com/torchspeed/torchspeed/pkg/benchrun"
 	"github.com/torchspeed/torchspeed/pkg/config"
@@ -156,8 +157,8 @@ func (b *benchCmd) run(c *cobra.Command) error {
 		return err
 	}
 	for _, s := range specs {
-		if _, err := os.Stat(s.Path); err != nil {
-			return exitcode.Usagef("bench: model %q: %v", s.Path, err)
+		if err := safefile.CheckInputFile(s.Path); err != nil {
+			return exitcode.Usagef("bench: model: %v", err)
 		}
 	}
 	if b.instances > 0 {

@@ -77,8 +77,8 @@ func (ci *configInit) run(c *cobra.Command) error {
 	if err := config.CheckInputs("config init: --input-shape", checks); err != nil {
 		return exitcode.New(exitcode.Usage, err)
 	}
-	if _, err := os.Stat(ci.model); err != nil {
-		return exitcode.Usagef("config init: model %q: %v", ci.model, err)
+	if err := safefile.CheckInputFile(ci.model); err != nil {
+		return exitcode.Usagef("config init: model: %v", err)
 	}
 	m, err := torch.Load(ci.model)
 	if err != nil {

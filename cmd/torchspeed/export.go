@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/torchspeed/torchspeed/internal/exitcode"
+	"github.com/torchspeed/torchspeed/internal/safefile"
 	"github.com/torchspeed/torchspeed/pkg/bench"
 
 	"github.com/torchspeed/torchspeed/pkg/export"
@@ -41,6 +42,9 @@ func (f *exportFlags) check(cmd string) error {
 	}
 	if f.runs < 1 {
 		return exitcode.Usagef("export %s: --runs %d: give 1 or more", cmd, f.runs)
+	}
+	if err := safefile.CheckInputFile(f.model); err != nil {
+		return exitcode.Usagef("export %s: --model: %v", cmd, err)
 	}
 	return nil
 }

@@ -34,7 +34,7 @@ func TestCLIExport(t *testing.T) {
 	}{
 		{"no model", []string{"export", "triton", "-o", repo}, 2, "--model"},
 		{"bad instances", []string{"export", "triton", "-m", artifact, "-o", repo, "--instances", "-2"}, 2, "--instances -2"},
-		{"missing artifact", []string{"export", "torchserve", "-m", filepath.Join(out, "nope.pt"), "-o", repo}, 1, "nope.pt"},
+		{"missing artifact", []string{"export", "torchserve", "-m", filepath.Join(out, "nope.pt"), "-o", repo}, 2, "nope.pt"},
 		{"plain TorchScript", []string{"export", "triton", "-m", fx + "/digits.pt", "-o", repo}, 1, "no torchspeed manifest"},
 		{"params without measuring", []string{"export", "triton", "-m", artifact, "-o", repo, "--measure=false", "--measure-params"}, 2, "--measure-params"},
 		{"sweep of nothing", []string{"export", "triton", "-m", artifact, "-o", repo, "--batch-sweep", cfg}, 2, "not a `torchspeed bench --json` report"},

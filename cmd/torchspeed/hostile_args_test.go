@@ -95,6 +95,16 @@ func TestHostileArgs(t *testing.T) {
 			[]string{"--sweep-batch 65536", "is available"}},
 		{"optimize bench.runs past the bound", []string{"optimize", "-c", writeConfig(t, "model:\n  path: "+model+"\n  inputs:\n    - {name: x, shape: [1, 1, 8, 8]}\nbench:\n  runs: 10000000000\noutput:\n  dir: "+out+"\n")},
 			[]string{"bench.runs: 10000000000 is not allowed", "at most 10000000"}},
+		{"run a folder as the model", []string{"run", "-m", dir}, []string{"run: model", dir, "a folder, not a file"}},
+		{"run a device as the model", []string{"run", "-m", "/dev/zero"}, []string{"/dev/zero", "not a regular file (a device)"}},
+		{"bench a folder as the model", []string{"bench", "-m", dir, "--input-shape", "1x1x8x8", "-o", out}, []string{"bench: model", "a folder"}},
+		{"optimize a folder as the model", []string{"optimize", "-m", dir, "--input-shape", "1x1x8x8", "-o", out}, []string{"model.path", "a folder"}},
+		{"optimize -o a file", []string{"optimize", "-m", model, "--input-shape", "1x1x8x8", "-o", model}, []string{"output.dir", "is a file: choose a folder"}},
+		{"export a folder as the model", []string{"export", "triton", "-m", dir, "-o", out}, []string{"export triton: --model", "a folder"}},
+		{"config init a folder as the model", []string{"config", "init", "-m", dir, "-o", filepath.Join(out, "c.yaml")}, []string{"config init: model", "a folder"}},
+		{"run -c /dev/zero", []string{"run", "-c", "/dev/zero"}, []string{`config "/dev/zero"`, "more than the 1 MiB"}},
+		{"bench -c a folder", []string{"bench", "-c", dir}, []string{"config", "a folder, not a file"}},
+		{"export --batch-sweep /dev/zero", []string{"export", "triton", "-m", model, "-o", out, "--batch-sweep", "/dev/zero"}, []string{`batch sweep "/dev/zero"`, "more than the 64 MiB"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

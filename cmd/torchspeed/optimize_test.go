@@ -66,7 +66,7 @@ func TestCLIOptimizeExitCodes(t *testing.T) {
 	}{
 		{"typo key", base + "runtime:\n  thread: 2\n", nil, 2, "thread"},
 		{"wrong type", base + "runtime:\n  threads: two\n", nil, 2, "runtime.threads"},
-		{"missing model", strings.Replace(base, "digits.pt", "nope.pt", 1), nil, 1, "file not found"},
+		{"missing model", strings.Replace(base, "digits.pt", "nope.pt", 1), nil, 2, "file not found"},
 		{"bad flag value", base, []string{"--quantize", "int2"}, 2, "quantize.mode"},
 		{"validation fails", base + "quantize:\n  mode: static\n  fallback: false\n  observer: minmax\ncalibration:\n  path: " + fx + "/digits_calib.npy\n  limit: 2\nvalidation:\n  min_cosine: 0.9999999\n", nil, 3, "validation"},
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -121,8 +120,8 @@ func (r *runCmd) run(c *cobra.Command) error {
 	if err := config.CheckThreads("run: --threads", r.threads, "the artifact's, else libtorch's default"); err != nil {
 		return exitcode.New(exitcode.Usage, err)
 	}
-	if _, err := os.Stat(r.model); err != nil {
-		return exitcode.Usagef("run: model %q: %v", r.model, err)
+	if err := safefile.CheckInputFile(r.model); err != nil {
+		return exitcode.Usagef("run: model: %v", err)
 	}
 	if r.save != "" {
 		if !strings.HasSuffix(r.save, ".npz") {

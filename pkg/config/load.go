@@ -1,6 +1,7 @@
 package config
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -14,7 +15,12 @@ import (
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
+
+	"github.com/torchspeed/torchspeed/internal/safefile"
 )
+
+// MaxConfigBytes bounds a config file: a config is a few kilobytes.
+const MaxConfigBytes = 1 << 20
 
 // Load reads a config file (empty path: defaults only), applies TORCHSPEED_* environment
 // variables and the flags the user set, and validates the result. Flags are bound by their
@@ -37,16 +43,16 @@ func LoadValues(path string, flags *pflag.FlagSet, aliases map[string]string, fu
 	var keys []string
 	setDefaults(v, "", reflect.ValueOf(def), &keys)
 	if path != "" {
-		f, err := os.Open(path)
+		// Bounded: a config given as /dev/zero (or a pipe that never ends) once grew the
+		// process until the kernel killed it.
+		b, err := safefile.ReadFileLimit(path, MaxConfigBytes)
 		if err != nil {
 			if errors.Is(err, os.ErrNotExist) {
 				return nil, fmt.Errorf("config %q: file not found: check the path, or write one with `torchspeed config init -m MODEL`", path)
 			}
 			return nil, fmt.Errorf("config %q: %w", path, err)
 		}
-		err = v.ReadConfig(f)
-		f.Close()
-		if err != nil {
+		if err := v.ReadConfig(bytes.NewReader(b)); err != nil {
 			return nil, fmt.Errorf("config %q: not valid YAML: %w", path, err)
 		}
 	}

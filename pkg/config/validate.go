@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/torchspeed/torchspeed/internal/safefile"
 	"github.com/torchspeed/torchspeed/pkg/bench"
 	"github.com/torchspeed/torchspeed/pkg/calib"
 )
@@ -191,23 +192,11 @@ func (c *Config) ArtifactPath() string {
 // would replace the input model: both are the user's choice of paths, found before any work.
 func (c *Config) CheckOutput() error {
 	art := c.ArtifactPath()
-	if same(art, c.Model.Path) {
+	if safefile.Same(art, c.Model.Path) {
 		return fmt.Errorf("output %q would overwrite the input model: choose another output.dir or model.name", art)
 	}
 	if _, err := os.Lstat(art); err == nil && !c.Output.Overwrite {
 		return fmt.Errorf("output %q exists: remove it, choose another output.dir, or set output.overwrite: true (--overwrite)", art)
 	}
 	return nil
-}
-
-// same reports whether two paths name one file (or one absolute path, when neither exists).
-func same(a, b string) bool {
-	if fa, err := os.Stat(a); err == nil {
-		if fb, err := os.Stat(b); err == nil {
-			return os.SameFile(fa, fb)
-		}
-	}
-	aa, err1 := filepath.Abs(a)
-	ab, err2 := filepath.Abs(b)
-	return err1 == nil && err2 == nil && aa == ab
 }

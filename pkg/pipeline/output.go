@@ -76,7 +76,7 @@ func prepareOutput(c *config.Config) (*output, error) {
 	}
 	if err := safefile.CheckWritableDir(dir); err != nil {
 		o.abandon()
-		return nil, fmt.Errorf("output.dir %q: %w: choose another folder (output.dir or -o)", dir, err)
+		return nil, exitcode.New(exitcode.Usage, fmt.Errorf("output.dir %q: %w: choose another folder (output.dir or -o)", dir, err))
 	}
 	cleanStaleStaging(dir)
 	if err := o.check(c.Model.Path); err != nil {
