@@ -228,6 +228,16 @@ func (b *benchCmd) outputs() (outputs, error) {
 			o.plotDirs = append(o.plotDirs, b.outDir)
 		}
 	}
+	written := named("--benchfmt", o.benchfmt)
+	written = append(written, named("the bench report", o.jsonPath)...)
+	for _, d := range o.plotDirs {
+		written = append(written, named("a plot", benchPlotFiles(d)...)...)
+	}
+	read := append(named("the model", b.models...), named("the --vs model", b.vs...)...)
+	read = append(append(read, named("the config", b.config)...), valueFiles(b.values, b.cfgInputs)...)
+	if err := checkNotInput("bench", written, read); err != nil {
+		return o, err
+	}
 	for d := range dirs {
 		if err := bench.CheckWritableDir(d); err != nil {
 			return o, exitcode.New(exitcode.Usage, fmt.Errorf("bench: %w", err))

@@ -59,6 +59,12 @@ func (ci *configInit) run(c *cobra.Command) error {
 		return exitcode.Usagef("config init: --model is required")
 	}
 	toFile := ci.out != "" && ci.out != "-"
+	if toFile {
+		// --force replaces an earlier config, never the model or data it describes.
+		if err := checkNotInput("config init", named("-o", ci.out), append(named("the model", ci.model), valueFiles(ci.values, nil)...)); err != nil {
+			return err
+		}
+	}
 	if toFile && !ci.force {
 		if _, err := os.Lstat(ci.out); err == nil {
 			return exitcode.Usagef("config init: %s exists: remove it or pass --force", ci.out)

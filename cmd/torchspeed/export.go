@@ -138,7 +138,7 @@ func newExportTritonCmd(u *ui) *cobra.Command {
 	measureParams := true
 	t := exportTarget{cmd: "triton", server: "Triton", loads: "plain torch::jit::load", countFlag: "instances",
 		write: func(a *export.Artifact, s *bench.SweepResult) (exported, error) {
-			o.Name, o.Overwrite, o.BatchSweep = f.name, f.overwrite, s
+			o.Name, o.Overwrite, o.BatchSweep, o.Keep = f.name, f.overwrite, s, []string{sweep}
 			if f.measure {
 				o.Measure = &export.CostOptions{Runs: f.runs, Params: measureParams}
 			}
@@ -183,7 +183,7 @@ func newExportTorchServeCmd(u *ui) *cobra.Command {
 	var sweep string
 	t := exportTarget{cmd: "torchserve", server: "TorchServe", loads: "plain torch.jit.load", countFlag: "workers",
 		write: func(a *export.Artifact, s *bench.SweepResult) (exported, error) {
-			o.Name, o.Overwrite, o.BatchSweep = f.name, f.overwrite, s
+			o.Name, o.Overwrite, o.BatchSweep, o.Keep = f.name, f.overwrite, s, []string{sweep}
 			e, err := export.WriteTorchServe(a, f.out, o)
 			if err != nil {
 				return exported{}, err

@@ -3,9 +3,11 @@ package main
 import (
 	"encoding/json"
 	"math"
+	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/internal/exitcode"
 	"github.com/torchspeed/torchspeed/internal/safefile"
 	"github.com/torchspeed/torchspeed/pkg/npy"
@@ -80,6 +82,40 @@ func TestHostileArgs(t *testing.T) {
 	dir := t.TempDir()
 	model, sum := copyModel(t, dir, "digits.pt")
 	out := filepath.Join(dir, "out")
+	link := filepath.Join(dir, "link.txt")
+	if err := os.Symlink(model, link); err != nil {
+		t.Fatal(err)
+	}
+	// An artifact inside the repository entry its export would write.
+	m, err := torch.Load(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	art := saveArtifactWith(t, m, "digits.torchspeed.pt", []int64{1, 1, 8, 8}, 1)
+	m.Close()
+	repo := filepath.Join(dir, "repo")
+	served := filepath.Join(repo, "digits", "1", "model.pt")
+	raw, err := os.ReadFile(art)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(served), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(served, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	reportCfg := filepath.Join(out+"-cfg", "report.json") // a config where optimize writes its report
+	if err := os.MkdirAll(filepath.Dir(reportCfg), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(reportCfg, []byte("model:\n  path: "+model+"\n  inputs:\n    - {name: x, shape: [1, 1, 8, 8]}\noutput:\n  dir: "+filepath.Dir(reportCfg)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	x := filepath.Join(dir, "x.npz")
+	if err := npy.WriteNPZ(x, []string{"x"}, []*npy.Array{npy.FromFloat32([]int64{1, 1, 8, 8}, make([]float32, 64))}); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		name string
 		args []string
@@ -105,6 +141,12 @@ func TestHostileArgs(t *testing.T) {
 		{"run -c /dev/zero", []string{"run", "-c", "/dev/zero"}, []string{`config "/dev/zero"`, "more than the 1 MiB"}},
 		{"bench -c a folder", []string{"bench", "-c", dir}, []string{"config", "a folder, not a file"}},
 		{"export --batch-sweep /dev/zero", []string{"export", "triton", "-m", model, "-o", out, "--batch-sweep", "/dev/zero"}, []string{`batch sweep "/dev/zero"`, "more than the 64 MiB"}},
+		{"bench --benchfmt the model", []string{"bench", "-m", model, "--input-shape", "1x1x8x8", "--benchfmt", model}, []string{"--benchfmt", "is also the model"}},
+		{"bench --benchfmt a link to the model", []string{"bench", "-m", model, "--input-shape", "1x1x8x8", "--benchfmt", link}, []string{"--benchfmt", link, "is also the model"}},
+		{"config init -o the model --force", []string{"config", "init", "-m", model, "-o", model, "--force"}, []string{"config init: -o", "is also the model"}},
+		{"run --save its --input", []string{"run", "-m", model, "--input", "x=" + x, "--save", x}, []string{"--save", "is also --input"}},
+		{"optimize report.json over its config", []string{"optimize", "-c", reportCfg}, []string{"output", "is also the config"}},
+		{"export triton over its artifact", []string{"export", "triton", "-m", served, "-o", repo, "--name", "digits", "--overwrite", "--measure=false"}, []string{"model.pt", "is also the artifact"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -117,5 +159,8 @@ func TestHostileArgs(t *testing.T) {
 				t.Errorf("the input model changed")
 			}
 		})
+	}
+	if b, _ := os.ReadFile(served); string(b) != string(raw) {
+		t.Errorf("the exported artifact changed")
 	}
 }

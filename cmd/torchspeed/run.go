@@ -124,6 +124,10 @@ func (r *runCmd) run(c *cobra.Command) error {
 		return exitcode.Usagef("run: model: %v", err)
 	}
 	if r.save != "" {
+		read := append(named("the model", r.model), named("the config", r.config)...)
+		if err := checkNotInput("run", named("--save", r.save), append(read, valueFiles(r.args.inputs, r.args.config)...)); err != nil {
+			return err
+		}
 		if !strings.HasSuffix(r.save, ".npz") {
 			return exitcode.Usagef("run: --save %q: give a .npz file", r.save)
 		}

@@ -253,3 +253,22 @@ func formatSize(n int64) string {
 	}
 	return fmt.Sprintf("%d bytes", n)
 }
+
+// Named is a path with what it is, for messages: {"--benchfmt", "out.txt"}.
+type Named struct {
+	What string
+	Path string
+}
+
+// CheckNotInput refuses outputs that would replace one of the inputs: the same file under any
+// spelling or link (Same). Empty paths are skipped.
+func CheckNotInput(outputs, inputs []Named) error {
+	for _, o := range outputs {
+		for _, in := range inputs {
+			if o.Path != "" && in.Path != "" && Same(o.Path, in.Path) {
+				return fmt.Errorf("%s %q is also %s %q: writing it would destroy that input; choose another path", o.What, o.Path, in.What, in.Path)
+			}
+		}
+	}
+	return nil
+}

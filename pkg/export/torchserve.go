@@ -11,6 +11,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/torchspeed/torchspeed/internal/exitcode"
 	"github.com/torchspeed/torchspeed/internal/safefile"
 	"github.com/torchspeed/torchspeed/pkg/bench"
 )
@@ -34,6 +35,9 @@ type TorchServeOptions struct {
 	// 0 means 1 (the manifest holds no instance measurement).
 	Workers   int
 	Overwrite bool
+	// Keep lists files besides the artifact that the export reads (the batch sweep report): no
+	// file it writes may be one of them.
+	Keep []string
 	// BatchSweep is a `torchspeed bench --sweep-batch` result for the artifact (ReadBatchSweep):
 	// batchSize and maxBatchDelay come from it when it shows batching pays.
 	BatchSweep *bench.SweepResult
@@ -171,6 +175,13 @@ func WriteTorchServe(a *Artifact, dir string, o TorchServeOptions) (*TorchServeE
 		}{RuntimeEnvFile, env})
 		e.Notes = append(e.Notes, envNote+"; the workers inherit torchserve's environment")
 	}
+	var outs []safefile.Named
+	for _, f := range append([]string{modelFile, TorchServeModelConfig, TorchServeConfigProperty}, RuntimeEnvFile) {
+		outs = append(outs, safefile.Named{What: f, Path: filepath.Join(dir, f)})
+	}
+	if err := safefile.CheckNotInput(outs, keep(a.Path, o.Keep)); err != nil {
+		return nil, exitcode.New(exitcode.Usage, fmt.Errorf("export torchserve: %w", err))
+	}
 	if err := os.MkdirAll(dir, 0o777); err != nil {
 		return nil, fmt.Errorf("export torchserve: create %s: %w", dir, err)
 	}
@@ -199,6 +210,15 @@ func WriteTorchServe(a *Artifact, dir string, o TorchServeOptions) (*TorchServeE
 		e.Files = append(e.Files, p)
 	}
 	return e, nil
+}
+
+// keep names the files an export reads: the artifact and the others given.
+func keep(artifact string, others []string) []safefile.Named {
+	ins := []safefile.Named{{What: "the artifact", Path: artifact}}
+	for _, p := range others {
+		ins = append(ins, safefile.Named{What: "an input", Path: p})
+	}
+	return ins
 }
 
 // launcherArgs are TorchServe's cpu_launcher_args (torch.backends.xeon.run_cpu): each worker

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/encoding/prototext"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
+	"github.com/torchspeed/torchspeed/internal/exitcode"
 	"github.com/torchspeed/torchspeed/internal/safefile"
 	"github.com/torchspeed/torchspeed/pkg/bench"
 	"github.com/torchspeed/torchspeed/pkg/export/tritonpb"
@@ -47,6 +48,9 @@ type TritonOptions struct {
 	Instances int
 	// Overwrite replaces an existing model directory's files.
 	Overwrite bool
+	// Keep lists files besides the artifact that the export reads (the batch sweep report): no
+	// file it writes may be one of them.
+	Keep []string
 	// BatchSweep is a `torchspeed bench --sweep-batch` result for the artifact (ReadBatchSweep);
 	// with it, dynamic_batching is written when the sweep shows batching pays.
 	BatchSweep *bench.SweepResult
@@ -268,6 +272,11 @@ func WriteTriton(a *Artifact, repo string, o TritonOptions) (*TritonExport, erro
 	e := &TritonExport{
 		ModelDir: dir, ConfigPath: filepath.Join(dir, "config.pbtxt"),
 		ModelPath: filepath.Join(dir, "1", "model.pt"), Config: cfg, Notes: notes,
+	}
+	outs := []safefile.Named{{What: "config.pbtxt", Path: e.ConfigPath}, {What: "model.pt", Path: e.ModelPath},
+		{What: RuntimeEnvFile, Path: filepath.Join(dir, RuntimeEnvFile)}}
+	if err := safefile.CheckNotInput(outs, keep(a.Path, o.Keep)); err != nil {
+		return nil, exitcode.New(exitcode.Usage, fmt.Errorf("export triton: %w", err))
 	}
 	if !o.Overwrite {
 		for _, p := range []string{e.ConfigPath, e.ModelPath} {

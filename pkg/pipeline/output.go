@@ -83,6 +83,15 @@ func prepareOutput(c *config.Config) (*output, error) {
 		o.abandon()
 		return nil, err
 	}
+	// No output may replace the config or the data it names either.
+	var outs []safefile.Named
+	for _, p := range o.paths() {
+		outs = append(outs, safefile.Named{What: "output", Path: p})
+	}
+	if err := safefile.CheckNotInput(outs, c.InputFiles()); err != nil {
+		o.abandon()
+		return nil, exitcode.New(exitcode.Usage, err)
+	}
 	return o, nil
 }
 
