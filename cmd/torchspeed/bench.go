@@ -184,7 +184,8 @@ func (b *benchCmd) run(c *cobra.Command) error {
 		}
 	}()
 	for _, s := range specs {
-		l, err := benchrun.LoadModel(s, log)
+		// Warnings on stderr even with --quiet, which promises warnings and errors.
+		l, err := benchrun.LoadModel(s, c.ErrOrStderr())
 		if errors.Is(err, torchspeed.ErrNoMethod) {
 			return exitcode.Usagef("bench: --method or model.reset_method: %s", strings.TrimPrefix(err.Error(), "bench: "))
 		} else if err != nil {

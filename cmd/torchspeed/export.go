@@ -99,6 +99,9 @@ func (t exportTarget) run(c *cobra.Command, u *ui, f *exportFlags, count int, sw
 	if err != nil {
 		return err
 	}
+	for _, w := range a.Warnings {
+		fmt.Fprintf(c.ErrOrStderr(), "export %s: warning: %s\n", t.cmd, w)
+	}
 	if f.measure {
 		fmt.Fprintf(u.logOrDiscard(c.ErrOrStderr()), "export: timing the artifact as %s loads it (%s%s) against torchspeed.Load ...\n", t.server, t.loads, t.measuring)
 	}

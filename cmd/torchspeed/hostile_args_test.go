@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
@@ -162,5 +163,30 @@ func TestHostileArgs(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(served); string(b) != string(raw) {
 		t.Errorf("the exported artifact changed")
+	}
+}
+
+// torchspeed.Load's warnings about an artifact (here: it records no digest, so its integrity
+// cannot be checked) reach stderr from every command that loads one, --quiet or not: run and
+// export never printed them, and bench -q dropped them.
+func TestHostileLoadWarnings(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	m, err := torch.Load(filepath.Join(fixtureDir(t), "digits.pt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	art := saveArtifactWith(t, m, "digits.torchspeed.pt", []int64{1, 1, 8, 8}, 1)
+	m.Close()
+	for _, args := range [][]string{
+		{"run", "-m", art},
+		{"-q", "run", "-m", art},
+		{"-q", "bench", "-m", art, "--runs", "3", "--warmup", "0", "--interrupts", "0", "-o", filepath.Join(dir, "bench")},
+		{"-q", "export", "triton", "-m", art, "-o", filepath.Join(dir, "repo"), "--measure=false"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			_, stderr, code := cli(t, dir, nil, args...)
+			expectExit(t, stderr, code, 0, "digits.torchspeed.pt", "records no digest")
+		})
 	}
 }

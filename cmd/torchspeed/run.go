@@ -142,6 +142,7 @@ func (r *runCmd) run(c *cobra.Command) error {
 		return err
 	}
 	defer m.Close()
+	printLoadWarnings(c.ErrOrStderr(), "run", m)
 	log := r.ui.logOrDiscard(c.ErrOrStderr())
 	if err := r.setThreads(m, c.ErrOrStderr()); err != nil {
 		return err
@@ -267,4 +268,16 @@ func summarizeOutput(o torch.Output, k int) (runOutput, error) {
 		}
 	}
 	return ro, nil
+}
+
+// printLoadWarnings prints what torchspeed.Load found wrong with an artifact (libtorch version
+// drift, no digest, passes this shim cannot apply) on stderr, even with --quiet: they change
+// what the results mean. A plain TorchScript file's only warning is that it is one.
+func printLoadWarnings(w io.Writer, cmd string, m *torchspeed.Model) {
+	if m.Manifest == nil || m.Manifest.Format == 0 {
+		return
+	}
+	for _, s := range m.Warnings {
+		fmt.Fprintf(w, "%s: warning: %s\n", cmd, s)
+	}
 }
