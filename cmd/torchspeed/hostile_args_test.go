@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/internal/exitcode"
 	"github.com/torchspeed/torchspeed/internal/safefile"
@@ -189,4 +191,56 @@ func TestHostileLoadWarnings(t *testing.T) {
 			expectExit(t, stderr, code, 0, "digits.torchspeed.pt", "records no digest")
 		})
 	}
+}
+
+// A log folder may be shared: a link planted at instance-0.log once had the instance's output
+// appended to whatever it named (sh's >> follows links). launch refuses it, a hard link and a
+// pipe there, with exit 2, before starting anything; the victim is untouched.
+func TestHostileLaunchLogDir(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	victim := filepath.Join(dir, "victim")
+	if err := os.WriteFile(victim, []byte("keep"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ran := filepath.Join(dir, "ran")
+	for _, c := range []struct {
+		name  string
+		plant func(log string) error
+		want  string
+	}{
+		{"symbolic link", func(log string) error { return os.Symlink(victim, log) }, "is a symbolic link"},
+		{"dangling symbolic link", func(log string) error { return os.Symlink(filepath.Join(dir, "new"), log) }, "is a symbolic link"},
+		{"hard link", func(log string) error { return os.Link(victim, log) }, "hard links"},
+		{"pipe", func(log string) error { return unix.Mkfifo(log, 0o644) }, "instance-0.log"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			logs := filepath.Join(t.TempDir(), "logs")
+			if err := os.MkdirAll(logs, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.plant(filepath.Join(logs, "instance-0.log")); err != nil {
+				t.Fatal(err)
+			}
+			_, stderr, code := cli(t, dir, nil, "launch", "--log-dir", logs, "--", "sh", "-c", "echo pwned; touch "+ran)
+			expectExit(t, stderr, code, exitcode.Usage, "--log-dir", c.want)
+			if b, _ := os.ReadFile(victim); string(b) != "keep" {
+				t.Errorf("the victim now holds %q", b)
+			}
+			if _, err := os.Lstat(ran); err == nil {
+				t.Errorf("the command ran")
+			}
+			if _, err := os.Lstat(filepath.Join(dir, "new")); err == nil {
+				t.Errorf("a file was created through the dangling link")
+			}
+		})
+	}
+	t.Run("a fresh folder gets its log", func(t *testing.T) {
+		logs := filepath.Join(t.TempDir(), "logs")
+		_, stderr, code := cli(t, dir, nil, "launch", "--log-dir", logs, "--", "sh", "-c", "echo hello")
+		expectExit(t, stderr, code, 0)
+		if b, err := os.ReadFile(filepath.Join(logs, "instance-0.log")); err != nil || string(b) != "hello\n" {
+			t.Errorf("log %q, %v", b, err)
+		}
+	})
 }
