@@ -244,3 +244,30 @@ func TestHostileLaunchLogDir(t *testing.T) {
 		}
 	})
 }
+
+// optimize once checked only its artifact's name: without --overwrite it replaced an earlier
+// run's report.json, report.md and latency plots (and retired report.failed.*). Now any file
+// it may write that exists stops it first, with exit 2, and nothing in the folder changes.
+func TestHostileOptimizeKeepsEarlierOutputs(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	model, _ := copyModel(t, dir, "digits.pt")
+	for _, name := range []string{"report.json", "report.md", "latency.png", "latency.svg", "report.failed.json", "latency.failed.svg"} {
+		t.Run(name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "out")
+			if err := os.MkdirAll(out, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(out, name), []byte("an earlier run's"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			before := snapshot(t, out)
+			_, stderr, code := cli(t, dir, nil, "optimize", "-m", model, "--input-shape", "1x1x8x8", "-o", out, "--quiet")
+			expectExit(t, stderr, code, exitcode.Usage, name, "exists", "--overwrite")
+			sameSnapshot(t, before, snapshot(t, out))
+			// Runs before the written reports' schema check (registered by cli, earlier): the
+			// planted report is no report.
+			t.Cleanup(func() { os.Remove(filepath.Join(out, name)) })
+		})
+	}
+}
