@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -269,5 +270,52 @@ func TestHostileOptimizeKeepsEarlierOutputs(t *testing.T) {
 			// planted report is no report.
 			t.Cleanup(func() { os.Remove(filepath.Join(out, name)) })
 		})
+	}
+}
+
+// Exports into one repository entry once shared the staging name REPO/NAME/1/.model.pt.export:
+// one export renamed or removed the other's file ("no such file"), or left model.pt of one
+// beside config.pbtxt of another. Now each stages under its own name and they take turns.
+func TestHostileConcurrentExports(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	m, err := torch.Load(filepath.Join(fixtureDir(t), "digits.pt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	art := saveArtifactWith(t, m, "digits.torchspeed.pt", []int64{1, 1, 8, 8}, 1)
+	m.Close()
+	repo := filepath.Join(dir, "repo")
+	const n = 4
+	cmds := make([]*exec.Cmd, n)
+	outs := make([]*strings.Builder, n)
+	for i := range cmds {
+		cmds[i] = exec.Command(torchspeedBin(t), "export", "triton", "-m", art, "-o", repo, "--overwrite", "--runs", "2", "--measure-params=false", "--quiet")
+		cmds[i].Env = scrubbedEnv()
+		outs[i] = &strings.Builder{}
+		cmds[i].Stdout, cmds[i].Stderr = outs[i], outs[i]
+		if err := cmds[i].Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, c := range cmds {
+		if err := c.Wait(); err != nil {
+			t.Errorf("export %d: %v\n%s", i, err, outs[i])
+		}
+	}
+	entry := filepath.Join(repo, "digits")
+	var left []string
+	_ = filepath.WalkDir(entry, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			left = append(left, strings.TrimPrefix(p, entry+"/"))
+		}
+		return nil
+	})
+	if strings.Join(left, " ") != "1/model.pt config.pbtxt" {
+		t.Errorf("the entry holds %v, want 1/model.pt and config.pbtxt", left)
+	}
+	want, _ := os.ReadFile(art)
+	if got, _ := os.ReadFile(filepath.Join(entry, "1", "model.pt")); string(got) != string(want) {
+		t.Errorf("model.pt is not the artifact")
 	}
 }

@@ -185,6 +185,12 @@ func WriteTorchServe(a *Artifact, dir string, o TorchServeOptions) (*TorchServeE
 	if err := os.MkdirAll(dir, 0o777); err != nil {
 		return nil, fmt.Errorf("export torchserve: create %s: %w", dir, err)
 	}
+	// Two exports into one folder take turns (see WriteTriton).
+	unlock, err := lockDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("export torchserve: %w", err)
+	}
+	defer unlock()
 	if !o.Overwrite {
 		for _, f := range append([]string{modelFile}, TorchServeModelConfig, TorchServeConfigProperty) {
 			if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
