@@ -34,14 +34,7 @@ func Load(path string, flags *pflag.FlagSet, aliases map[string]string) (*Config
 // reads them from flags or an artifact's manifest): with full false, model.path and
 // model.inputs may be missing, and every value given is still checked.
 func LoadValues(path string, flags *pflag.FlagSet, aliases map[string]string, full bool) (*Config, error) {
-	v := viper.New()
-	v.SetConfigType("yaml")
-	v.SetEnvPrefix(EnvPrefix)
-	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_", "-", "_"))
-	v.AutomaticEnv()
-	def := Default()
-	var keys []string
-	setDefaults(v, "", reflect.ValueOf(def), &keys)
+	var text []byte
 	if path != "" {
 		// Bounded: a config given as /dev/zero (or a pipe that never ends) once grew the
 		// process until the kernel killed it.
@@ -52,7 +45,23 @@ func LoadValues(path string, flags *pflag.FlagSet, aliases map[string]string, fu
 			}
 			return nil, fmt.Errorf("config %q: %w", path, err)
 		}
-		if err := v.ReadConfig(bytes.NewReader(b)); err != nil {
+		text = b
+	}
+	return loadValues(path, text, flags, aliases, full)
+}
+
+// loadValues is LoadValues with the file's text (nil without a file) read already.
+func loadValues(path string, text []byte, flags *pflag.FlagSet, aliases map[string]string, full bool) (*Config, error) {
+	v := viper.New()
+	v.SetConfigType("yaml")
+	v.SetEnvPrefix(EnvPrefix)
+	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_", "-", "_"))
+	v.AutomaticEnv()
+	def := Default()
+	var keys []string
+	setDefaults(v, "", reflect.ValueOf(def), &keys)
+	if path != "" {
+		if err := v.ReadConfig(bytes.NewReader(text)); err != nil {
 			return nil, fmt.Errorf("config %q: not valid YAML: %w", path, err)
 		}
 	}
