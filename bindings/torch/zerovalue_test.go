@@ -9,7 +9,7 @@ import (
 
 // Every exported method of every handle refuses a nil or zero-value receiver with an error
 // (ErrNilHandle), or answers a zero result where it returns no error; none panics.
-func TestZeroValueHandles(t *testing.T) {
+func TestHostileZeroValueHandles(t *testing.T) {
 	t.Run("Module", func(t *testing.T) { zerocheck.Receivers[torch.Module](t, "Close") })
 	t.Run("Tensor", func(t *testing.T) { zerocheck.Receivers[torch.Tensor](t, "Close") })
 	t.Run("Value", func(t *testing.T) { zerocheck.Receivers[torch.Value](t, "Close", "Err") })
