@@ -125,7 +125,7 @@ func checkManifest(m *Manifest) error {
 	c.oneOf("runtime.openmp", rt.OpenMP, manifestOpenMPs)
 	c.oneOf("runtime.allocator", rt.Allocator, manifestAllocators)
 	if rt.Candidate != "" {
-		c.oneOf("runtime.candidate", rt.Candidate, ManifestCandidates)
+		c.candidate("runtime.candidate", rt.Candidate)
 	}
 	c.oneOf("runtime.wait_policy", rt.WaitPolicy, manifestWaitPolicies)
 	c.oneOf("runtime.cpu_capability", rt.CPUCapability, manifestCPUCapabilities)
@@ -199,6 +199,16 @@ func (c *checker) oneOf(field, s string, allowed []string) {
 		named = append(named, a)
 	}
 	c.fail(field, fmt.Errorf("%s is not one this torchspeed knows: want %s (or upgrade torchspeed, if a newer one wrote it)", quote(s), strings.Join(named, ", ")))
+}
+
+// candidate checks a runtime candidate's name: a known one, or known ones joined by "+" (the
+// winners of different kinds of setting combined, as runenv.Combine names them).
+func (c *checker) candidate(field, name string) {
+	parts := strings.Split(name, "+")
+	if len(name) <= MaxManifestName && len(parts) <= 4 && !slices.ContainsFunc(parts, func(p string) bool { return !slices.Contains(ManifestCandidates, p) }) {
+		return
+	}
+	c.fail(field, fmt.Errorf("%s is not one this torchspeed knows: want one of %s, or up to 4 of them joined by + (or upgrade torchspeed, if a newer one wrote it)", quote(name), strings.Join(ManifestCandidates, ", ")))
 }
 
 // digest checks a SHA-256 in hex ("" when not recorded).

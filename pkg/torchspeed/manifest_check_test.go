@@ -2,6 +2,7 @@ package torchspeed
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -16,7 +17,22 @@ func TestManifestCheckKnowsEveryCandidate(t *testing.T) {
 		OpenBLAS: "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH NO_AFFINITY Haswell MAX_THREADS=64"}
 	seen := 0
 	for _, openmp := range []string{"gnu", "intel", "llvm"} {
-		for _, c := range runenv.Candidates(runenv.Settings{Threads: 2, OpenMP: openmp}, m, nil) {
+		cands := runenv.Candidates(runenv.Settings{Threads: 2, OpenMP: openmp}, m, nil)
+		// optimize combines the winners of different kinds ("thp+avx512"), up to one per kind.
+		all := slices.Clone(cands)
+		for _, a := range cands {
+			for _, b := range cands {
+				if ab, ok := runenv.Combine(a, b); ok {
+					all = append(all, ab)
+					for _, c := range cands {
+						if abc, ok := runenv.Combine(ab, c); ok {
+							all = append(all, abc)
+						}
+					}
+				}
+			}
+		}
+		for _, c := range all {
 			man := Manifest{Format: 1, Runtime: Runtime{Threads: 2, OpenMP: openmp, Candidate: c.Name, WaitPolicy: c.WaitPolicy,
 				SpinCount: c.SpinCount, Allocator: c.Allocator, HugePages: c.HugePages, CPUCapability: c.CPUCapability, BLASCore: c.BLASCore}}
 			if err := checkManifest(&man); err != nil {
@@ -44,12 +60,19 @@ func TestManifestCheck(t *testing.T) {
 	if err := checkManifest(good()); err != nil {
 		t.Fatalf("a manifest torchspeed writes: %v", err)
 	}
+	combined := good()
+	combined.Runtime.Candidate = "thp+avx512+passive"
+	if err := checkManifest(combined); err != nil {
+		t.Fatalf("a manifest torchspeed writes: %v", err)
+	}
 	cases := []struct {
 		field string
 		edit  func(*Manifest)
 	}{
 		{"runtime.candidate", func(m *Manifest) { m.Runtime.Candidate = "passive\ntouch /tmp/x" }},
 		{"runtime.candidate", func(m *Manifest) { m.Runtime.Candidate = "turbo" }},
+		{"runtime.candidate", func(m *Manifest) { m.Runtime.Candidate = "thp+" }},
+		{"runtime.candidate", func(m *Manifest) { m.Runtime.Candidate = "thp+avx512+passive+jemalloc+active" }},
 		{"runtime.wait_policy", func(m *Manifest) { m.Runtime.WaitPolicy = "passive" }},
 		{"runtime.allocator", func(m *Manifest) { m.Runtime.Allocator = "/tmp/evil.so" }},
 		{"runtime.openmp", func(m *Manifest) { m.Runtime.OpenMP = "gnu; rm -rf ~" }},
