@@ -79,11 +79,8 @@ func prepareOutput(c *config.Config) (*output, error) {
 		return nil, exitcode.New(exitcode.Usage, fmt.Errorf("output.dir %q: %w: choose another folder (output.dir or -o)", dir, err))
 	}
 	cleanStaleStaging(dir)
-	if err := o.check(c.Model.Path); err != nil {
-		o.abandon()
-		return nil, err
-	}
-	// No output may replace the config or the data it names either.
+	// No output may replace the config or the data it names (even with overwrite): said
+	// before an exists-check that would only suggest --overwrite.
 	var outs []safefile.Named
 	for _, p := range o.paths() {
 		outs = append(outs, safefile.Named{What: "output", Path: p})
@@ -91,6 +88,10 @@ func prepareOutput(c *config.Config) (*output, error) {
 	if err := safefile.CheckNotInput(outs, c.InputFiles()); err != nil {
 		o.abandon()
 		return nil, exitcode.New(exitcode.Usage, err)
+	}
+	if err := o.check(c.Model.Path); err != nil {
+		o.abandon()
+		return nil, err
 	}
 	return o, nil
 }
