@@ -11,7 +11,7 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 LDFLAGS  := -X github.com/torchspeed/torchspeed/pkg/version.Version=$(VERSION)
 PREFIX   ?= /usr/local
 
-.PHONY: all setup shim build fixtures test test-go test-purego test-example check-isa lint demo bench bench-peers check-libtorch2 install proto clean
+.PHONY: all setup shim build fixtures test test-go test-purego test-fuzz test-example check-isa lint demo bench bench-peers check-libtorch2 install proto clean
 
 all: build
 
@@ -61,7 +61,15 @@ test-purego:
 test-go:
 	go test -race -count=1 -timeout 40m ./...
 
-test: build fixtures lint test-purego test-go test-example check-isa
+# The readers of untrusted files, fuzzed for a bounded time each (go test -fuzz takes one target
+# of one package per run); seed corpora in each package's testdata/fuzz.
+FUZZTIME ?= 20s
+test-fuzz:
+	go test -run '^$$' -fuzz '^FuzzRead$$' -fuzztime $(FUZZTIME) ./pkg/npy
+	go test -run '^$$' -fuzz '^FuzzReadNPZ$$' -fuzztime $(FUZZTIME) ./pkg/npy
+	go test -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime $(FUZZTIME) ./pkg/config
+
+test: build fixtures lint test-purego test-go test-fuzz test-example check-isa
 
 # The instruction-set matrix: the INT8 and kernel tests with lower paths forced (AVX2 without
 # VNNI, AVX-512 without VNNI, no vector kernels) on the CPU at hand, and the CLI on an emulated

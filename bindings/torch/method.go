@@ -48,7 +48,7 @@ func (m *Module) CallNamed(method string, args []*Value, kwargs map[string]*Valu
 }
 
 func (m *Module) callKw(method string, args []*Value, kwargs map[string]*Value) (*Value, error) {
-	if err := m.g.acquire(); err != nil {
+	if err := m.acquire(); err != nil {
 		return nil, err
 	}
 	defer m.g.release()
@@ -112,7 +112,7 @@ func describeValues(args []*Value, names []string, kw []*Value) string {
 func (m *Module) Methods() ([]string, error) {
 	s, err := m.stringOp(func(c *C.ts_module, p **C.char) *C.ts_status { return C.ts_module_methods(c, p) })
 	if err != nil {
-		return nil, fmt.Errorf("methods of %q: %w", m.name, err)
+		return nil, fmt.Errorf("methods of %q: %w", m.Name(), err)
 	}
 	if s == "" {
 		return nil, nil
@@ -175,7 +175,7 @@ func (m *Module) MethodSchema(method string) (*MethodSchema, error) {
 	defer C.free(unsafe.Pointer(cm))
 	s, err := m.stringOp(func(c *C.ts_module, p **C.char) *C.ts_status { return C.ts_module_method_schema(c, cm, p) })
 	if err != nil {
-		return nil, fmt.Errorf("schema of %q: %w", m.name, err)
+		return nil, fmt.Errorf("schema of %q: %w", m.Name(), err)
 	}
 	var ms MethodSchema
 	if err := json.Unmarshal([]byte(s), &ms); err != nil {
@@ -192,7 +192,7 @@ func (m *Module) State(method string) ([]string, error) {
 	defer C.free(unsafe.Pointer(cm))
 	s, err := m.stringOp(func(c *C.ts_module, p **C.char) *C.ts_status { return C.ts_module_state(c, cm, p) })
 	if err != nil {
-		return nil, fmt.Errorf("state of %q: %w", m.name, err)
+		return nil, fmt.Errorf("state of %q: %w", m.Name(), err)
 	}
 	var paths []string
 	if err := json.Unmarshal([]byte(s), &paths); err != nil {

@@ -115,7 +115,7 @@ func TensorValue(t *Tensor) *Value {
 	if t == nil {
 		return failedValue(errors.New("new Tensor value: tensor is nil"))
 	}
-	if err := t.g.acquire(); err != nil {
+	if err := t.acquire(); err != nil {
 		return failedValue(fmt.Errorf("new Tensor value: %w", err))
 	}
 	defer t.g.release()
@@ -190,6 +190,9 @@ func cValues(vals []*Value, what string) (arr **C.ts_value, release func(), err 
 		default:
 			if gerr := v.g.acquire(); gerr != nil {
 				err = fmt.Errorf("%s %d: %w", what, i, gerr)
+			} else if v.c == nil {
+				v.g.release()
+				err = fmt.Errorf("%s %d: %w", what, i, ErrNilHandle)
 			}
 		}
 		if err != nil {
@@ -205,8 +208,22 @@ func cValues(vals []*Value, what string) (arr **C.ts_value, release func(), err 
 	return arr, release, nil
 }
 
-// Err is the error that kept a constructor from making the value, or nil.
-func (v *Value) Err() error { return v.err }
+// Err is the error that kept a constructor from making the value, or nil; ErrNilHandle for a
+// nil or zero-value Value, which no constructor made.
+func (v *Value) Err() error {
+	if v == nil {
+		return ErrNilHandle
+	}
+	if v.err != nil {
+		return v.err
+	}
+	v.g.mu.RLock()
+	defer v.g.mu.RUnlock()
+	if v.c == nil && !v.g.closed {
+		return ErrNilHandle
+	}
+	return nil
+}
 
 // Close frees the value. It is idempotent and waits for calls that use the value.
 func (v *Value) Close() error {
@@ -240,6 +257,9 @@ func (v *Value) use(f func(*C.ts_value) error) error {
 		return err
 	}
 	defer v.g.release()
+	if v.c == nil {
+		return ErrNilHandle
+	}
 	return f(v.c)
 }
 

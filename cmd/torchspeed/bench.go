@@ -12,6 +12,7 @@ import (
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/internal/exitcode"
+	"github.com/torchspeed/torchspeed/internal/safefile"
 	"github.com/torchspeed/torchspeed/pkg/bench"
 	"github.com/torchspeed/torchspeed/pkg/benchrun"
 	"github.com/torchspeed/torchspeed/pkg/config"
@@ -165,8 +166,8 @@ func (b *benchCmd) run(c *cobra.Command) error {
 		return err
 	}
 	for _, s := range specs {
-		if _, err := os.Stat(s.Path); err != nil {
-			return exitcode.Usagef("bench: model %q: %v", s.Path, err)
+		if err := safefile.CheckInputFile(s.Path); err != nil {
+			return exitcode.Usagef("bench: model: %v", err)
 		}
 	}
 	if b.instances > 0 {
@@ -192,7 +193,8 @@ func (b *benchCmd) run(c *cobra.Command) error {
 		}
 	}()
 	for _, s := range specs {
-		l, err := benchrun.LoadModel(s, log)
+		// Warnings on stderr even with --quiet, which promises warnings and errors.
+		l, err := benchrun.LoadModel(s, c.ErrOrStderr())
 		if errors.Is(err, torchspeed.ErrNoMethod) {
 			return exitcode.Usagef("bench: --method or model.reset_method: %s", strings.TrimPrefix(err.Error(), "bench: "))
 		} else if err != nil {

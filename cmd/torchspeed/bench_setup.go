@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -82,6 +83,11 @@ func (b *benchCmd) validate(c *cobra.Command) error {
 	}
 	if _, err := bench.ParseOrder(b.order); err != nil {
 		return exitcode.Usagef("bench: --order: %v", err)
+	}
+	for _, n := range b.sweepB {
+		if n < 1 || n > bench.MaxSweepBatch {
+			return exitcode.Usagef("bench: --sweep-batch %d: want 1 to %d", n, bench.MaxSweepBatch)
+		}
 	}
 	for _, t := range b.sweepT {
 		if err := config.CheckThreads("bench: --sweep-threads", t, ""); err != nil {
@@ -223,6 +229,16 @@ func (b *benchCmd) outputs() (outputs, error) {
 			o.plotDirs = append(o.plotDirs, b.outDir)
 		}
 	}
+	written := named("--benchfmt", o.benchfmt)
+	written = append(written, named("the bench report", o.jsonPath)...)
+	for _, d := range o.plotDirs {
+		written = append(written, named("a plot", benchPlotFiles(d)...)...)
+	}
+	read := append(named("the model", b.models...), named("the --vs model", b.vs...)...)
+	read = append(append(read, named("the config", b.config)...), valueFiles(b.values, b.cfgInputs)...)
+	if err := checkNotInput("bench", written, read); err != nil {
+		return o, err
+	}
 	for d := range dirs {
 		if err := bench.CheckWritableDir(d); err != nil {
 			return o, exitcode.New(exitcode.Usage, fmt.Errorf("bench: %w", err))
@@ -265,6 +281,21 @@ func (b *benchCmd) sweepConfig(ins []benchrun.InputSpec, avail int) (bench.Sweep
 	}
 	if _, err := cfg.Points(); err != nil {
 		return cfg, exitcode.New(exitcode.Usage, fmt.Errorf("bench: %w", err))
+	}
+	// The largest batch's inputs must fit in memory, as --input-shape's must.
+	if len(ins) > 0 && len(b.sweepB) > 0 {
+		batch := int64(slices.Max(b.sweepB))
+		var checks []config.InputSpec
+		for i, in := range ins {
+			shape := slices.Clone(in.Shape)
+			if len(shape) > 0 {
+				shape[0] = batch
+			}
+			checks = append(checks, config.InputSpec{Name: fmt.Sprintf("input %d", i), Shape: shape, DType: in.DType.String()})
+		}
+		if err := config.CheckInputs(fmt.Sprintf("bench: --sweep-batch %d", batch), checks); err != nil {
+			return cfg, exitcode.New(exitcode.Usage, err)
+		}
 	}
 	return cfg, nil
 }

@@ -190,7 +190,7 @@ func TestBenchBadInput(t *testing.T) {
 	}{
 		{"no model", []string{"--input-shape", "1x1x8x8"}, true, []string{"--model is required"}},
 		{"no inputs", []string{"-m", model}, true, []string{"--input-shape"}},
-		{"missing model", []string{"-m", filepath.Join(dir, "nope.pt"), "--input-shape", "1"}, true, []string{"nope.pt", "no such file"}},
+		{"missing model", []string{"-m", filepath.Join(dir, "nope.pt"), "--input-shape", "1"}, true, []string{"nope.pt", "file not found"}},
 		{"zero duration", append(base, "--duration", "0s"), true, []string{"--duration 0s: must be positive"}},
 		{"short interrupts", append(base, "--interrupts", "1ms"), true, []string{"--interrupts 1ms: want 0 (skip) or 10ms to 1m"}},
 		{"zero runs", append(base, "--runs", "0"), true, []string{"--runs (bench.runs): 0 is not allowed"}},

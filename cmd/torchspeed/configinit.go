@@ -59,6 +59,12 @@ func (ci *configInit) run(c *cobra.Command) error {
 		return exitcode.Usagef("config init: --model is required")
 	}
 	toFile := ci.out != "" && ci.out != "-"
+	if toFile {
+		// --force replaces an earlier config, never the model or data it describes.
+		if err := checkNotInput("config init", named("-o", ci.out), append(named("the model", ci.model), valueFiles(ci.values, nil)...)); err != nil {
+			return err
+		}
+	}
 	if toFile && !ci.force {
 		if _, err := os.Lstat(ci.out); err == nil {
 			return exitcode.Usagef("config init: %s exists: remove it or pass --force", ci.out)
@@ -77,8 +83,8 @@ func (ci *configInit) run(c *cobra.Command) error {
 	if err := config.CheckInputs("config init: --input-shape", checks); err != nil {
 		return exitcode.New(exitcode.Usage, err)
 	}
-	if _, err := os.Stat(ci.model); err != nil {
-		return exitcode.Usagef("config init: model %q: %v", ci.model, err)
+	if err := safefile.CheckInputFile(ci.model); err != nil {
+		return exitcode.Usagef("config init: model: %v", err)
 	}
 	m, err := torch.Load(ci.model)
 	if err != nil {

@@ -4,11 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/spf13/cobra"
 
 	"github.com/torchspeed/torchspeed/internal/exitcode"
+	"github.com/torchspeed/torchspeed/internal/safefile"
 	"github.com/torchspeed/torchspeed/pkg/bench"
 
 	"github.com/torchspeed/torchspeed/pkg/export"
@@ -46,8 +46,8 @@ func (f *exportFlags) check(cmd string) error {
 	if f.runs < 1 {
 		return exitcode.Usagef("export %s: --runs %d: give 1 or more", cmd, f.runs)
 	}
-	if fi, err := os.Stat(f.model); err != nil || fi.IsDir() {
-		return exitcode.Usagef("export %s: --model %q: not a file: pass the .torchspeed.pt that torchspeed optimize wrote", cmd, f.model)
+	if err := safefile.CheckInputFile(f.model); err != nil {
+		return exitcode.Usagef("export %s: --model: %v", cmd, err)
 	}
 	if f.name != "" {
 		if err := export.CheckName(f.name); err != nil {
@@ -107,6 +107,9 @@ func (t exportTarget) run(c *cobra.Command, u *ui, f *exportFlags, count int, sw
 	if err != nil {
 		return err
 	}
+	for _, w := range a.Warnings {
+		fmt.Fprintf(c.ErrOrStderr(), "export %s: warning: %s\n", t.cmd, w)
+	}
 	if f.measure {
 		fmt.Fprintf(u.logOrDiscard(c.ErrOrStderr()), "export: timing the artifact as %s loads it (%s%s) against torchspeed.Load ...\n", t.server, t.loads, t.measuring)
 	}
@@ -146,7 +149,7 @@ func newExportTritonCmd(u *ui) *cobra.Command {
 	measureParams := true
 	t := exportTarget{cmd: "triton", server: "Triton", loads: "plain torch::jit::load", countFlag: "instances",
 		write: func(a *export.Artifact, s *bench.SweepResult) (exported, error) {
-			o.Name, o.Overwrite, o.BatchSweep = f.name, f.overwrite, s
+			o.Name, o.Overwrite, o.BatchSweep, o.Keep = f.name, f.overwrite, s, []string{sweep}
 			if f.measure {
 				o.Measure = &export.CostOptions{Runs: f.runs, Params: measureParams}
 			}
@@ -191,7 +194,7 @@ func newExportTorchServeCmd(u *ui) *cobra.Command {
 	var sweep string
 	t := exportTarget{cmd: "torchserve", server: "TorchServe", loads: "plain torch.jit.load", countFlag: "workers",
 		write: func(a *export.Artifact, s *bench.SweepResult) (exported, error) {
-			o.Name, o.Overwrite, o.BatchSweep = f.name, f.overwrite, s
+			o.Name, o.Overwrite, o.BatchSweep, o.Keep = f.name, f.overwrite, s, []string{sweep}
 			e, err := export.WriteTorchServe(a, f.out, o)
 			if err != nil {
 				return exported{}, err

@@ -235,6 +235,7 @@ func TestHostileResults(t *testing.T) {
 		p := rewriteManifest(t, art, func(b []byte) []byte {
 			return bytes.Replace(b, []byte(`"threads": 1`), []byte(`"threads": 99999999999999999999`), 1)
 		})
-		runs(t, p, 1, "digits.torchspeed.pt", "99999999999999999999", "threads")
+		// A field that cannot hold its value is bad input, as any other invalid manifest field.
+		runs(t, p, exitcode.Usage, "digits.torchspeed.pt", "99999999999999999999", "manifest field runtime.threads")
 	})
 }

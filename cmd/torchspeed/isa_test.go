@@ -305,8 +305,10 @@ func sameRunOutputs(t *testing.T, a, b string) {
 	}
 	for i := range ra.Outputs {
 		x, y := ra.Outputs[i], rb.Outputs[i]
-		tol := 1e-4 * math.Max(1, math.Max(math.Abs(x.Min), math.Abs(x.Max)))
-		if math.Abs(x.Min-y.Min) > tol || math.Abs(x.Max-y.Max) > tol || math.Abs(x.Mean-y.Mean) > tol {
+		xmin, xmax, xmean := float64(x.Min), float64(x.Max), float64(x.Mean)
+		ymin, ymax, ymean := float64(y.Min), float64(y.Max), float64(y.Mean)
+		tol := 1e-4 * math.Max(1, math.Max(math.Abs(xmin), math.Abs(xmax)))
+		if math.Abs(xmin-ymin) > tol || math.Abs(xmax-ymax) > tol || math.Abs(xmean-ymean) > tol {
 			t.Errorf("output %s: native min %g max %g mean %g, emulated AVX2 %g %g %g", x.Name, x.Min, x.Max, x.Mean, y.Min, y.Max, y.Mean)
 		}
 	}

@@ -8,7 +8,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -130,6 +132,9 @@ func (l *launchCmd) run(c *cobra.Command, args []string) error {
 			return enc.Encode(settings)
 		}
 		for _, s := range settings {
+			// The output is meant for eval: a newline in a note would end its comment and
+			// run what follows.
+			s.Notes = oneLines(s.Notes)
 			if _, err := fmt.Fprint(out, s.ShellExports()); err != nil {
 				return err
 			}
@@ -138,20 +143,22 @@ func (l *launchCmd) run(c *cobra.Command, args []string) error {
 	}
 	// Children start from pinned threads of this process (see pkg/launch): no
 	// trampoline, so an instance does not pay for loading libtorch twice.
-	command, err := l.logged(args, len(settings), l.ui.logOrDiscard(c.ErrOrStderr()))
+	logs, err := l.logFiles(settings, l.ui.logOrDiscard(c.ErrOrStderr()))
 	if err != nil {
 		return err
 	}
+	defer closeAll(logs)
 	cfg := launch.Config{
 		Settings: settings,
-		Command:  command,
+		Command:  args,
 		Stdin:    os.Stdin,
 		Stdout:   out,
 		Stderr:   c.ErrOrStderr(),
+		Outputs:  logs,
 	}
 	if log := l.ui.log(c.ErrOrStderr()); log != nil {
 		cfg.Log = log
-		for _, n := range settings[0].Notes {
+		for _, n := range oneLines(settings[0].Notes) {
 			fmt.Fprintf(log, "torchspeed launch: note: %s\n", n)
 		}
 	}
@@ -187,12 +194,13 @@ func (l *launchCmd) run(c *cobra.Command, args []string) error {
 	return nil
 }
 
-// logged wraps the command so that each instance writes its output to its own file in
-// --log-dir, named by the TORCHSPEED_INSTANCE number launch gives it. The redirection happens
-// in the instance (a shell that execs the command), after launch pinned it.
-func (l *launchCmd) logged(args []string, instances int, log io.Writer) ([]string, error) {
+// logFiles opens FOLDER/instance-N.log for each instance (N its TORCHSPEED_INSTANCE), for
+// appending. The folder may be shared: a link planted at one of those names would have the
+// instance's output written wherever it points, so a link, a hard-linked file or anything but
+// a regular file there is refused before any instance starts.
+func (l *launchCmd) logFiles(settings []runenv.Settings, log io.Writer) ([]*os.File, error) {
 	if l.logDir == "" {
-		return args, nil
+		return nil, nil
 	}
 	if err := os.MkdirAll(l.logDir, 0o777); err != nil {
 		return nil, exitcode.Usagef("launch: --log-dir %q: %v", l.logDir, err)
@@ -204,9 +212,49 @@ func (l *launchCmd) logged(args []string, instances int, log io.Writer) ([]strin
 	if err != nil {
 		return nil, exitcode.Usagef("launch: --log-dir %q: %v", l.logDir, err)
 	}
-	fmt.Fprintf(log, "torchspeed launch: %d instance log(s) in %s/instance-N.log\n", instances, dir)
-	const script = `exec "$@" >>"$0/instance-$TORCHSPEED_INSTANCE.log" 2>&1`
-	return append([]string{"/bin/sh", "-c", script, dir}, args...), nil
+	var files []*os.File
+	for _, s := range settings {
+		f, err := openLog(filepath.Join(dir, fmt.Sprintf("instance-%d.log", s.Instance)))
+		if err != nil {
+			closeAll(files)
+			return nil, exitcode.Usagef("launch: --log-dir: %v", err)
+		}
+		files = append(files, f)
+	}
+	fmt.Fprintf(log, "torchspeed launch: %d instance log(s) in %s/instance-N.log\n", len(settings), dir)
+	return files, nil
+}
+
+// openLog opens path for appending without following a link (O_NOFOLLOW) or blocking on a
+// pipe (O_NONBLOCK), and refuses what is not a regular file of one link.
+func openLog(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0o666)
+	if errors.Is(err, syscall.ELOOP) {
+		return nil, fmt.Errorf("%s is a symbolic link: refusing to write through it; remove it, or choose another --log-dir", path)
+	} else if err != nil {
+		return nil, fmt.Errorf("%s: %w: choose another --log-dir", path, err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	sys, _ := st.Sys().(*syscall.Stat_t)
+	switch {
+	case !st.Mode().IsRegular():
+		f.Close()
+		return nil, fmt.Errorf("%s is not a regular file (%s): remove it, or choose another --log-dir", path, st.Mode().Type())
+	case sys != nil && sys.Nlink > 1:
+		f.Close()
+		return nil, fmt.Errorf("%s has %d hard links: another file shares it; remove it, or choose another --log-dir", path, sys.Nlink)
+	}
+	return f, nil
+}
+
+func closeAll(files []*os.File) {
+	for _, f := range files {
+		f.Close()
+	}
 }
 
 // resolveMode reads --mode (or its old spellings) into the options.
@@ -257,4 +305,15 @@ func overrides(settings []runenv.Settings, environ []string) []string {
 		}
 	}
 	return notes
+}
+
+// oneLines returns notes with every control character (newline, NUL, escape) and Unicode line
+// separator written as a Go escape, so each note stays one line of a shell comment or a log.
+func oneLines(notes []string) []string {
+	out := make([]string, len(notes))
+	for i, n := range notes {
+		q := strconv.Quote(n)
+		out[i] = q[1 : len(q)-1]
+	}
+	return out
 }

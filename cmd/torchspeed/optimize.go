@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/torchspeed/torchspeed/internal/exitcode"
+	"github.com/torchspeed/torchspeed/internal/safefile"
 	"github.com/torchspeed/torchspeed/pkg/bench"
 	"github.com/torchspeed/torchspeed/pkg/config"
 	"github.com/torchspeed/torchspeed/pkg/pipeline"
@@ -176,6 +177,9 @@ func (o *optimizeCmd) config(c *cobra.Command) (*config.Config, error) {
 			hint = "; give -m model.pt --input-shape 1x3x224x224, or -c config.yaml"
 		}
 		return nil, exitcode.Usagef("optimize: %v%s", err, hint)
+	}
+	if err := safefile.CheckInputFile(cfg.Model.Path); err != nil {
+		return nil, exitcode.Usagef("optimize: model.path: %v", err)
 	}
 	if err := cfg.CheckOutput(); err != nil {
 		return nil, exitcode.Usagef("optimize: %v", err)

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
+	"math"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -34,20 +34,32 @@ type runCmd struct {
 	asJSON  bool
 }
 
+// runOutput summarizes one output. Min, max and mean leave NaNs out (nans counts them); in JSON a
+// value that is NaN or infinite (an output of only NaNs, an overflow) is null.
 type runOutput struct {
 	Name  string    `json:"name"`
 	Shape []int64   `json:"shape"`
 	DType string    `json:"dtype"`
 	TopK  []topItem `json:"topk,omitempty"`
-	Min   float64   `json:"min"`
-	Max   float64   `json:"max"`
-	Mean  float64   `json:"mean"`
+	Min   jsonFloat `json:"min"`
+	Max   jsonFloat `json:"max"`
+	Mean  jsonFloat `json:"mean"`
 	NaNs  int       `json:"nans"`
 }
 
 type topItem struct {
-	Index int     `json:"index"`
-	Value float32 `json:"value"`
+	Index int       `json:"index"`
+	Value jsonFloat `json:"value"`
+}
+
+// jsonFloat is a number that JSON cannot always hold: NaN and the infinities are null there.
+type jsonFloat float64
+
+func (f jsonFloat) MarshalJSON() ([]byte, error) {
+	if math.IsNaN(float64(f)) || math.IsInf(float64(f), 0) {
+		return []byte("null"), nil
+	}
+	return json.Marshal(float64(f))
 }
 
 func newRunCmd(u *ui) *cobra.Command {
@@ -114,10 +126,14 @@ func (r *runCmd) run(c *cobra.Command) error {
 	if err := config.CheckThreads("run: --threads", r.threads, "the artifact's, else libtorch's default"); err != nil {
 		return exitcode.New(exitcode.Usage, err)
 	}
-	if _, err := os.Stat(r.model); err != nil {
-		return exitcode.Usagef("run: model %q: %v", r.model, err)
+	if err := safefile.CheckInputFile(r.model); err != nil {
+		return exitcode.Usagef("run: model: %v", err)
 	}
 	if r.save != "" {
+		read := append(named("the model", r.model), named("the config", r.config)...)
+		if err := checkNotInput("run", named("--save", r.save), append(read, valueFiles(r.args.inputs, r.args.config)...)); err != nil {
+			return err
+		}
 		if !strings.HasSuffix(r.save, ".npz") {
 			return exitcode.Usagef("run: --save %q: give a .npz file", r.save)
 		}
@@ -135,9 +151,7 @@ func (r *runCmd) run(c *cobra.Command) error {
 		return err
 	}
 	defer m.Close()
-	for _, w := range m.Warnings {
-		fmt.Fprintln(c.ErrOrStderr(), "run: warning:", w)
-	}
+	printLoadWarnings(c.ErrOrStderr(), "run", m)
 	log := r.ui.logOrDiscard(c.ErrOrStderr())
 	if err := r.setThreads(m, c.ErrOrStderr()); err != nil {
 		return err
@@ -254,18 +268,21 @@ func summarizeOutput(o torch.Output, k int) (runOutput, error) {
 	if len(vals) == 0 {
 		return ro, nil
 	}
-	ro.Min, ro.Max = float64(vals[0]), float64(vals[0])
-	sum := 0.0
+	lo, hi, sum, n := math.Inf(1), math.Inf(-1), 0.0, 0
 	for _, v := range vals {
 		f := float64(v)
 		if f != f {
 			ro.NaNs++
 			continue
 		}
-		ro.Min, ro.Max = min(ro.Min, f), max(ro.Max, f)
+		lo, hi = min(lo, f), max(hi, f)
 		sum += f
+		n++
 	}
-	ro.Mean = sum / float64(len(vals))
+	if n == 0 {
+		lo, hi = math.NaN(), math.NaN()
+	}
+	ro.Min, ro.Max, ro.Mean = jsonFloat(lo), jsonFloat(hi), jsonFloat(sum/float64(n))
 	if k > 0 && len(ro.Shape) >= 1 {
 		row := vals
 		if last := ro.Shape[len(ro.Shape)-1]; last > 0 && int64(len(vals)) > last {
@@ -277,7 +294,7 @@ func summarizeOutput(o torch.Output, k int) (runOutput, error) {
 		}
 		sort.SliceStable(idx, func(a, b int) bool { return row[idx[a]] > row[idx[b]] })
 		for _, i := range idx[:min(k, len(idx))] {
-			ro.TopK = append(ro.TopK, topItem{Index: i, Value: row[i]})
+			ro.TopK = append(ro.TopK, topItem{Index: i, Value: jsonFloat(row[i])})
 		}
 	}
 	return ro, nil
@@ -289,4 +306,16 @@ func textNames(ts []textOutput) string {
 		names[i] = t.Name
 	}
 	return strings.Join(names, ", ")
+}
+
+// printLoadWarnings prints what torchspeed.Load found wrong with an artifact (libtorch version
+// drift, no digest, passes this shim cannot apply, another CPU) on stderr, even with --quiet:
+// they change what the results mean. A plain TorchScript file's only warning is that it is one.
+func printLoadWarnings(w io.Writer, cmd string, m *torchspeed.Model) {
+	if m.Manifest == nil || m.Manifest.Format == 0 {
+		return
+	}
+	for _, s := range m.Warnings {
+		fmt.Fprintf(w, "%s: warning: %s\n", cmd, s)
+	}
 }

@@ -176,3 +176,99 @@ func SHA256(path string) (sum string, size int64, err error) {
 	}
 	return hex.EncodeToString(h.Sum(nil)), n, nil
 }
+
+// CheckInputFile checks that path names a file torchspeed can read whole: it exists and is a
+// regular file (or a link to one). A folder, a device (/dev/zero) or a pipe given where a
+// model, config or data file belongs is refused before anything reads it.
+func CheckInputFile(path string) error {
+	st, err := os.Stat(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("%q: file not found: check the path", path)
+	case err != nil:
+		return fmt.Errorf("%q: %w", path, err)
+	case st.IsDir():
+		return fmt.Errorf("%q is a folder, not a file: give the file's path", path)
+	case !st.Mode().IsRegular():
+		return fmt.Errorf("%q is not a regular file (%s): give a file", path, kind(st.Mode()))
+	}
+	return nil
+}
+
+func kind(m os.FileMode) string {
+	switch {
+	case m&os.ModeDevice != 0:
+		return "a device"
+	case m&os.ModeNamedPipe != 0:
+		return "a pipe"
+	case m&os.ModeSocket != 0:
+		return "a socket"
+	}
+	return m.Type().String()
+}
+
+// Same reports whether two paths name one file: the same file through links or other
+// spellings (os.SameFile) when both exist, else the same absolute path.
+func Same(a, b string) bool {
+	if fa, err := os.Stat(a); err == nil {
+		if fb, err := os.Stat(b); err == nil {
+			return os.SameFile(fa, fb)
+		}
+	}
+	aa, err1 := filepath.Abs(a)
+	ab, err2 := filepath.Abs(b)
+	return err1 == nil && err2 == nil && aa == ab
+}
+
+// ReadFileLimit reads a file of at most limit bytes whole. A longer file, or one that never
+// ends (/dev/zero, a pipe), is an error after limit+1 bytes: nothing is read into memory
+// beyond that. The errors do not repeat the path: the caller names the file.
+func ReadFileLimit(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.IsDir() {
+		return nil, errors.New("a folder, not a file: give the file's path")
+	} else if err == nil && st.Mode().IsRegular() && st.Size() > limit {
+		return nil, fmt.Errorf("%d bytes, more than the %s such a file can be: check the path", st.Size(), formatSize(limit))
+	}
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("more than the %s such a file can be (a device or a pipe that does not end?): check the path", formatSize(limit))
+	}
+	return b, nil
+}
+
+func formatSize(n int64) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
+// Named is a path with what it is, for messages: {"--benchfmt", "out.txt"}.
+type Named struct {
+	What string
+	Path string
+}
+
+// CheckNotInput refuses outputs that would replace one of the inputs: the same file under any
+// spelling or link (Same). Empty paths are skipped.
+func CheckNotInput(outputs, inputs []Named) error {
+	for _, o := range outputs {
+		for _, in := range inputs {
+			if o.Path != "" && in.Path != "" && Same(o.Path, in.Path) {
+				return fmt.Errorf("%s %q is also %s %q: writing it would destroy that input; choose another path", o.What, o.Path, in.What, in.Path)
+			}
+		}
+	}
+	return nil
+}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -73,5 +74,48 @@ func TestSHA256(t *testing.T) {
 	}
 	if _, _, err := SHA256(p + "missing"); err == nil {
 		t.Error("missing file accepted")
+	}
+}
+
+func TestCheckInputFile(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "m.pt")
+	if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link.pt")
+	if err := os.Symlink(file, link); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]string{file: "", link: "", dir: "a folder", "/dev/zero": "a device",
+		filepath.Join(dir, "none.pt"): "file not found"} {
+		err := CheckInputFile(path)
+		if (want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), want)) {
+			t.Errorf("%s: %v, want %q", path, err, want)
+		}
+	}
+	if !Same(link, file) || !Same(file, filepath.Join(dir, ".", "m.pt")) || Same(file, dir) {
+		t.Errorf("Same is wrong")
+	}
+}
+
+func TestReadFileLimit(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "c.yaml")
+	if err := os.WriteFile(file, []byte("12345"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := ReadFileLimit(file, 5); err != nil || string(b) != "12345" {
+		t.Errorf("at the limit: %q, %v", b, err)
+	}
+	if _, err := ReadFileLimit(file, 4); err == nil || !strings.Contains(err.Error(), "5 bytes, more than the 4 bytes") {
+		t.Errorf("over the limit: %v", err)
+	}
+	// A device that never ends stops at the limit.
+	if _, err := ReadFileLimit("/dev/zero", 1<<20); err == nil || !strings.Contains(err.Error(), "more than the 1 MiB") {
+		t.Errorf("/dev/zero: %v", err)
+	}
+	if _, err := ReadFileLimit(dir, 1<<20); err == nil || !strings.Contains(err.Error(), "a folder") {
+		t.Errorf("a folder: %v", err)
 	}
 }

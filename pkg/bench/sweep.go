@@ -30,6 +30,10 @@ func (p Point) String() string {
 // launched by pkg/runenv both fit.
 type RunFunc func(p Point) (*ThroughputResult, error)
 
+// MaxSweepBatch bounds a swept batch size: each point allocates inputs and activations for the
+// whole batch, and serving batches are far smaller.
+const MaxSweepBatch = 65536
+
 // SweepConfig lists the values to sweep; every combination is measured.
 type SweepConfig struct {
 	Batches []int `json:"batches"`
@@ -63,6 +67,11 @@ func (c SweepConfig) Points() ([]Point, error) {
 		}
 	}
 	check("batch", c.Batches)
+	for _, b := range c.Batches {
+		if b > MaxSweepBatch {
+			errs = append(errs, fmt.Errorf("sweep batch: value %d: at most %d", b, MaxSweepBatch))
+		}
+	}
 	check("threads", c.Threads)
 	check("streams", c.Streams)
 	if c.AvailableCPUs < 1 {

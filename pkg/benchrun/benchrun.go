@@ -195,8 +195,9 @@ func (l *Loaded) IsArtifact() bool { return l.Model.Manifest != nil && l.Model.M
 
 // LoadModel loads a plain TorchScript file or a torchspeed artifact (its load-time passes
 // re-applied, its quantized engine set) and times the load. It leaves the thread count alone:
-// the caller sets it. An artifact's warnings (libtorch version drift) go to progress.
-func LoadModel(s ModelSpec, progress io.Writer) (*Loaded, error) {
+// the caller sets it. An artifact's warnings (libtorch version drift, no digest) go to warn:
+// give it stderr even when progress is quiet, since they change what the figures mean.
+func LoadModel(s ModelSpec, warn io.Writer) (*Loaded, error) {
 	start := time.Now()
 	m, err := torchspeed.Load(s.Path, torchspeed.LoadOptions{KeepThreads: true, Method: s.Method, ResetMethod: s.ResetMethod})
 	if err != nil {
@@ -207,7 +208,7 @@ func LoadModel(s ModelSpec, progress io.Writer) (*Loaded, error) {
 		// An artifact: its warnings (libtorch version drift) matter. A
 		// plain model's only warning is that it is one.
 		for _, w := range m.Warnings {
-			fmt.Fprintf(progress, "bench: %s: %s\n", s.Name, w)
+			fmt.Fprintf(warn, "bench: %s: %s\n", s.Name, w)
 		}
 	}
 	l.LoadTime = time.Since(start)

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -14,7 +15,12 @@ import (
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
+
+	"github.com/torchspeed/torchspeed/internal/safefile"
 )
+
+// MaxConfigBytes bounds a config file: a config is a few kilobytes.
+const MaxConfigBytes = 1 << 20
 
 // Load reads a config file (empty path: defaults only), applies TORCHSPEED_* environment
 // variables and the flags the user set, and validates the result. Flags are bound by their
@@ -28,6 +34,24 @@ func Load(path string, flags *pflag.FlagSet, aliases map[string]string) (*Config
 // reads them from flags or an artifact's manifest): with full false, model.path and
 // model.inputs may be missing, and every value given is still checked.
 func LoadValues(path string, flags *pflag.FlagSet, aliases map[string]string, full bool) (*Config, error) {
+	var text []byte
+	if path != "" {
+		// Bounded: a config given as /dev/zero (or a pipe that never ends) once grew the
+		// process until the kernel killed it.
+		b, err := safefile.ReadFileLimit(path, MaxConfigBytes)
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				return nil, fmt.Errorf("config %q: file not found: check the path, or write one with `torchspeed config init -m MODEL`", path)
+			}
+			return nil, fmt.Errorf("config %q: %w", path, err)
+		}
+		text = b
+	}
+	return loadValues(path, text, flags, aliases, full)
+}
+
+// loadValues is LoadValues with the file's text (nil without a file) read already.
+func loadValues(path string, text []byte, flags *pflag.FlagSet, aliases map[string]string, full bool) (*Config, error) {
 	v := viper.New()
 	v.SetConfigType("yaml")
 	v.SetEnvPrefix(EnvPrefix)
@@ -37,16 +61,7 @@ func LoadValues(path string, flags *pflag.FlagSet, aliases map[string]string, fu
 	var keys []string
 	setDefaults(v, "", reflect.ValueOf(def), &keys)
 	if path != "" {
-		f, err := os.Open(path)
-		if err != nil {
-			if errors.Is(err, os.ErrNotExist) {
-				return nil, fmt.Errorf("config %q: file not found: check the path, or write one with `torchspeed config init -m MODEL`", path)
-			}
-			return nil, fmt.Errorf("config %q: %w", path, err)
-		}
-		err = v.ReadConfig(f)
-		f.Close()
-		if err != nil {
+		if err := v.ReadConfig(bytes.NewReader(text)); err != nil {
 			return nil, fmt.Errorf("config %q: not valid YAML: %w", path, err)
 		}
 	}

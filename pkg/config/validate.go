@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/torchspeed/torchspeed/internal/safefile"
+	"github.com/torchspeed/torchspeed/pkg/bench"
 	"github.com/torchspeed/torchspeed/pkg/calib"
 )
 
@@ -157,11 +159,14 @@ func (c *Config) ValidateValues() error {
 	if c.Bench.Duration < 0 {
 		bad("bench.duration", c.Bench.Duration, "a positive duration like 10s")
 	}
-	if c.Bench.Warmup < 0 {
-		bad("bench.warmup", c.Bench.Warmup, "must be >= 0")
+	if c.Bench.Runs > bench.DefaultMaxRuns {
+		bad("bench.runs", c.Bench.Runs, fmt.Sprintf("at most %d (every latency is kept in memory); for a longer measurement give bench.duration (--duration)", bench.DefaultMaxRuns))
 	}
-	if c.Bench.StageRuns < 3 {
-		bad("bench.stage_runs", c.Bench.StageRuns, "3 or more (medians of fewer runs mean little)")
+	if c.Bench.Warmup < 0 || c.Bench.Warmup > bench.DefaultMaxRuns {
+		bad("bench.warmup", c.Bench.Warmup, fmt.Sprintf("0 to %d", bench.DefaultMaxRuns))
+	}
+	if c.Bench.StageRuns < 3 || c.Bench.StageRuns > bench.DefaultMaxRuns {
+		bad("bench.stage_runs", c.Bench.StageRuns, fmt.Sprintf("3 (medians of fewer runs mean little) to %d", bench.DefaultMaxRuns))
 	}
 	if c.Output.Dir == "" {
 		bad("output.dir", `""`, "a folder to write the artifact and reports to")
@@ -192,23 +197,11 @@ func (c *Config) ArtifactPath() string {
 // would replace the input model: both are the user's choice of paths, found before any work.
 func (c *Config) CheckOutput() error {
 	art := c.ArtifactPath()
-	if same(art, c.Model.Path) {
+	if safefile.Same(art, c.Model.Path) {
 		return fmt.Errorf("output %q would overwrite the input model: choose another output.dir or model.name", art)
 	}
 	if _, err := os.Lstat(art); err == nil && !c.Output.Overwrite {
 		return fmt.Errorf("output %q exists: remove it, choose another output.dir, or set output.overwrite: true (--overwrite)", art)
 	}
 	return nil
-}
-
-// same reports whether two paths name one file (or one absolute path, when neither exists).
-func same(a, b string) bool {
-	if fa, err := os.Stat(a); err == nil {
-		if fb, err := os.Stat(b); err == nil {
-			return os.SameFile(fa, fb)
-		}
-	}
-	aa, err1 := filepath.Abs(a)
-	ab, err2 := filepath.Abs(b)
-	return err1 == nil && err2 == nil && aa == ab
 }

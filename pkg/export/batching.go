@@ -3,7 +3,6 @@ package export
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/torchspeed/torchspeed/internal/safefile"
@@ -16,10 +15,15 @@ import (
 // within what a shared machine's noise and the queue delay take back.
 const MinBatchGain = 1.10
 
+// MaxBatchSweepBytes bounds the bench report ReadBatchSweep reads: a sweep of several points
+// of a million runs each, every latency kept, fits.
+const MaxBatchSweepBytes = 64 << 20
+
 // ReadBatchSweep reads the JSON report of `torchspeed bench --sweep-batch ... --json` and
 // checks that it measured the artifact at path (by SHA-256).
 func ReadBatchSweep(reportPath, artifactPath string) (*bench.SweepResult, error) {
-	b, err := os.ReadFile(reportPath)
+	// Bounded: a report given as /dev/zero once grew the process until the kernel killed it.
+	b, err := safefile.ReadFileLimit(reportPath, MaxBatchSweepBytes)
 	if err != nil {
 		return nil, fmt.Errorf("batch sweep %q: %w", reportPath, err)
 	}

@@ -32,6 +32,8 @@ type Tensor struct {
 type Artifact struct {
 	Path     string
 	Manifest *torchspeed.Manifest
+	// Warnings are torchspeed.Load's for the artifact (libtorch version drift, no digest).
+	Warnings []string
 	Inputs   []Tensor
 	Outputs  []Tensor
 	// Batchable: every input and output has a leading dimension of 1 in the manifest's shapes,
@@ -71,7 +73,7 @@ func Inspect(path string) (*Artifact, error) {
 	if man == nil || man.Format == 0 || len(man.Inputs) == 0 {
 		return nil, fmt.Errorf("export: %q has no torchspeed manifest with input shapes: export an artifact written by `torchspeed optimize`, not a plain TorchScript file", path)
 	}
-	a := &Artifact{Path: path, Manifest: man, DefaultQEngine: defaultQEngine}
+	a := &Artifact{Path: path, Manifest: man, DefaultQEngine: defaultQEngine, Warnings: m.Warnings}
 	for _, in := range man.Inputs {
 		dt, err := torch.ParseDType(in.DType)
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/torchspeed/torchspeed/internal/exitcode"
 	"github.com/torchspeed/torchspeed/internal/safefile"
 	"github.com/torchspeed/torchspeed/pkg/bench"
 	"github.com/torchspeed/torchspeed/pkg/runenv"
@@ -38,6 +39,9 @@ type TorchServeOptions struct {
 	// Machine is the CPU whose instruction sets the exported runtime environment may use (nil:
 	// this machine's).
 	Machine *runenv.Machine
+	// Keep lists files besides the artifact that the export reads (the batch sweep report): no
+	// file it writes may be one of them.
+	Keep []string
 	// BatchSweep is a `torchspeed bench --sweep-batch` result for the artifact (ReadBatchSweep):
 	// batchSize and maxBatchDelay come from it when it shows batching pays.
 	BatchSweep *bench.SweepResult
@@ -177,9 +181,22 @@ func WriteTorchServe(a *Artifact, dir string, o TorchServeOptions) (*TorchServeE
 		}{RuntimeEnvFile, env})
 		e.Notes = append(e.Notes, envNote+"; the workers inherit torchserve's environment")
 	}
+	var outs []safefile.Named
+	for _, f := range append([]string{modelFile, TorchServeModelConfig, TorchServeConfigProperty}, RuntimeEnvFile) {
+		outs = append(outs, safefile.Named{What: f, Path: filepath.Join(dir, f)})
+	}
+	if err := safefile.CheckNotInput(outs, keep(a.Path, o.Keep)); err != nil {
+		return nil, exitcode.New(exitcode.Usage, fmt.Errorf("export torchserve: %w", err))
+	}
 	if err := os.MkdirAll(dir, 0o777); err != nil {
 		return nil, fmt.Errorf("export torchserve: create %s: %w", dir, err)
 	}
+	// Two exports into one folder take turns (see WriteTriton).
+	unlock, err := lockDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("export torchserve: %w", err)
+	}
+	defer unlock()
 	if !o.Overwrite {
 		for _, f := range append([]string{modelFile}, TorchServeModelConfig, TorchServeConfigProperty) {
 			if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
@@ -205,6 +222,15 @@ func WriteTorchServe(a *Artifact, dir string, o TorchServeOptions) (*TorchServeE
 		e.Files = append(e.Files, p)
 	}
 	return e, nil
+}
+
+// keep names the files an export reads: the artifact and the others given.
+func keep(artifact string, others []string) []safefile.Named {
+	ins := []safefile.Named{{What: "the artifact", Path: artifact}}
+	for _, p := range others {
+		ins = append(ins, safefile.Named{What: "an input", Path: p})
+	}
+	return ins
 }
 
 // launcherArgs are TorchServe's cpu_launcher_args (torch.backends.xeon.run_cpu): each worker

@@ -8,10 +8,12 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"google.golang.org/protobuf/encoding/prototext"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
+	"github.com/torchspeed/torchspeed/internal/exitcode"
 	"github.com/torchspeed/torchspeed/internal/safefile"
 	"github.com/torchspeed/torchspeed/pkg/bench"
 	"github.com/torchspeed/torchspeed/pkg/export/tritonpb"
@@ -51,6 +53,9 @@ type TritonOptions struct {
 	// Machine is the CPU whose instruction sets the exported runtime environment may use (nil:
 	// this machine's).
 	Machine *runenv.Machine
+	// Keep lists files besides the artifact that the export reads (the batch sweep report): no
+	// file it writes may be one of them.
+	Keep []string
 	// BatchSweep is a `torchspeed bench --sweep-batch` result for the artifact (ReadBatchSweep);
 	// with it, dynamic_batching is written when the sweep shows batching pays.
 	BatchSweep *bench.SweepResult
@@ -277,6 +282,21 @@ func WriteTriton(a *Artifact, repo string, o TritonOptions) (*TritonExport, erro
 		ModelDir: dir, ConfigPath: filepath.Join(dir, "config.pbtxt"),
 		ModelPath: filepath.Join(dir, "1", "model.pt"), Config: cfg, Notes: notes,
 	}
+	outs := []safefile.Named{{What: "config.pbtxt", Path: e.ConfigPath}, {What: "model.pt", Path: e.ModelPath},
+		{What: RuntimeEnvFile, Path: filepath.Join(dir, RuntimeEnvFile)}}
+	if err := safefile.CheckNotInput(outs, keep(a.Path, o.Keep)); err != nil {
+		return nil, exitcode.New(exitcode.Usage, fmt.Errorf("export triton: %w", err))
+	}
+	if err := os.MkdirAll(filepath.Dir(e.ModelPath), 0o777); err != nil {
+		return nil, fmt.Errorf("export triton: create %s: %w", filepath.Dir(e.ModelPath), err)
+	}
+	// Two exports into one entry take turns: the second then finds the first's files (or, with
+	// Overwrite, replaces them whole), and never model.pt of one beside config.pbtxt of the other.
+	unlock, err := lockDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("export triton: %w", err)
+	}
+	defer unlock()
 	if !o.Overwrite {
 		for _, p := range []string{e.ConfigPath, e.ModelPath} {
 			if _, err := os.Stat(p); err == nil {
@@ -284,12 +304,15 @@ func WriteTriton(a *Artifact, repo string, o TritonOptions) (*TritonExport, erro
 			}
 		}
 	}
-	if err := os.MkdirAll(filepath.Dir(e.ModelPath), 0o777); err != nil {
-		return nil, fmt.Errorf("export triton: create %s: %w", filepath.Dir(e.ModelPath), err)
-	}
 	// model.pt is written beside its final name and measured there: a failed measurement
-	// leaves no new file, and an earlier export's files stay as they were.
-	tmp := filepath.Join(filepath.Dir(e.ModelPath), ".model.pt.export")
+	// leaves no new file, and an earlier export's files stay as they were. The name is this
+	// export's own, so an export that lost the lock (a killed holder) cannot remove it.
+	f, err := os.CreateTemp(filepath.Dir(e.ModelPath), ".model.pt.export-*")
+	if err != nil {
+		return nil, fmt.Errorf("export triton: %w", err)
+	}
+	tmp := f.Name()
+	f.Close()
 	defer os.Remove(tmp)
 	saved, note, err := writeServedModel(a, tmp)
 	if err != nil {
@@ -357,6 +380,23 @@ func tritonConfigText(a *Artifact, e *TritonExport, served string, measure *Cost
 }
 
 // copyFile copies src to dst atomically (dst appears whole or not at all).
+// lockDir takes an exclusive flock on the folder dir itself (no lock file left behind); the
+// kernel releases it if the process dies.
+func lockDir(dir string) (unlock func(), err error) {
+	d, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(d.Fd()), syscall.LOCK_EX); err != nil {
+		d.Close()
+		return nil, fmt.Errorf("lock %s: %w", dir, err)
+	}
+	return func() {
+		syscall.Flock(int(d.Fd()), syscall.LOCK_UN)
+		d.Close()
+	}, nil
+}
+
 func copyFile(src, dst string) error {
 	f, err := os.Open(src)
 	if err != nil {

@@ -139,6 +139,9 @@ type Config struct {
 	// no input.
 	Stdin          io.Reader
 	Stdout, Stderr io.Writer
+	// Outputs, when set, holds one file per instance (in Settings' order) that takes its stdout
+	// and stderr in place of Stdout and Stderr.
+	Outputs []*os.File
 	// Log receives the launcher's own lines (which instance runs where); nil discards.
 	Log io.Writer
 }
@@ -242,6 +245,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 		c.Env = s.Environ(base)
 		c.Stdout, c.Stderr = cfg.Stdout, cfg.Stderr
+		if i < len(cfg.Outputs) && cfg.Outputs[i] != nil {
+			c.Stdout, c.Stderr = cfg.Outputs[i], cfg.Outputs[i]
+		}
 		if len(cfg.Settings) == 1 {
 			c.Stdin = cfg.Stdin
 		}

@@ -16,17 +16,25 @@ import (
 // member name without the ".npy" suffix, as numpy's NpzFile does; order lists the
 // names in archive order.
 func ReadNPZ(path string) (map[string]*Array, []string, error) {
-	zr, err := zip.OpenReader(path)
+	f, err := os.Open(path)
 	if err != nil {
-		if _, statErr := os.Stat(path); statErr == nil {
-			return nil, nil, fmt.Errorf("read %s: not a .npz (zip) archive: %v", path, err)
-		}
 		return nil, nil, fmt.Errorf("read %s: %w", path, err)
 	}
-	defer zr.Close()
-	var archiveSize int64 = -1
-	if st, err := os.Stat(path); err == nil {
-		archiveSize = st.Size()
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	return DecodeNPZ(f, st.Size(), path)
+}
+
+// DecodeNPZ is ReadNPZ for an archive of size bytes read through r; name labels it in
+// messages.
+func DecodeNPZ(r io.ReaderAt, size int64, name string) (map[string]*Array, []string, error) {
+	path, archiveSize := name, size
+	zr, err := zip.NewReader(r, size)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read %s: not a .npz (zip) archive: %v", path, err)
 	}
 	arrays := make(map[string]*Array, len(zr.File))
 	order := make([]string, 0, len(zr.File))

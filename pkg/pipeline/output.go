@@ -76,9 +76,19 @@ func prepareOutput(c *config.Config) (*output, error) {
 	}
 	if err := safefile.CheckWritableDir(dir); err != nil {
 		o.abandon()
-		return nil, fmt.Errorf("output.dir %q: %w: choose another folder (output.dir or -o)", dir, err)
+		return nil, exitcode.New(exitcode.Usage, fmt.Errorf("output.dir %q: %w: choose another folder (output.dir or -o)", dir, err))
 	}
 	cleanStaleStaging(dir)
+	// No output may replace the config or the data it names (even with overwrite): said
+	// before an exists-check that would only suggest --overwrite.
+	var outs []safefile.Named
+	for _, p := range o.paths() {
+		outs = append(outs, safefile.Named{What: "output", Path: p})
+	}
+	if err := safefile.CheckNotInput(outs, c.InputFiles()); err != nil {
+		o.abandon()
+		return nil, exitcode.New(exitcode.Usage, err)
+	}
 	if err := o.check(c.Model.Path); err != nil {
 		o.abandon()
 		return nil, err
@@ -102,7 +112,7 @@ func (o *output) paths() []string {
 }
 
 // check refuses, before any work, outputs that could not be written or would destroy
-// something: a folder where a file goes, an existing artifact without overwrite, the input
+// something: a folder where a file goes, any existing output without overwrite, the input
 // model itself.
 func (o *output) check(model string) error {
 	in, inErr := os.Stat(model)
@@ -114,7 +124,9 @@ func (o *output) check(model string) error {
 		if st.IsDir() {
 			return exitcode.New(exitcode.Usage, fmt.Errorf("output %q is a folder: remove or rename it, or choose another output.dir (-o)", p))
 		}
-		if p == o.artifact && !o.overwrite {
+		// Every file a run may write, not the artifact alone: reports and plots of an earlier
+		// run are results too.
+		if !o.overwrite {
 			return exitcode.New(exitcode.Usage, fmt.Errorf("output %q exists: remove it, choose another output.dir, or set output.overwrite: true (--overwrite)", p))
 		}
 		if fst, err := os.Stat(p); err == nil && inErr == nil && os.SameFile(in, fst) {
@@ -216,7 +228,7 @@ func (o *output) write(r *run, final *candidate, passed bool) (err error) {
 		r.rep.Warnings = append(r.rep.Warnings, fmt.Sprintf("latency plot not written: %v", err))
 	} else {
 		for _, f := range files {
-			moves = append(moves, move{from: f, to: filepath.Join(o.dir, filepath.Base(f))})
+			moves = append(moves, move{from: f, to: filepath.Join(o.dir, filepath.Base(f)), exclusive: !o.overwrite})
 		}
 	}
 	var js, md bytes.Buffer
@@ -230,12 +242,12 @@ func (o *output) write(r *run, final *candidate, passed bool) (err error) {
 		if err := safefile.WriteFile(filepath.Join(stage, n), b); err != nil {
 			return explainDiskError(err, o.dir)
 		}
-		moves = append(moves, move{from: filepath.Join(stage, n), to: filepath.Join(o.dir, n)})
+		moves = append(moves, move{from: filepath.Join(stage, n), to: filepath.Join(o.dir, n), exclusive: !o.overwrite})
 	}
 	// A passing run retires an earlier failed run's reports; a failing one leaves the
-	// passing outputs alone.
+	// passing outputs alone. Without overwrite nothing existing is touched (check found none).
 	var retire []string
-	if passed {
+	if passed && o.overwrite {
 		retire = []string{filepath.Join(o.dir, failedReportJSON), filepath.Join(o.dir, failedReportMD),
 			filepath.Join(o.dir, failedPlotBase+".png"), filepath.Join(o.dir, failedPlotBase+".svg")}
 	}

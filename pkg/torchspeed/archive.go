@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
+	"github.com/torchspeed/torchspeed/internal/exitcode"
 )
 
 // MaxManifestBytes bounds the manifest read from an archive: a manifest is a few kilobytes, and
@@ -140,7 +141,11 @@ func VerifyArchive(path string) (*Manifest, error) {
 		return nil, nil
 	}
 	man, err := ParseManifest(info.manifest)
-	if err != nil {
+	var bad *ManifestError
+	if errors.As(err, &bad) {
+		// A hand-made or tampered manifest is bad input, as a bad config value is.
+		return nil, exitcode.New(exitcode.Usage, fmt.Errorf("load artifact %q: %w", path, err))
+	} else if err != nil {
 		return nil, fmt.Errorf("load artifact %q: %w", path, err)
 	}
 	if man.RecordsSHA256 != "" && man.RecordsSHA256 != info.digest {

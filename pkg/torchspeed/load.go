@@ -2,7 +2,6 @@ package torchspeed
 
 import (
 	"archive/zip"
-	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -234,8 +233,8 @@ func (m *Model) Module() *torch.Module {
 // Predict runs the model. 4-D float inputs are converted to channels-last when the artifact
 // wants it; callers pass ordinary contiguous tensors. Safe from many goroutines.
 func (m *Model) Predict(inputs ...*torch.Tensor) ([]torch.Output, error) {
-	if m == nil || m.m == nil {
-		return nil, errors.New("predict: no model: use the *Model that Load returned")
+	if err := m.usable(); err != nil {
+		return nil, fmt.Errorf("predict: %w", err)
 	}
 	defer m.lockIfStateful()()
 	return m.predictOn(m.m, nil, inputs)

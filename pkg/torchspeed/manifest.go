@@ -5,6 +5,7 @@ package torchspeed
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -155,13 +156,23 @@ type Runtime struct {
 // Marshal encodes the manifest for the archive.
 func (m *Manifest) Marshal() ([]byte, error) { return json.MarshalIndent(m, "", "  ") }
 
-// ParseManifest decodes a manifest and refuses formats newer than this build understands.
+// ParseManifest decodes a manifest and refuses formats newer than this build understands and
+// fields torchspeed would not have written (a *ManifestError).
 func ParseManifest(b []byte) (*Manifest, error) {
 	if len(b) > MaxManifestBytes {
 		return nil, fmt.Errorf("manifest %s: %d bytes, more than the %d a manifest can be", ManifestFile, len(b), MaxManifestBytes)
 	}
 	var m Manifest
 	if err := json.Unmarshal(b, &m); err != nil {
+		var te *json.UnmarshalTypeError
+		var pe *time.ParseError
+		switch {
+		case errors.As(err, &te) && te.Field != "":
+			return nil, &ManifestError{Field: te.Field, Err: fmt.Errorf("a JSON %s, where %s belongs", torch.Clip(te.Value), jsonKind(te.Type))}
+		case errors.As(err, &pe):
+			// encoding/json does not say which field a time came from: created is the one.
+			return nil, &ManifestError{Field: "created", Err: fmt.Errorf("%s is not a time in RFC 3339 form", quote(pe.Value))}
+		}
 		return nil, fmt.Errorf("manifest %s: not valid JSON: %s", ManifestFile, torch.Clip(err.Error()))
 	}
 	if m.Format > version.ManifestFormat {
@@ -170,6 +181,9 @@ func ParseManifest(b []byte) (*Manifest, error) {
 	}
 	if m.Format < 1 {
 		return nil, fmt.Errorf("manifest %s: format %d is not a torchspeed manifest", ManifestFile, m.Format)
+	}
+	if err := checkManifest(&m); err != nil {
+		return nil, err
 	}
 	return &m, nil
 }

@@ -84,16 +84,42 @@ func (m *Model) initState() error {
 
 // Stateful reports whether the model's method assigns attributes, i.e. keeps state between
 // calls. Predict and Run on a stateful Model are serialized; use NewSession for streams.
-func (m *Model) Stateful() bool { return len(m.state.attrs) > 0 }
+func (m *Model) Stateful() bool { return m != nil && len(m.state.attrs) > 0 }
 
 // StateAttributes are the attributes (dotted paths) the model's method assigns.
-func (m *Model) StateAttributes() []string { return slices.Clone(m.state.attrs) }
+func (m *Model) StateAttributes() []string {
+	if m == nil {
+		return nil
+	}
+	return slices.Clone(m.state.attrs)
+}
 
 // ResetMethod is the method that resets the state ("" if the model has none).
-func (m *Model) ResetMethod() string { return m.state.reset }
+func (m *Model) ResetMethod() string {
+	if m == nil {
+		return ""
+	}
+	return m.state.reset
+}
 
 // Method is the method Predict and Run call (forward unless the manifest names another).
-func (m *Model) Method() string { return m.state.method }
+func (m *Model) Method() string {
+	if m == nil {
+		return ""
+	}
+	return m.state.method
+}
+
+// ErrNoModel is returned by the methods of a nil or zero-value *Model, which Load did not make.
+var ErrNoModel = errors.New("no model: use the *Model that Load returned")
+
+// usable refuses a model Load did not make.
+func (m *Model) usable() error {
+	if m == nil || m.m == nil {
+		return ErrNoModel
+	}
+	return nil
+}
 
 // lockIfStateful serializes calls on the shared module of a stateful model.
 func (m *Model) lockIfStateful() func() {
@@ -108,11 +134,17 @@ func (m *Model) lockIfStateful() func() {
 // values and returns its result. Safe from many goroutines; calls on a stateful model are
 // serialized and share one state: give each stream a Session instead.
 func (m *Model) Run(args ...*torch.Value) (*torch.Value, error) {
+	if err := m.usable(); err != nil {
+		return nil, fmt.Errorf("run: %w", err)
+	}
 	return m.RunMethod(m.state.method, args...)
 }
 
 // RunMethod calls any method of the model (e.g. an exported embed) with TorchScript values.
 func (m *Model) RunMethod(method string, args ...*torch.Value) (*torch.Value, error) {
+	if err := m.usable(); err != nil {
+		return nil, fmt.Errorf("run %s: %w", method, err)
+	}
 	defer m.lockIfStateful()()
 	return runOn(m, m.m, nil, method, args)
 }
@@ -120,6 +152,9 @@ func (m *Model) RunMethod(method string, args ...*torch.Value) (*torch.Value, er
 // Reset calls the reset method on the model's shared module (tests, and callers that run one
 // stream on the shared model). A stateless model has nothing to reset.
 func (m *Model) Reset() error {
+	if err := m.usable(); err != nil {
+		return fmt.Errorf("reset: %w", err)
+	}
 	if !m.Stateful() {
 		return nil
 	}
@@ -372,6 +407,9 @@ type SessionOptions struct {
 
 // NewSession starts a stream from a reset state.
 func (m *Model) NewSession(opts ...SessionOptions) (*Session, error) {
+	if err := m.usable(); err != nil {
+		return nil, fmt.Errorf("new session: %w", err)
+	}
 	s := &Session{model: m, mod: m.m}
 	switch {
 	case len(opts) > 0 && opts[0].OwnThread:
@@ -405,14 +443,30 @@ func (m *Model) NewSession(opts ...SessionOptions) (*Session, error) {
 
 var errSessionClosed = errors.New("session is closed")
 
+// ErrNoSession is returned by the methods of a nil or zero-value *Session, which NewSession did
+// not make.
+var ErrNoSession = errors.New("no session: use the *Session that Model.NewSession returned")
+
+// lock takes the session's lock, refusing a session NewSession did not make.
+func (s *Session) lock() error {
+	if s == nil || s.model == nil || s.mod == nil {
+		return ErrNoSession
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return errSessionClosed
+	}
+	return nil
+}
+
 // Reset returns the session to a fresh stream: the model's reset method, or a new copy of the
 // state it was loaded with when it has none.
 func (s *Session) Reset() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return errSessionClosed
+	if err := s.lock(); err != nil {
+		return err
 	}
+	defer s.mu.Unlock()
 	return s.resetLocked()
 }
 
@@ -440,31 +494,35 @@ func (s *Session) resetLocked() error {
 
 // Run calls the model's method on this session's stream.
 func (s *Session) Run(args ...*torch.Value) (*torch.Value, error) {
+	if s == nil || s.model == nil {
+		return nil, ErrNoSession
+	}
 	return s.RunMethod(s.model.state.method, args...)
 }
 
 // RunMethod calls any method on this session's module.
 func (s *Session) RunMethod(method string, args ...*torch.Value) (*torch.Value, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil, errSessionClosed
+	if err := s.lock(); err != nil {
+		return nil, err
 	}
+	defer s.mu.Unlock()
 	return runOn(s.model, s.mod, s.thread, method, args)
 }
 
 // Predict is Model.Predict on this session's stream.
 func (s *Session) Predict(inputs ...*torch.Tensor) ([]torch.Output, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil, errSessionClosed
+	if err := s.lock(); err != nil {
+		return nil, err
 	}
+	defer s.mu.Unlock()
 	return s.model.predictOn(s.mod, s.thread, inputs)
 }
 
 // Close frees the session's copy of the state. Idempotent.
 func (s *Session) Close() error {
+	if s == nil {
+		return nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
