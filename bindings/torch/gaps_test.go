@@ -73,7 +73,10 @@ func TestMeasureGapsSeesACompetingThread(t *testing.T) {
 	}
 	tr := r.tr
 	lost := float64(tr.Lost) / float64(tr.Elapsed)
-	if tr.Elapsed < 400*time.Millisecond || tr.Reads < 1000 || lost < 0.25 || lost > 0.8 || tr.Longest < 500*time.Microsecond {
+	// About half is lost to the spinner; other processes on CPU 0 (a parallel test package, a
+	// build) take more, up to nearly all of it on a loaded machine: 0.83-0.86 was seen there.
+	// What must hold is that the competitor's slices are seen, and that some reads got through.
+	if tr.Elapsed < 400*time.Millisecond || tr.Reads < 1000 || lost < 0.25 || lost > 0.97 || tr.Longest < 500*time.Microsecond {
 		t.Fatalf("sharing a CPU: elapsed %v, %d reads, %d gaps, lost %.2f, longest %v", tr.Elapsed, tr.Reads, tr.Count, lost, tr.Longest)
 	}
 	if int64(len(tr.Gaps)) != tr.Count {
