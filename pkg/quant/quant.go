@@ -259,6 +259,9 @@ type Outcome struct {
 	// Attempts lists every configuration tried, in order.
 	Attempts []Attempt `json:"attempts,omitempty"`
 	Warnings []string  `json:"warnings,omitempty"`
+	// Unchanged are the layers the fallback tried in FP32 whose exclusion left the quantized
+	// graph as it was (QuantizeChecked); they are not in FP32Layers.
+	Unchanged []string `json:"unchanged_layers,omitempty"`
 }
 
 // CheckEngine resolves want (a quantize.engine value) against this libtorch's engines, as
