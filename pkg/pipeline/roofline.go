@@ -23,7 +23,11 @@ func (r *run) roofline() {
 	}
 	final := r.best()
 	p50 := time.Duration(r.rep.Bench.OptimizedP50 * float64(time.Millisecond))
-	rf, err := roofline.Measure(r.orig.mod, "the FP32 original "+filepath.Base(r.cfg.Model.Path), r.inputs, p50,
+	what := "the FP32 original "
+	if r.orig.precision != "fp32" {
+		what = "the original (" + r.orig.precision + ") "
+	}
+	rf, err := roofline.Measure(r.orig.mod, what+filepath.Base(r.cfg.Model.Path), r.inputs, p50,
 		roofline.IsINT8(final.precision), r.rep.Bench.Threads)
 	if err != nil {
 		r.rep.Warnings = append(r.rep.Warnings, "no roofline: "+err.Error())

@@ -25,12 +25,18 @@ func (r *run) addCandidate(name string, k kind, steps []string, build func() (*c
 	}
 	c.name, c.kind, c.steps, c.wall, c.call = name, k, steps, time.Since(t0), r.call
 	if c.precision == "" {
-		c.precision = "fp32"
+		// Steps that do not quantize keep the input's precision: FP32, or the INT8 of a model
+		// PyTorch had quantized already.
+		c.precision, c.engine = r.orig.precision, r.orig.engine
 	}
 	c.nodes, _ = c.mod.NodeCounts()
 	c.quantizedOps = quant.QuantizedOps(c.nodes)
 	r.closes = append(r.closes, c.close)
-	checks, ref := r.checkSet(c.precision)
+	// Held to the original's outputs on every check input unless this step quantized or
+	// rounds differently (fuse_conv_add, optimize_for_inference on INT8: validated on their
+	// own).
+	asInput := c.precision == r.orig.precision && c.kind != kindINT8 && c.kind != kindINT8OFI && c.kind != kindINT8Fuse
+	checks, ref := r.checkSet(!asInput)
 	got, err := outputsOf(c, checks)
 	if err != nil {
 		c.status, c.reason = stFailed, fmt.Sprintf("running it failed: %v", err)
@@ -41,7 +47,7 @@ func (r *run) addCandidate(name string, k kind, steps []string, build func() (*c
 	switch {
 	case err != nil:
 		c.status, c.reason = stRejected, err.Error()
-	case c.precision == "fp32" && (c.maxAbs > r.cfg.Optimize.MaxAbsError || c.cosine < r.cfg.Optimize.MinCosine):
+	case asInput && (c.maxAbs > r.cfg.Optimize.MaxAbsError || c.cosine < r.cfg.Optimize.MinCosine):
 		c.status = stRejected
 		c.reason = fmt.Sprintf("outputs moved beyond tolerance: max abs error %.3g (allowed %.3g), cosine %.6f (required %.6f)",
 			c.maxAbs, r.cfg.Optimize.MaxAbsError, c.cosine, r.cfg.Optimize.MinCosine)
@@ -53,11 +59,12 @@ func (r *run) addCandidate(name string, k kind, steps []string, build func() (*c
 	return c
 }
 
-// checkSet is the check inputs a candidate of precision is compared on, and the original's
-// outputs on them. INT8 is judged on real data by the quantizer's validation; random bench
-// inputs lie outside the calibrated ranges, so they are left out of its agreement figures.
-func (r *run) checkSet(precision string) ([][]*torch.Tensor, [][]float64) {
-	if precision != "fp32" && len(r.checks) > 1 && !r.stream && !r.call.stateful() {
+// checkSet is the check inputs a candidate is compared on (quantized: this run quantized
+// it), and the original's outputs on them. INT8 is judged on real data by the quantizer's
+// validation; random bench inputs lie outside the calibrated ranges, so they are left out of
+// its agreement figures.
+func (r *run) checkSet(quantized bool) ([][]*torch.Tensor, [][]float64) {
+	if quantized && len(r.checks) > 1 && !r.stream && !r.call.stateful() {
 		per := len(r.ref) / len(r.checks)
 		return r.checks[1:], r.ref[per:]
 	}
