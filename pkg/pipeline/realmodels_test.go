@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/torchspeed/torchspeed/internal/fixtures"
 	"github.com/torchspeed/torchspeed/pkg/report"
@@ -194,5 +195,37 @@ func TestFallbackListsOnlyLayersItChanged(t *testing.T) {
 				t.Errorf("validation %+v: want the FP32 result's, passed", rep.Validation)
 			}
 		})
+	}
+}
+
+// A kept freeze that measured slower than the original says why in Decisions, with the thread
+// count of its figures; channels-last on a model without 4-D float weights is a skip with the
+// reason, not a failure.
+func TestStageDecisionsSayWhy(t *testing.T) {
+	f := fixtures.Load(t).Get(t, "int8_cnn")
+	cfg := testConfig(t, f, t.TempDir())
+	cfg.Quantize.Mode = "none"
+	opts := testOptions()
+	opts.slow = func(meas, target string) time.Duration {
+		if meas == "stages" && target == "freeze" {
+			return 2 * time.Millisecond
+		}
+		return 0
+	}
+	rep, err := Run(context.Background(), cfg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !hasLine(rep.Decisions, "freeze:", "kept though", "the original here", "optimize.freeze", "thread") {
+		t.Errorf("no decision says why a slower freeze is kept: %q", rep.Decisions)
+	}
+	var cl *report.Stage
+	for i := range rep.Stages {
+		if strings.HasPrefix(rep.Stages[i].Name, "channels-last") {
+			cl = &rep.Stages[i]
+		}
+	}
+	if cl == nil || cl.Status != report.StatusSkipped || !strings.Contains(cl.Reason, "no 4-D float weights") {
+		t.Errorf("channels-last stage %+v: want skipped, with the reason", cl)
 	}
 }
