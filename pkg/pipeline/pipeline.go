@@ -252,6 +252,10 @@ func (r *run) load() error {
 	r.orig.nodes, _ = m.NodeCounts()
 	r.rep.Model.Nodes = total(r.orig.nodes)
 	r.orig.quantizedOps = quant.QuantizedOps(r.orig.nodes)
+	if n := r.orig.nodes["prepacked::conv2d_clamp_run"] + r.orig.nodes["prepacked::linear_clamp_run"]; n > 0 {
+		r.warn(fmt.Sprintf("model %q holds %s (torch.utils.mobile_optimizer.optimize_for_mobile made them): graph-mode INT8 quantization cannot see them, and XNNPACK ran 20-40x slower than libtorch's own kernels on x86; re-export the model without optimize_for_mobile (torch.jit.script or torch.jit.trace of the nn.Module, then torch.jit.save) for torchspeed to optimize it",
+			cfg.Model.Path, report.Plural(n, "XNNPACK prepacked convolution/linear op")))
+	}
 	r.rep.Model.Precision = "fp32"
 	if p := quant.InputPrecision(r.orig.quantizedOps); p != "" {
 		// A model that arrives INT8 (PyTorch's eager or dynamic quantization) stays INT8 through

@@ -130,7 +130,7 @@ func TestMobileOptimizedInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !hasLine(rep.Warnings, "quantized no layer", "XNNPACK", "prepacked::conv2d_clamp_run", "re-export the model without optimize_for_mobile") {
+	if !hasLine(rep.Warnings, "quantized no layer", "XNNPACK", "prepacked::conv2d_clamp_run", "re-export the model without optimize_for_mobile") || !hasLine(rep.Warnings, "XNNPACK prepacked", "20-40x slower") {
 		t.Errorf("no warning naming XNNPACK's prepacked ops: %q", rep.Warnings)
 	}
 	if hasLine(rep.Warnings, "check the calibration data") || hasLine(rep.Warnings, "Check the calibration data") {
