@@ -598,8 +598,8 @@ func (r *run) noLayerAdvice() string {
 	case r.orig.precision != "fp32":
 		return "The input model was quantized before torchspeed saw it: drop quantize.mode static/dynamic (auto keeps its INT8 and offers torchspeed's INT8 passes), or give torchspeed the FP32 model to quantize"
 	case r.orig.nodes["prepacked::conv2d_clamp_run"]+r.orig.nodes["prepacked::linear_clamp_run"] > 0:
-		return fmt.Sprintf("The model's convolutions and linears are XNNPACK prepacked ops (%s, %s: torch.utils.mobile_optimizer.optimize_for_mobile made them), which graph-mode quantization cannot see: re-export the model without optimize_for_mobile (torch.jit.script or torch.jit.trace of the nn.Module, then torch.jit.save)",
-			report.Plural(r.orig.nodes["prepacked::conv2d_clamp_run"], "prepacked::conv2d_clamp_run"), report.Plural(r.orig.nodes["prepacked::linear_clamp_run"], "prepacked::linear_clamp_run"))
+		return fmt.Sprintf("The model's convolutions and linears are XNNPACK prepacked ops (prepacked::conv2d_clamp_run: %d, prepacked::linear_clamp_run: %d; torch.utils.mobile_optimizer.optimize_for_mobile made them), which graph-mode quantization cannot see: re-export the model without optimize_for_mobile (torch.jit.script or torch.jit.trace of the nn.Module, then torch.jit.save)",
+			r.orig.nodes["prepacked::conv2d_clamp_run"], r.orig.nodes["prepacked::linear_clamp_run"])
 	}
 	return fmt.Sprintf("Check the calibration data (%s)", orNone(r.cfg.Calibration.Path))
 }

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"fmt"
 	"path/filepath"
 	"time"
 
@@ -19,6 +20,12 @@ func (r *run) roofline() {
 	if r.call.typed {
 		// The FLOP counter runs forward with tensors only.
 		r.rep.Warnings = append(r.rep.Warnings, "no roofline: FLOPs are counted on forward with tensor arguments only, and this model is called as "+r.call.method+" with constants")
+		return
+	}
+	if r.orig.precision != "fp32" {
+		// The counter reads aten's convolutions and matrix products; a model that arrived INT8
+		// does its work in quantized:: ops, whose FLOPs it does not count.
+		r.rep.Warnings = append(r.rep.Warnings, fmt.Sprintf("no roofline: the input model is %s already, and FLOPs are counted on aten convolutions and matrix products only (not its quantized:: operators); optimize the FP32 model to get one", r.orig.precision))
 		return
 	}
 	final := r.best()
