@@ -225,7 +225,7 @@ func TestStageDecisionsSayWhy(t *testing.T) {
 			cl = &rep.Stages[i]
 		}
 	}
-	if cl == nil || cl.Status != report.StatusSkipped || !strings.Contains(cl.Reason, "no 4-D float weights") {
+	if cl == nil || cl.Status != report.StatusSkipped || !strings.Contains(cl.Reason, "no 4-D float weights") || cl.Precision != "int8-static" {
 		t.Errorf("channels-last stage %+v: want skipped, with the reason", cl)
 	}
 }

@@ -336,7 +336,11 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		}
 	}
 	if v := r.Validation; v != nil {
-		p("\n## Validation against the FP32 original\n\n")
+		against := "the FP32 original"
+		if r.Model.Precision != "" && r.Model.Precision != "fp32" {
+			against = "the original (" + r.Model.Precision + ")"
+		}
+		p("\n## Validation against %s\n\n", against)
 		p("Checked: %s (%s), %s%s: **%s**\n\n", v.Checked, v.CheckedPrecision, v.samplesData(), synth(v.Synthetic), passWord(v.Passed))
 		p("| metric | value |\n|---|---:|\n")
 		for _, row := range metricRows(v.Metrics) {
