@@ -212,7 +212,7 @@ func (r *run) measureStages() error {
 	if len(live) == 0 {
 		return nil
 	}
-	r.logf("measuring %d candidates against the original, %d interleaved rounds", len(live), r.cfg.Bench.StageRuns)
+	r.logf("measuring %d candidates against the original, %d interleaved rounds at %s", len(live), r.cfg.Bench.StageRuns, report.Plural(torch.NumThreads(), "thread"))
 	m, err := r.measure("stages", live, r.stageOptions(r.cfg.Bench.StageRuns))
 	if err != nil {
 		return fmt.Errorf("measuring stages: %w", err)
