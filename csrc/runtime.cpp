@@ -229,8 +229,51 @@ double matmul_flops(const c10::IValue& a, const c10::IValue& b) {
   return 2 * rows * k * m;
 }
 
+// The state an XNNPACK prepacked context (optimize_for_mobile's Conv2dOpContext,
+// LinearOpContext) was built from: its __getstate__, registered by def_pickle in every
+// release, gives back the original weight first. An empty tuple when it is not reachable.
+std::vector<c10::IValue> prepacked_state(const c10::IValue& ctx) {
+  if (!ctx.isObject()) return {};
+  auto obj = ctx.toObject();
+  torch::jit::Function* getstate = obj->type()->findMethod("__getstate__");
+  if (getstate == nullptr) return {};
+  std::vector<c10::IValue> stack{ctx};
+  getstate->run(stack);
+  if (stack.empty() || !stack.back().isTuple()) return {};
+  const auto& e = stack.back().toTupleRef().elements();
+  return std::vector<c10::IValue>(e.begin(), e.end());
+}
+
+// XNNPACK's prepacked ops (torch.utils.mobile_optimizer.optimize_for_mobile) run their
+// convolutions and matmuls without reaching aten::_convolution or addmm: their work is counted
+// from the input and the prepacked weight. Conv2dOpContext's state is (weight, bias, stride,
+// padding, dilation, groups, output_min, output_max); LinearOpContext's (weight [N, K], bias,
+// output_min, output_max).
+double prepacked_flops(const std::string& name, c10::ArrayRef<const c10::IValue> in) {
+  if (in.size() < 2) return 0;
+  std::vector<c10::IValue> st;
+  try {
+    st = prepacked_state(in[1]);
+  } catch (const std::exception&) {
+    // A context this libtorch cannot unpack: its work goes uncounted rather than failing the
+    // forward the count rides on.
+    return 0;
+  }
+  if (name == "prepacked::conv2d_clamp_run") {
+    if (st.size() < 5) return 0;
+    std::vector<c10::IValue> conv{in[0], st[0], st[1], st[2], st[3], st[4], c10::IValue(false)};
+    return conv_flops(c10::ArrayRef<const c10::IValue>(conv.data(), conv.size()));
+  }
+  if (st.empty() || !st[0].isTensor()) return 0;
+  // The weight is [N, K]; the input [..., K] times its transpose.
+  std::vector<int64_t> x, w;
+  if (!sizes_of(in[0], x) || !sizes_of(st[0], w) || x.empty() || w.size() != 2) return 0;
+  return 2 * prod(x, 0, x.size()) * static_cast<double>(w[0]);
+}
+
 double op_flops(const std::string& name, c10::ArrayRef<const c10::IValue> in) {
   if (name == "aten::_convolution") return conv_flops(in);
+  if (name == "prepacked::conv2d_clamp_run" || name == "prepacked::linear_clamp_run") return prepacked_flops(name, in);
   if (name == "aten::mm" || name == "aten::bmm" || name == "aten::mv" || name == "aten::dot") {
     return in.size() >= 2 ? matmul_flops(in[0], in[1]) : 0;
   }

@@ -202,8 +202,9 @@ func TestHostileFiles(t *testing.T) {
 
 	t.Run("08 a failing validation keeps the previous artifact and reports", func(t *testing.T) {
 		before := snapshot(t, out)
-		// INT8 held to a cosine it cannot reach, with one layer of fallback, from 2 samples.
-		failing := writeConfig(t, body+"quantize:\n  mode: static\n  observer: minmax\n  max_fallback_layers: 1\ncalibration:\n  path: "+fx+
+		// INT8, required, held to a cosine it cannot reach, with one layer of fallback, from 2
+		// samples.
+		failing := writeConfig(t, body+"quantize:\n  mode: static\n  force: true\n  observer: minmax\n  max_fallback_layers: 1\ncalibration:\n  path: "+fx+
 			"/digits_calib.npy\n  limit: 2\nvalidation:\n  min_cosine: 0.9999999\n")
 		_, stderr, code := cli(t, dir, nil, "optimize", "-c", failing, "--overwrite", "--quiet")
 		expectExit(t, stderr, code, 3, "validation")

@@ -52,7 +52,7 @@ func (r *run) int8OFI(q *candidate) (ofi *candidate, match string) {
 	// activation that lands on the other side of a quantize_per_tensor step moves by a whole
 	// step of that scale, so a max abs error across a quantization step measures the scale, not
 	// the pass. Outputs of 1 element have no meaningful cosine: max abs error is all there is.
-	checks, _ := r.checkSet(q.precision)
+	checks, _ := r.checkSet(true)
 	want, err := outputsOf(q, checks)
 	if err != nil {
 		c.status, c.reason = stFailed, fmt.Sprintf("running %s for the comparison failed: %v", q.name, err)

@@ -137,6 +137,10 @@ func (r *run) stageRows() []report.Stage {
 		s := report.Stage{Name: c.name, Status: c.status.String(), Reason: c.reason, Precision: c.precision, WallMs: msOf(c.wall)}
 		if s.Precision == "" {
 			s.Precision = "fp32"
+			if r.orig != nil && c.kind != kindINT8 && c.kind != kindINT8OFI && c.kind != kindINT8Fast && c.kind != kindINT8Fuse {
+				// Not built: a step that does not quantize has the input's precision.
+				s.Precision = r.orig.precision
+			}
 		}
 		if c.nodes != nil { // skipped and failed candidates have no graph
 			s.Nodes = intp(total(c.nodes))

@@ -82,10 +82,11 @@ func quickConfig(t *testing.T, f fixtures.Fixture, out string) *config.Config {
 	return c
 }
 
-// failingConfig makes INT8 miss its threshold with no fallback: validation fails (exit 3).
+// failingConfig makes INT8, required by quantize.force, miss its threshold with no fallback:
+// validation fails (exit 3).
 func failingConfig(t *testing.T, f fixtures.Fixture, out string) *config.Config {
 	c := testConfig(t, f, out)
-	c.Quantize.Mode, c.Quantize.Fallback, c.Quantize.Observer = "static", false, "minmax"
+	c.Quantize.Mode, c.Quantize.Fallback, c.Quantize.Observer, c.Quantize.Force = "static", false, "minmax", true
 	c.Calibration.Path, c.Calibration.Limit = f.Path(f.Calib.Inputs[0].File), 16
 	c.Validation.MinCosine = 0.9999999
 	c.Output.Overwrite = true

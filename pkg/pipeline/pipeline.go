@@ -251,6 +251,23 @@ func (r *run) load() error {
 	r.orig = &candidate{name: "original", kind: kindOriginal, mod: m, call: r.call, precision: "fp32", status: stBaseline, wall: time.Since(t0)}
 	r.orig.nodes, _ = m.NodeCounts()
 	r.rep.Model.Nodes = total(r.orig.nodes)
+	r.orig.quantizedOps = quant.QuantizedOps(r.orig.nodes)
+	if n := r.orig.nodes["prepacked::conv2d_clamp_run"] + r.orig.nodes["prepacked::linear_clamp_run"]; n > 0 {
+		r.warn(fmt.Sprintf("model %q holds %s (torch.utils.mobile_optimizer.optimize_for_mobile made them): graph-mode INT8 quantization cannot see them, and XNNPACK ran 20-40x slower than libtorch's own kernels on x86; re-export the model without optimize_for_mobile (torch.jit.script or torch.jit.trace of the nn.Module, then torch.jit.save) for torchspeed to optimize it",
+			cfg.Model.Path, report.Plural(n, "XNNPACK prepacked convolution/linear op")))
+	}
+	r.rep.Model.Precision = "fp32"
+	if p := quant.InputPrecision(r.orig.quantizedOps); p != "" {
+		// A model that arrives INT8 (PyTorch's eager or dynamic quantization) stays INT8 through
+		// every FP32-style step (freeze, optimize_for_inference): its candidates, manifest and
+		// report say so, and the INT8 passes are offered on it (int8Input).
+		r.orig.precision, r.orig.engine = p, r.quantEngine(cfg.Quantize.Engine)
+		r.rep.Model.Precision, r.rep.Model.QuantizedOps = p, r.orig.quantizedOps
+		d := fmt.Sprintf("input model: already INT8 (%s: %s, quantized engine %s); torchspeed keeps its quantization and offers its INT8 passes (fast_qdq, fuse_conv_add)",
+			p, report.Plural(total(r.orig.quantizedOps), "quantized operator"), r.orig.engine)
+		r.rep.Decisions = append(r.rep.Decisions, d)
+		r.logf("%s", d)
+	}
 	if r.ref, err = outputsOf(r.orig, r.checks); err != nil {
 		return exitcode.New(exitcode.Usage, fmt.Errorf("model %q rejects the configured inputs (model.inputs: %s): %w", cfg.Model.Path, strings.Join(specs, ", "), err))
 	}

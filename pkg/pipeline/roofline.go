@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"fmt"
 	"path/filepath"
 	"time"
 
@@ -21,9 +22,19 @@ func (r *run) roofline() {
 		r.rep.Warnings = append(r.rep.Warnings, "no roofline: FLOPs are counted on forward with tensor arguments only, and this model is called as "+r.call.method+" with constants")
 		return
 	}
+	if r.orig.precision != "fp32" {
+		// The counter reads aten's convolutions and matrix products; a model that arrived INT8
+		// does its work in quantized:: ops, whose FLOPs it does not count.
+		r.rep.Warnings = append(r.rep.Warnings, fmt.Sprintf("no roofline: the input model is %s already, and FLOPs are counted on aten convolutions and matrix products only (not its quantized:: operators); optimize the FP32 model to get one", r.orig.precision))
+		return
+	}
 	final := r.best()
 	p50 := time.Duration(r.rep.Bench.OptimizedP50 * float64(time.Millisecond))
-	rf, err := roofline.Measure(r.orig.mod, "the FP32 original "+filepath.Base(r.cfg.Model.Path), r.inputs, p50,
+	what := "the FP32 original "
+	if r.orig.precision != "fp32" {
+		what = "the original (" + r.orig.precision + ") "
+	}
+	rf, err := roofline.Measure(r.orig.mod, what+filepath.Base(r.cfg.Model.Path), r.inputs, p50,
 		roofline.IsINT8(final.precision), r.rep.Bench.Threads)
 	if err != nil {
 		r.rep.Warnings = append(r.rep.Warnings, "no roofline: "+err.Error())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -81,6 +82,9 @@ type candidate struct {
 	rep   *Outcome
 	res   *validate.Result
 	skip  []string
+	// nodes are the quantized graph's node counts: two attempts whose counts are equal built
+	// the same graph, whatever layers they named.
+	nodes map[string]int
 }
 
 // QuantizeChecked quantizes m, validates the result against m on val and, when thresholds
@@ -122,11 +126,20 @@ func QuantizeChecked(ctx context.Context, m *torch.Module, calib, val validate.B
 			q.Close()
 			return nil, false, err
 		}
+		nodes, err := q.NodeCounts()
+		if err != nil {
+			q.Close()
+			return nil, false, err
+		}
 		failed, unchecked := fb.Thresholds.Check(res)
 		rep.Validation, rep.Failures, rep.Unchecked = res, failed, unchecked
 		attempts = append(attempts, Attempt{FP32Layers: o.Skip, Cosine: res.Cosine, Top1: res.Top1, Passed: len(failed) == 0, Failures: failed})
-		return &candidate{model: q, rep: rep, res: res, skip: slices.Clone(skip)}, len(failed) == 0, nil
+		return &candidate{model: q, rep: rep, res: res, skip: slices.Clone(skip), nodes: nodes}, len(failed) == 0, nil
 	}
+	// unchanged are the layers whose exclusion left the quantized graph as it was: a layer
+	// inlined into its parent's graph (a scripted nn.Sequential the freeze folded away, say) is
+	// still quantized however it is named, and listing it as FP32 would be false.
+	var unchanged []string
 	keep := func(c *candidate, ok bool) {
 		if ok {
 			passing = append(passing, *c)
@@ -156,15 +169,24 @@ func QuantizeChecked(ctx context.Context, m *torch.Module, calib, val validate.B
 	}
 	if !ok && fb.MaxFP32Layers > 0 {
 		var skip []string
+		prev := first.nodes
 		for _, row := range table {
-			if len(skip) >= fb.MaxFP32Layers {
+			// Layers that change nothing are not counted against the limit, but are not tried
+			// without end either.
+			if len(skip) >= fb.MaxFP32Layers || len(unchanged) >= fb.MaxFP32Layers {
 				break
 			}
-			skip = append(skip, row.Layer)
-			c, pass, err := try(skip)
+			c, pass, err := try(append(slices.Clone(skip), row.Layer))
 			if err != nil {
 				return nil, nil, err
 			}
+			if maps.Equal(c.nodes, prev) {
+				unchanged = append(unchanged, row.Layer)
+				attempts = attempts[:len(attempts)-1]
+				c.model.Close()
+				continue
+			}
+			skip, prev = append(skip, row.Layer), c.nodes
 			keep(c, pass)
 			if pass {
 				// The first passing set is not necessarily the fastest. The greedy order may have
@@ -191,8 +213,21 @@ func QuantizeChecked(ctx context.Context, m *torch.Module, calib, val validate.B
 		}
 	}
 
+	unchangedNote := func(rep *Outcome) {
+		if len(unchanged) == 0 {
+			return
+		}
+		it := "them"
+		if len(unchanged) == 1 {
+			it = "it"
+		}
+		rep.Unchanged = unchanged
+		rep.Warnings = append(rep.Warnings, fmt.Sprintf("keeping %s in FP32 left the quantized graph unchanged (same operators), so the fallback did not count %s: such a layer is inlined into its parent's graph (a scripted nn.Sequential, say) and stays INT8 whatever quantize.skip names; name the parent module, or keep the model FP32 (quantize.mode none)",
+			strings.Join(unchanged, ", "), it))
+	}
 	if len(passing) == 0 {
 		rep := best.rep
+		unchangedNote(rep)
 		rep.Sensitivity, rep.Attempts = table, attempts
 		return nil, rep, &ThresholdError{Failures: best.rep.Failures, Tried: len(attempts)}
 	}
@@ -226,6 +261,7 @@ func QuantizeChecked(ctx context.Context, m *torch.Module, calib, val validate.B
 	}
 	c := passing[chosen]
 	passing = slices.Delete(passing, chosen, chosen+1) // the deferred Close must not free it
+	unchangedNote(c.rep)
 	c.rep.Sensitivity, c.rep.Attempts = table, attempts
 	return c.model, c.rep, nil
 }

@@ -259,6 +259,9 @@ type Outcome struct {
 	// Attempts lists every configuration tried, in order.
 	Attempts []Attempt `json:"attempts,omitempty"`
 	Warnings []string  `json:"warnings,omitempty"`
+	// Unchanged are the layers the fallback tried in FP32 whose exclusion left the quantized
+	// graph as it was (QuantizeChecked); they are not in FP32Layers.
+	Unchanged []string `json:"unchanged_layers,omitempty"`
 }
 
 // CheckEngine resolves want (a quantize.engine value) against this libtorch's engines, as
@@ -505,4 +508,34 @@ func FP32LayerOps(nodes map[string]int) map[string]int {
 		}
 	}
 	return f
+}
+
+// InputPrecision is the precision a model arrived in, read from its quantized operators
+// (QuantizedOps): "" when it holds none (FP32), "int8-dynamic" when every one of them
+// quantizes its activations at run time (quantized::linear_dynamic and its kin, as
+// torch.ao.quantization.quantize_dynamic leaves them), else "int8-static" (eager or graph-mode
+// static quantization: quantized::conv2d, quantized::linear, quantized::add, ...).
+func InputPrecision(ops map[string]int) string {
+	if len(ops) == 0 {
+		return ""
+	}
+	for k := range ops {
+		if !strings.Contains(k, "_dynamic") {
+			return "int8-" + ModeStatic
+		}
+	}
+	return "int8-" + ModeDynamic
+}
+
+// AddedOps is what quantization added: the quantized operators of after beyond those of
+// before (a model that was already INT8 keeps its own), by kind; kinds it did not add are left
+// out.
+func AddedOps(before, after map[string]int) map[string]int {
+	d := map[string]int{}
+	for k, n := range after {
+		if n > before[k] {
+			d[k] = n - before[k]
+		}
+	}
+	return d
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -159,6 +160,27 @@ func gfmt(v *float64, format string) string {
 	return fmt.Sprintf(format, *v)
 }
 
+// threadsNote says which thread counts the stage rows were timed at when one differs from the
+// final benchmark's, so a row's p50 is not read against the final line's: a stage table at 1
+// thread and a final line at 4 differ by the threads, not the steps.
+func (r *Report) threadsNote() string {
+	b := r.Bench
+	if b == nil {
+		return ""
+	}
+	var other []string
+	for _, s := range r.Stages {
+		if s.Threads != nil && *s.Threads != b.Threads && !slices.Contains(other, fmt.Sprint(*s.Threads)) {
+			other = append(other, fmt.Sprint(*s.Threads))
+		}
+	}
+	if len(other) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("rows at %s thread(s) were timed before the thread count was chosen; the final benchmark ran at %s. Each row's speedup is against the original at the row's own count: compare p50s across rows and with the final line only at equal threads",
+		strings.Join(other, ", "), Plural(b.Threads, "thread"))
+}
+
 func threadsCell(t *int) string {
 	if t == nil {
 		return "-"
@@ -181,6 +203,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if n := r.threadsNote(); n != "" {
+		fmt.Fprintf(w, "note: %s\n", n)
 	}
 	if b := r.Bench; b != nil {
 		fmt.Fprintf(w, "\nfinal (%s, %s): p50 %s ms (original %s ms), p95 %s ms (original %s ms), %s; %d runs interleaved\n",
@@ -296,6 +321,9 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 			msp(s.P50Ms), msp(s.P95Ms), msp(s.BaselineP50Ms), speed(s), errCell(s), meas, nodes, deltaString(s.NodeDelta))
 	}
 	p("\n")
+	if n := r.threadsNote(); n != "" {
+		p("Note: %s\n\n", n)
+	}
 	for _, s := range r.Stages {
 		if s.Reason != "" {
 			p("- **%s**: %s\n", s.Name, s.Reason)
@@ -308,7 +336,11 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		}
 	}
 	if v := r.Validation; v != nil {
-		p("\n## Validation against the FP32 original\n\n")
+		against := "the FP32 original"
+		if r.Model.Precision != "" && r.Model.Precision != "fp32" {
+			against = "the original (" + r.Model.Precision + ")"
+		}
+		p("\n## Validation against %s\n\n", against)
 		p("Checked: %s (%s), %s%s: **%s**\n\n", v.Checked, v.CheckedPrecision, v.samplesData(), synth(v.Synthetic), passWord(v.Passed))
 		p("| metric | value |\n|---|---:|\n")
 		for _, row := range metricRows(v.Metrics) {

@@ -273,3 +273,39 @@ func TestTop1CountsRendered(t *testing.T) {
 		t.Error("top1_counted written without a class-score output")
 	}
 }
+
+// Stage rows timed at another thread count than the final benchmark's are named, in the
+// terminal table and in the Markdown, so a row's p50 is not read against the final line's.
+func TestThreadsNote(t *testing.T) {
+	r := sample()
+	r.Bench.Threads = 1
+	var md, tbl bytes.Buffer
+	if err := r.WriteMarkdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.WriteTable(&tbl); err != nil {
+		t.Fatal(err)
+	}
+	for what, out := range map[string]string{"markdown": md.String(), "table": tbl.String()} {
+		if !strings.Contains(out, "rows at 2 thread(s) were timed before the thread count was chosen; the final benchmark ran at 1 thread") {
+			t.Errorf("%s has no note on the stage rows' thread count:\n%s", what, out)
+		}
+	}
+	r = sample()
+	if n := r.threadsNote(); n != "" {
+		t.Errorf("note %q with every row at the final count", n)
+	}
+}
+
+// An already-INT8 input deployed as it came is not called calibrated.
+func TestDeployPrecisionOfINT8Input(t *testing.T) {
+	r := sample()
+	r.Model.Precision, r.Bench.Precision = "int8-static", "int8-static"
+	if got := r.deployPrecision("int8-static"); got != "INT8 (static, as the input model was quantized)" {
+		t.Errorf("got %q", got)
+	}
+	r.Model.Precision = "fp32"
+	if got := r.deployPrecision("int8-static"); got != "INT8 (static, calibrated)" {
+		t.Errorf("got %q", got)
+	}
+}

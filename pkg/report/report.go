@@ -74,6 +74,11 @@ type ModelInfo struct {
 	Bytes  int64       `json:"bytes"`
 	Inputs []InputSpec `json:"inputs"`
 	Nodes  int         `json:"graph_nodes"`
+	// Precision is the precision the model arrived in: fp32, or int8-static / int8-dynamic
+	// for a model PyTorch had quantized already (empty: not read).
+	Precision string `json:"precision,omitempty"`
+	// QuantizedOps counts an already-INT8 model's quantized operators, by kind (nil: none).
+	QuantizedOps map[string]int `json:"quantized_ops,omitempty"`
 }
 
 // InputSpec is one configured model input.

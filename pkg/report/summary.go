@@ -35,7 +35,7 @@ func (r *Report) summaryLines() []string {
 		}
 		out = append(out, "Do not deploy: the optimized model failed validation"+why+". No artifact was written; earlier outputs in this folder were left as they were.")
 	case r.Artifact != nil && b != nil:
-		out = append(out, fmt.Sprintf("Deploy `%s`: %s, %s, %s.", *r.Artifact, b.Optimized, precisionWords(b.Precision), Plural(b.Threads, "intra-op thread")))
+		out = append(out, fmt.Sprintf("Deploy `%s`: %s, %s, %s.", *r.Artifact, b.Optimized, r.deployPrecision(b.Precision), Plural(b.Threads, "intra-op thread")))
 	}
 	if b != nil {
 		sp := RoundedSpeedup(b.OriginalP50, b.OptimizedP50)
@@ -131,6 +131,15 @@ func Plural(n int, noun string) string {
 		return "1 " + noun
 	}
 	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// deployPrecision is precisionWords for the deployed model, saying when its INT8 is the
+// input model's own rather than torchspeed's.
+func (r *Report) deployPrecision(p string) string {
+	if p != "fp32" && p == r.Model.Precision {
+		return strings.TrimSuffix(strings.ReplaceAll(precisionWords(p), ", calibrated", ""), ")") + ", as the input model was quantized)"
+	}
+	return precisionWords(p)
 }
 
 func precisionWords(p string) string {
