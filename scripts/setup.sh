@@ -6,6 +6,8 @@
 set -euo pipefail
 
 need_go="1.26"
+# The running system's file, not one shellcheck can follow from this repository.
+# shellcheck source=/dev/null
 . /etc/os-release
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
