@@ -81,6 +81,8 @@ inline Q add_vector_one(Q a, Q b, const AddParams& p) {
   float t = c * p.inv;
   t = std::isnan(t) ? kInt32FloatMax : std::min(t, kInt32FloatMax);  // _mm*_min_ps(t, max)
   auto r = static_cast<int32_t>(static_cast<uint32_t>(cvtps_epi32_one(t)) + static_cast<uint32_t>(p.z));
+  // Q is int8_t or uint8_t, a number here, never a character.
+  // NOLINTNEXTLINE(bugprone-signed-char-misuse)
   constexpr int32_t qmin = std::numeric_limits<Q>::min(), qmax = std::numeric_limits<Q>::max();
   return static_cast<Q>(r < qmin ? qmin : (r > qmax ? qmax : r));
 }
@@ -280,11 +282,11 @@ at::Tensor add_with(Isa isa, bool relu, const at::Tensor& qa, const at::Tensor& 
   return aten_add(relu, qa, qb, scale, zero_point);
 }
 
-at::Tensor fast_add(at::Tensor qa, at::Tensor qb, double scale, int64_t zero_point) {
+at::Tensor fast_add(const at::Tensor& qa, const at::Tensor& qb, double scale, int64_t zero_point) {
   return add_with(tsfast::cpu_isa(), false, qa, qb, scale, zero_point);
 }
 
-at::Tensor fast_add_relu(at::Tensor qa, at::Tensor qb, double scale, int64_t zero_point) {
+at::Tensor fast_add_relu(const at::Tensor& qa, const at::Tensor& qb, double scale, int64_t zero_point) {
   return add_with(tsfast::cpu_isa(), true, qa, qb, scale, zero_point);
 }
 

@@ -137,6 +137,8 @@ std::shared_ptr<const Prim> build(const Onednn& w, const Key& key) {
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
 
   dnnl::memory::desc src_md(src_dims, dt::u8, tag::nhwc), dst_md(dst_dims, dt::u8, tag::nhwc);
+  // memory::dims is std::vector<dnnl_dim_t> (int64_t), as oc is: nothing narrows.
+  // NOLINTNEXTLINE(bugprone-narrowing-conversions)
   dnnl::memory::desc w_md(wdims, dt::s8, tag::any), b_md({oc}, dt::f32, tag::x);
   const bool with_bias = w.orig_bias_.has_value() && w.orig_bias_->defined();
   auto desc = with_bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,

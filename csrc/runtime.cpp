@@ -48,6 +48,9 @@ ts_status* ts_parallel_info(char** out) noexcept {
   TS_API_END("parallel_info")
 }
 
+}  // extern "C"
+
+// Outside extern "C": a C++ helper returning a C++ type (clang: -Wreturn-type-c-linkage).
 namespace {
 // OpenBLAS's C API, looked up at run time: libtorch may use MKL, OpenBLAS or no BLAS, and
 // the shim links none of them itself.
@@ -70,6 +73,8 @@ const OpenBLAS& openblas() {
   return api;
 }
 }  // namespace
+
+extern "C" {
 
 ts_status* ts_blas_info(char** out) noexcept {
   TS_API_BEGIN

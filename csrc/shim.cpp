@@ -100,7 +100,8 @@ class BufferAdapter : public caffe2::serialize::ReadAdapterInterface {
 int64_t channels_last_in_place(torch::jit::Module& m) {
   int64_t changed = 0;
   c10::NoGradGuard ng;
-  auto convert = [&](at::Tensor t) {
+  // A const reference is enough: set_data changes the TensorImpl the module shares, not the handle.
+  auto convert = [&](const at::Tensor& t) {
     if (t.dim() == 4 && !t.is_quantized()) {
       t.set_data(t.contiguous(at::MemoryFormat::ChannelsLast));
       changed++;
@@ -245,8 +246,8 @@ ts_status* ts_tensor_qparams(const ts_tensor* t, double** scales, int64_t** zero
     z.assign(zp.data_ptr<int64_t>(), zp.data_ptr<int64_t>() + zp.numel());
     ax = q.q_per_channel_axis();
   }
-  auto* sp = static_cast<double*>(std::malloc(sizeof(double) * (s.size() ? s.size() : 1)));
-  auto* zpp = static_cast<int64_t*>(std::malloc(sizeof(int64_t) * (z.size() ? z.size() : 1)));
+  auto* sp = static_cast<double*>(std::malloc(sizeof(double) * (s.empty() ? 1 : s.size())));
+  auto* zpp = static_cast<int64_t*>(std::malloc(sizeof(int64_t) * (z.empty() ? 1 : z.size())));
   if (sp == nullptr || zpp == nullptr) {
     std::free(sp);
     std::free(zpp);
@@ -405,7 +406,9 @@ ts_status* ts_module_extra_file(const ts_module* m, const char* name, char** out
     return make_status(TS_CODE_NOT_FOUND, "extra_file", "archive has no extra file \"" + clip(name) + "\"");
   char* p = static_cast<char*>(std::malloc(it->second.size() + 1));
   if (p == nullptr) throw std::bad_alloc();
-  std::memcpy(p, it->second.data(), it->second.size());
+  // Bytes of a stated length, not a C string (torchspeed.h says so); the extra byte only keeps an
+  // empty file from asking malloc for 0 bytes.
+  std::memcpy(p, it->second.data(), it->second.size());  // NOLINT(bugprone-not-null-terminated-result)
   *len = it->second.size();
   *out = p;
   TS_API_END("extra_file")

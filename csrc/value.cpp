@@ -378,7 +378,9 @@ ts_status* ts_value_new_list(ts_value* const* items, size_t n, ts_value** out) n
   c10::impl::GenericList list(unified_type(vals));
   list.reserve(vals.size());
   for (auto& v : vals) list.push_back(std::move(v));
-  *out = wrap(c10::IValue(std::move(list)));
+  // No std::move: libtorch 1.13's List and Dict declare a copy constructor and no move one, and a
+  // copy only shares the handle's storage.
+  *out = wrap(c10::IValue(list));
   TS_API_END("value_new_list")
 }
 
@@ -400,7 +402,7 @@ ts_status* ts_value_new_dict(const char* const* keys, ts_value* const* values, s
     TS_CHECK_ARG(dict.insert(std::string(keys[i]), vals[i]).second, "value_new_dict",
                  std::string("key \"") + keys[i] + "\" given twice");
   }
-  *out = wrap(c10::IValue(std::move(dict)));
+  *out = wrap(c10::IValue(dict));
   TS_API_END("value_new_dict")
 }
 

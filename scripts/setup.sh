@@ -6,6 +6,8 @@
 set -euo pipefail
 
 need_go="1.26"
+# The running system's file, not one shellcheck can follow from this repository.
+# shellcheck source=/dev/null
 . /etc/os-release
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
@@ -13,6 +15,8 @@ if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 pkgs=(cmake make g++ pkg-config ca-certificates python3-numpy python3-pil)
 # make test-example (examples/serve/test.sh) reads the CLI's and the service's JSON with them.
 pkgs+=(jq curl)
+# make lint checks C++ (clang-tidy), Python (flake8) and shell scripts (shellcheck) with them.
+pkgs+=(clang-tidy python3-flake8 shellcheck)
 # make check-isa runs the CLI on an emulated CPU without AVX-512 (QEMU user mode).
 pkgs+=(qemu-user)
 # Allocators that `torchspeed launch --allocator` preloads (Debian 13 renamed tcmalloc's package).

@@ -9,7 +9,10 @@ cd "$root"
 fixtures=${TORCHSPEED_FIXTURES:-$root/build/fixtures}
 model=$fixtures/digits.pt
 input=$fixtures/digits_in_x.npy
-[ -f "$model" ] && [ -f "$input" ] || { echo "test-example: $model or $input missing: run make fixtures" >&2; exit 1; }
+if [ ! -f "$model" ] || [ ! -f "$input" ]; then
+  echo "test-example: $model or $input missing: run make fixtures" >&2
+  exit 1
+fi
 
 tmp=$(mktemp -d)
 pid=

@@ -9,12 +9,13 @@ one run: long-lived worker processes keep their model loaded and answer "run K" 
 (scripts/peers/*_worker.*, `torchspeed bench --serve`, goworker), stopped (SIGSTOP) outside
 their turns so that no idle worker spins on the CPUs another is timed on, and the driver asks
 each in turn for a block of K runs (after --block-warmup untimed ones), round after round, in a
-fresh random order every round (a fixed order biases small models timed right after large ones). Each contender runs in --processes
-processes (2 by default) with turns of their own: the same program can run measurably faster or
-slower from one process to the next, and the table shows each process's p50 so that spread is
-seen, not credited to a contender. All at batch 1 on --threads CPUs: the peers with --threads
-threads, as a user sets them; torchspeed's artifact with the thread count its optimize measured
-best (1 to --threads), or exactly --threads with --thread-choice fixed.
+fresh random order every round (a fixed order biases small models timed right after large ones).
+Each contender runs in --processes processes (2 by default) with turns of their own: the same
+program can run measurably faster or slower from one process to the next, and the table shows
+each process's p50 so that spread is seen, not credited to a contender. All at batch 1 on
+--threads CPUs: the peers with --threads threads, as a user sets them; torchspeed's artifact with
+the thread count its optimize measured best (1 to --threads), or exactly --threads with
+--thread-choice fixed.
 
 Contenders:
   py-jit, py-freeze-ofi, py-cl-freeze-ofi (CNNs), py-int8 (quantize_jit static for CNNs on the
@@ -29,8 +30,9 @@ Contenders:
       thread without the hop, and timed by the C++ loop: the per-call cost from Go
   floor@ts-bench, floor@PEER (unless --no-floor) -- floor_worker.c: the same fixed work every
       call (the model file's size read once, multiply-add chains), calibrated after the first
-      round to last as long as ts-bench's and the fastest peer's calls, at their thread counts. Its p95/p50 is the spread the machine alone gives
-      a call of that length (interrupts, the hypervisor taking a vCPU, a slow CPU at a barrier)
+      round to last as long as ts-bench's and the fastest peer's calls, at their thread counts.
+      Its p95/p50 is the spread the machine alone gives a call of that length (interrupts, the
+      hypervisor taking a vCPU, a slow CPU at a barrier)
 
 p95/p50 is given with a 95% bootstrap interval over rounds (whole rounds: a slow stretch of the
 machine lands on whole blocks), and each torchspeed contender's p95/p50 minus the best peer's
@@ -110,7 +112,8 @@ def interruption_text(i):
     if not i:
         return "not measured"
     fl = f", p95/p50 {i['floor_100us_1thread']:.2f} for 0.1 ms on 1 thread" if i.get("floor_100us_1thread") else ""
-    return f"{i['per_second']:.0f}/s per CPU, {100 * i['lost_fraction']:.1f}% of the time lost, gap p50 {i['p50_us']:.0f} us{fl}"
+    return (f"{i['per_second']:.0f}/s per CPU, {100 * i['lost_fraction']:.1f}% of the time lost, "
+            f"gap p50 {i['p50_us']:.0f} us{fl}")
 
 
 def loadavg():
@@ -373,7 +376,7 @@ def optimize(args, entry):
 
 def contenders(args, entry):
     """(name, argv, kind) for every contender of one model; kind is peer, torchspeed or diagnostic."""
-    name, kind = entry["name"], entry["kind"]
+    kind = entry["kind"]
     model = os.path.join(args.fixtures, entry["file"])
     x = os.path.join(args.fixtures, entry["inputs"][0]["file"])
     ref = os.path.join(args.fixtures, entry["outputs"][0]["file"])
@@ -595,7 +598,8 @@ def bench_model(args, entry, rng):
                 other[c].append({"cpus": round(others, 3), "steal_cpus": round((s1 - s0) / CLK_TCK / el, 3)})
                 got[c].append((i, ns))
                 if args.blocks_out:
-                    args.blocks_out.write(json.dumps({"model": name, "contender": c, "process": i, "round": r, "ns": ns}) + "\n")
+                    block = {"model": name, "contender": c, "process": i, "round": r, "ns": ns}
+                    args.blocks_out.write(json.dumps(block) + "\n")
             if interrupted:
                 # Drop the partial round's blocks.
                 for c in live:
@@ -675,11 +679,14 @@ def markdown(doc):
     m = doc["machine"]
     lines = [f"# bench-peers {doc['started']}", "",
              f"CPU {m['model']} ({', '.join(m['isa'])}), {m['usable_cpus']} usable CPUs; batch 1, "
-             f"{doc['threads']} CPUs (thread count: {doc.get('thread_choice', 'fixed')}); {doc['rounds']} rounds, shuffled; load average before "
+             f"{doc['threads']} CPUs (thread count: {doc.get('thread_choice', 'fixed')}); "
+             f"{doc['rounds']} rounds, shuffled; load average before "
              f"{doc['load_before']}, after {doc['load_after']}.", "",
              "Machine interruptions (`torchspeed probe --interrupts 1s`, all usable CPUs busy): before "
-             f"{interruption_text(doc.get('interruptions_before'))}; after {interruption_text(doc.get('interruptions_after'))}.", "",
-             "| model | contender | threads | p50 ms | p95 ms | p95/p50 [95% CI] | vs best peer (p50) | 95% CI | p50 per process | others' CPU (median/max) | cosine vs FP32 |",
+             f"{interruption_text(doc.get('interruptions_before'))}; "
+             f"after {interruption_text(doc.get('interruptions_after'))}.", "",
+             "| model | contender | threads | p50 ms | p95 ms | p95/p50 [95% CI] | vs best peer (p50) | 95% CI "
+             "| p50 per process | others' CPU (median/max) | cosine vs FP32 |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in doc["models"]:
         for c in sorted(r["contenders"], key=lambda c: c["p50_ms"]):
@@ -700,7 +707,8 @@ def markdown(doc):
         lines += ["", "## p95/p50 against the best peer's, and the machine's floor", ""] + tails
     lines += ["", "Ratios: torchspeed contender p50 / best peer p50 over all runs; the CI is over per-round "
               "ratios. 'p50 per process': each contender runs in several processes that take separate turns; "
-              "their spread is noise no single-process figure shows. 'others' CPU' is what processes outside this benchmark used during the contender's "
+              "their spread is noise no single-process figure shows. 'others' CPU' is what processes outside "
+              "this benchmark used during the contender's "
               "blocks (CPUs); warnings below name blocks above the threshold."]
     if doc["warnings"]:
         lines += [""] + [f"- warning: {w}" for w in doc["warnings"]]
@@ -729,13 +737,15 @@ def tail_lines(doc):
             if c["kind"] != "torchspeed" or not tv:
                 continue
             verdict = ("worse (the whole interval is above 0)" if tv["worse"] else
-                       "better (the whole interval is below 0)" if tv["better"] else "no difference the rounds can show")
+                       "better (the whole interval is below 0)" if tv["better"] else
+                       "no difference the rounds can show")
             line = (f"- {r['model']} {c['contender']}: p95/p50 {c['p95_ms'] / c['p50_ms']:.2f} vs {best['contender']} "
                     f"{best['p95_ms'] / best['p50_ms']:.2f}: difference {tv['diff']:+.2f} "
                     f"[{fmt(tv['ci95'][0], 2)}, {fmt(tv['ci95'][1], 2)}], {verdict}")
             fl = floors.get(c["contender"]) if c["contender"] == "ts-bench" else None
             ts_floor = floors.get("ts-bench")
             parts = []
+
             def floor_part(f, lead):
                 rd = f.get("ready") or {}
                 return (f"{lead}{f['p50_ms']:.3f} ms ({rd.get('threads', '?')} thr, "
@@ -756,9 +766,11 @@ def tail_lines(doc):
     if out:
         out += ["", "The difference's interval resamples whole rounds in pairs (both ran in the same rounds). "
                 "The floor is floor_worker: the same fixed work every call (a buffer the size of the model file "
-                "read once and multiply-add chains, in OpenMP regions), calibrated to last as long as a contender's median call in the first round and timed "
+                "read once and multiply-add chains, in OpenMP regions), calibrated to last as long as a contender's "
+                "median call in the first round and timed "
                 "in the same rounds; its p95/p50 is what the machine alone adds at that duration. 'Above the floor' "
-                "is a contender's p95/p50 minus the floor's at its own duration (ts-bench's floor for both torchspeed contenders)."]
+                "is a contender's p95/p50 minus the floor's at its own duration "
+                "(ts-bench's floor for both torchspeed contenders)."]
     return out
 
 
@@ -791,19 +803,23 @@ def main():
     ap.add_argument("--max-block", type=int, default=2000)
     ap.add_argument("--noise-cpu", type=float, default=0.1,
                     help="warn when other processes used more than this many CPUs during a block")
-    ap.add_argument("--fixtures", default=os.environ.get("TORCHSPEED_FIXTURES") or os.path.join(ROOT, "build", "fixtures"))
+    ap.add_argument("--fixtures",
+                    default=os.environ.get("TORCHSPEED_FIXTURES") or os.path.join(ROOT, "build", "fixtures"))
     ap.add_argument("--work", default=os.path.join(ROOT, "build", "peers"))
     ap.add_argument("--out", help="JSON result (default WORK/peers.json; Markdown beside it)")
     ap.add_argument("--torchspeed", default=os.path.join(ROOT, "build", "torchspeed"))
     ap.add_argument("--goworker", default=os.path.join(ROOT, "build", "peers", "goworker"))
     ap.add_argument("--floor-worker", default=os.path.join(ROOT, "build", "peers", "floor_worker"))
     ap.add_argument("--no-floor", dest="floor", action="store_false",
-                    help="do not time the machine's floor (fixed work as long as ts-bench's and the fastest peer's calls)")
+                    help="do not time the machine's floor "
+                         "(fixed work as long as ts-bench's and the fastest peer's calls)")
     ap.add_argument("--diagnostics", action="store_true", help="also time ts-go-locked and ts-go-cxx")
-    ap.add_argument("--contenders", help="only these contenders (comma-separated names, e.g. ts-bench,ts-bench-default)")
+    ap.add_argument("--contenders",
+                    help="only these contenders (comma-separated names, e.g. ts-bench,ts-bench-default)")
     ap.add_argument("--reoptimize", action="store_true", help="re-run torchspeed optimize even if its report is newer")
     ap.add_argument("--ready-timeout", type=float, default=600)
-    ap.add_argument("--blocks", help="also write every block's latencies, in the order timed, as JSON lines to this file")
+    ap.add_argument("--blocks",
+                    help="also write every block's latencies, in the order timed, as JSON lines to this file")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--spread-warn", type=float, default=1.15,
                     help="warn when a contender's processes differ by more than this factor at p50")
@@ -845,7 +861,8 @@ def main():
     os.makedirs(os.path.dirname(args.out_path), exist_ok=True)
     rng = random.Random(args.seed)
     doc = {"schema_version": SCHEMA_VERSION, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-           "machine": cpu_info(), "threads": args.threads, "thread_choice": args.thread_choice, "batch": 1, "rounds": args.rounds,
+           "machine": cpu_info(), "threads": args.threads, "thread_choice": args.thread_choice, "batch": 1,
+           "rounds": args.rounds,
            "block_s": args.block_s, "noise_cpu_threshold": args.noise_cpu, "load_before": loadavg(),
            "interruptions_before": interruptions(args),
            "fixtures": args.fixtures, "models": [], "warnings": []}

@@ -85,7 +85,8 @@ def prepare(args):
             for i in range(0, len(data), CALIB_BATCH):
                 m(data[i:i + CALIB_BATCH])
         model = quantize_jit(model, {"": QCONFIG}, calibrate, [calib])
-        notes.append(f"quantize_jit engine {ENGINE}, {len(calib)} calibration inputs from {os.path.basename(args.calib)}")
+        notes.append(f"quantize_jit engine {ENGINE}, {len(calib)} calibration inputs "
+                     f"from {os.path.basename(args.calib)}")
     elif args.recipe == "int8_dynamic":
         torch.backends.quantized.engine = ENGINE
         model = quantize_dynamic_jit(model, {"": default_dynamic_qconfig})
