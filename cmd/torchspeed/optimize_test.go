@@ -68,11 +68,17 @@ func TestCLIOptimizeExitCodes(t *testing.T) {
 		{"wrong type", base + "runtime:\n  threads: two\n", nil, 2, "runtime.threads"},
 		{"missing model", strings.Replace(base, "digits.pt", "nope.pt", 1), nil, 2, "file not found"},
 		{"bad flag value", base, []string{"--quantize", "int2"}, 2, "quantize.mode"},
-		{"validation fails", base + "quantize:\n  mode: static\n  fallback: false\n  observer: minmax\ncalibration:\n  path: " + fx + "/digits_calib.npy\n  limit: 2\nvalidation:\n  min_cosine: 0.9999999\n", nil, 3, "validation"},
+		// INT8 that fails its thresholds: required (quantize.force), exit 3; asked for but not
+		// required, the FP32 result is kept with a warning.
+		{"validation fails", base + "quantize:\n  mode: static\n  force: true\n  fallback: false\n  observer: minmax\ncalibration:\n  path: " + fx + "/digits_calib.npy\n  limit: 2\nvalidation:\n  min_cosine: 0.9999999\n", nil, 3, "validation"},
+		{"validation fails, FP32 kept", base + "quantize:\n  mode: static\n  fallback: false\n  observer: minmax\ncalibration:\n  path: " + fx + "/digits_calib.npy\n  limit: 2\nvalidation:\n  min_cosine: 0.9999999\n", nil, 0, "FP32"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			args := append([]string{"optimize", "--quiet", "-c", writeConfig(t, c.body)}, c.args...)
+			// Each case its own output folder: optimize refuses to replace an earlier case's
+			// reports without --overwrite.
+			body := strings.Replace(c.body, "dir: "+out, "dir: "+t.TempDir(), 1)
+			args := append([]string{"optimize", "--quiet", "-c", writeConfig(t, body)}, c.args...)
 			cmd := exec.Command(bin, args...)
 			b, err := cmd.CombinedOutput()
 			code := 0
