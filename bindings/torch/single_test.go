@@ -152,8 +152,12 @@ func TestForwardAtOneThreadStartsNoPool(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 		t.Logf("%s: threads added per attempt: %v", c.name, seen)
-		if grew >= 2 {
-			t.Errorf("%s: Forward at one thread started OS threads (OpenMP pools) on %d of 3 threads: %v", c.name, grew, seen)
+		// A pool on the calling thread would add threads on every attempt (each runs on a fresh
+		// OS thread); the Go runtime may start one of its own now and then (under -race, on a
+		// loaded machine: a cgo call of 20 ms gives its P to a new M), which is not what this
+		// guards against.
+		if grew == 3 {
+			t.Errorf("%s: Forward at one thread started OS threads (OpenMP pools) on every one of 3 threads: %v", c.name, seen)
 		}
 	}
 }
