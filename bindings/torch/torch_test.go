@@ -13,6 +13,7 @@ import (
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/internal/fixtures"
+	"github.com/torchspeed/torchspeed/pkg/quant"
 	"github.com/torchspeed/torchspeed/internal/mkldnncheck"
 	"github.com/torchspeed/torchspeed/pkg/npy"
 )
@@ -150,6 +151,14 @@ const crossPathTol = 1e-4
 // tol times the output's largest magnitude (at least 1).
 func checkOutputs(t *testing.T, f fixtures.Fixture, outs []torch.Output, tol float64) {
 	t.Helper()
+	if f.Kind == fixtures.KindInt8CNN && !quant.ExactU8S8() {
+		// A model quantized by its authors with 8-bit activations, run on kernels that add
+		// pairs of u8 x s8 products in saturating int16 (no VNNI, or ONEDNN_MAX_CPU_ISA below
+		// it): what clips depends on the weights' blocking, so no bound follows from the
+		// arithmetic (TestQuantizeMatchesPythonQuantizeJit says the same of 8-bit references).
+		t.Logf("%s: outputs not compared: 8-bit INT8 activations on saturating INT8 kernels", f.Name)
+		return
+	}
 	want := f.OutputArrays(t)
 	if len(outs) != len(want) {
 		names := []string{}
