@@ -13,9 +13,9 @@ import (
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/internal/fixtures"
-	"github.com/torchspeed/torchspeed/pkg/quant"
 	"github.com/torchspeed/torchspeed/internal/mkldnncheck"
 	"github.com/torchspeed/torchspeed/pkg/npy"
+	"github.com/torchspeed/torchspeed/pkg/quant"
 )
 
 // mkldnnBroken says why oneDNN kernels cannot run in this process ("" when they can): some
