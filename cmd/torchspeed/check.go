@@ -198,8 +198,7 @@ func (k *checkCmd) run(c *cobra.Command) error {
 		rep.Missing, rep.Extra = append(rep.Missing, m...), append(rep.Extra, e...)
 	}
 	rt := man.Runtime
-	cand := runenv.Candidate{Name: rt.Candidate, WaitPolicy: rt.WaitPolicy, SpinCount: rt.SpinCount, Allocator: rt.Allocator,
-		HugePages: rt.HugePages, CPUCapability: rt.CPUCapability, BLASCore: rt.BLASCore}
+	cand := rt.Setting()
 	fit, notes := cand.Fit(runenv.MachineOf(probe), man.CPU.Name())
 	if len(notes) > 0 {
 		rep.RuntimeLeftOut = notes

@@ -147,8 +147,7 @@ func manifestRuntime(path string, man *torchspeed.Manifest) (*runenv.Candidate, 
 	if rt.Candidate == "" || rt.Candidate == runenv.DefaultCandidate {
 		return nil, nil, nil
 	}
-	c := runenv.Candidate{Name: rt.Candidate, WaitPolicy: rt.WaitPolicy, SpinCount: rt.SpinCount, Allocator: rt.Allocator,
-		HugePages: rt.HugePages, CPUCapability: rt.CPUCapability, BLASCore: rt.BLASCore}
+	c := rt.Setting()
 	c, err := c.Resolve(nil)
 	if err != nil {
 		return nil, nil, fmt.Errorf("artifact %q was measured fastest with %w, or choose another --allocator", path, err)

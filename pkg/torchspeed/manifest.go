@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
+	"github.com/torchspeed/torchspeed/pkg/runenv"
 	"github.com/torchspeed/torchspeed/pkg/version"
 )
 
@@ -151,6 +152,13 @@ type Runtime struct {
 	HugePages     bool   `json:"huge_pages,omitempty"`
 	CPUCapability string `json:"cpu_capability,omitempty"`
 	BLASCore      string `json:"blas_core,omitempty"`
+}
+
+// Setting is the runtime candidate as runenv measures and applies it (the allocator by name:
+// runenv.Candidate.Resolve finds its library on this machine).
+func (r Runtime) Setting() runenv.Candidate {
+	return runenv.Candidate{Name: r.Candidate, WaitPolicy: r.WaitPolicy, SpinCount: r.SpinCount, Allocator: r.Allocator,
+		HugePages: r.HugePages, CPUCapability: r.CPUCapability, BLASCore: r.BLASCore}
 }
 
 // Marshal encodes the manifest for the archive.
