@@ -10,11 +10,11 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/torchspeed/torchspeed/internal/exitcode"
 	"github.com/torchspeed/torchspeed/internal/safefile"
 	"github.com/torchspeed/torchspeed/pkg/config"
 	"github.com/torchspeed/torchspeed/pkg/report"
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
+	"github.com/torchspeed/torchspeed/pkg/tserr"
 	"github.com/torchspeed/torchspeed/pkg/validate"
 )
 
@@ -57,7 +57,7 @@ const (
 func prepareOutput(c *config.Config) (*output, error) {
 	name := c.ArtifactName()
 	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, `/\`) || strings.ContainsRune(name, 0) {
-		return nil, exitcode.New(exitcode.Usage, fmt.Errorf("model.name %q: must be a plain file name (no path separators); choose the folder with output.dir (-o)", name))
+		return nil, tserr.BadInput(fmt.Errorf("model.name %q: must be a plain file name (no path separators); choose the folder with output.dir (-o)", name))
 	}
 	dir := c.Output.Dir
 	if dir == "" {
@@ -76,7 +76,7 @@ func prepareOutput(c *config.Config) (*output, error) {
 	}
 	if err := safefile.CheckWritableDir(dir); err != nil {
 		o.abandon()
-		return nil, exitcode.New(exitcode.Usage, fmt.Errorf("output.dir %q: %w: choose another folder (output.dir or -o)", dir, err))
+		return nil, tserr.BadInput(fmt.Errorf("output.dir %q: %w: choose another folder (output.dir or -o)", dir, err))
 	}
 	cleanStaleStaging(dir)
 	// No output may replace the config or the data it names (even with overwrite): said
@@ -87,7 +87,7 @@ func prepareOutput(c *config.Config) (*output, error) {
 	}
 	if err := safefile.CheckNotInput(outs, c.InputFiles()); err != nil {
 		o.abandon()
-		return nil, exitcode.New(exitcode.Usage, err)
+		return nil, tserr.BadInput(err)
 	}
 	if err := o.check(c.Model.Path); err != nil {
 		o.abandon()
@@ -122,19 +122,19 @@ func (o *output) check(model string) error {
 			continue
 		}
 		if st.IsDir() {
-			return exitcode.New(exitcode.Usage, fmt.Errorf("output %q is a folder: remove or rename it, or choose another output.dir (-o)", p))
+			return tserr.BadInput(fmt.Errorf("output %q is a folder: remove or rename it, or choose another output.dir (-o)", p))
 		}
 		// Every file a run may write, not the artifact alone: reports and plots of an earlier
 		// run are results too.
 		if !o.overwrite {
-			return exitcode.New(exitcode.Usage, fmt.Errorf("output %q exists: remove it, choose another output.dir, or set output.overwrite: true (--overwrite)", p))
+			return tserr.BadInput(fmt.Errorf("output %q exists: remove it, choose another output.dir, or set output.overwrite: true (--overwrite)", p))
 		}
 		if fst, err := os.Stat(p); err == nil && inErr == nil && os.SameFile(in, fst) {
-			return exitcode.New(exitcode.Usage, fmt.Errorf("output %q would overwrite the input model %q: choose another output.dir or model.name", p, model))
+			return tserr.BadInput(fmt.Errorf("output %q would overwrite the input model %q: choose another output.dir or model.name", p, model))
 		}
 	}
 	if absPath(o.artifact) == absPath(model) {
-		return exitcode.New(exitcode.Usage, fmt.Errorf("output %q would overwrite the input model: choose another output.dir or model.name", o.artifact))
+		return tserr.BadInput(fmt.Errorf("output %q would overwrite the input model: choose another output.dir or model.name", o.artifact))
 	}
 	return nil
 }
@@ -292,10 +292,10 @@ func commit(dir, stage string, moves []move, retire []string) (err error) {
 			continue
 		}
 		if st.IsDir() {
-			return exitcode.New(exitcode.Usage, fmt.Errorf("output %q is a folder: remove or rename it; nothing was written", m.to))
+			return tserr.BadInput(fmt.Errorf("output %q is a folder: remove or rename it; nothing was written", m.to))
 		}
 		if m.exclusive {
-			return exitcode.New(exitcode.Usage, fmt.Errorf("output %q appeared while this run worked (another run into the same folder?): nothing was written; remove it or set output.overwrite: true (--overwrite)", m.to))
+			return tserr.BadInput(fmt.Errorf("output %q appeared while this run worked (another run into the same folder?): nothing was written; remove it or set output.overwrite: true (--overwrite)", m.to))
 		}
 	}
 	aside := filepath.Join(stage, replacedDir)
@@ -338,7 +338,7 @@ func commit(dir, stage string, moves []move, retire []string) (err error) {
 		if m.exclusive {
 			if err := os.Link(m.from, m.to); err != nil {
 				if errors.Is(err, os.ErrExist) {
-					return exitcode.New(exitcode.Usage, fmt.Errorf("output %q appeared while this run worked (another run into the same folder?): nothing was written; remove it or set output.overwrite: true (--overwrite)", m.to))
+					return tserr.BadInput(fmt.Errorf("output %q appeared while this run worked (another run into the same folder?): nothing was written; remove it or set output.overwrite: true (--overwrite)", m.to))
 				}
 				return fmt.Errorf("output %q: %w; nothing was changed", m.to, err)
 			}

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
-	"github.com/torchspeed/torchspeed/internal/exitcode"
 	"github.com/torchspeed/torchspeed/internal/safefile"
 	"github.com/torchspeed/torchspeed/pkg/bench"
 	"github.com/torchspeed/torchspeed/pkg/benchrun"
@@ -25,6 +24,7 @@ import (
 	"github.com/torchspeed/torchspeed/pkg/report"
 	"github.com/torchspeed/torchspeed/pkg/runenv"
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
+	"github.com/torchspeed/torchspeed/pkg/tserr"
 	"github.com/torchspeed/torchspeed/pkg/version"
 )
 
@@ -62,13 +62,16 @@ type Options struct {
 	written func(paths []string)
 }
 
-// ValidationError means the result failed its accuracy thresholds. Run returns it wrapped in an
-// exit-code error (exitcode.Validation, 3); errors.As finds it.
+// ValidationError means the result failed its accuracy thresholds: Run returns it with the
+// report. It is of the class tserr.ErrAccuracy (errors.Is); errors.As finds the failures.
 type ValidationError struct{ Failures []string }
 
 func (e *ValidationError) Error() string {
 	return "the optimized model failed validation: " + strings.Join(e.Failures, "; ")
 }
+
+// Is makes a validation failure match tserr.ErrAccuracy.
+func (e *ValidationError) Is(target error) bool { return target == tserr.ErrAccuracy }
 
 type run struct {
 	ctx context.Context
@@ -146,11 +149,11 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (*report.Report,
 // Run calls it; commands call it before setting up the runtime.
 func Preflight(cfg *config.Config) error {
 	if err := cfg.CheckFiles(); err != nil {
-		return exitcode.New(exitcode.Usage, err)
+		return tserr.BadInput(err)
 	}
 	if cfg.Quantize.Mode != "none" {
 		if err := quant.CheckEngine(cfg.Quantize.Engine); err != nil {
-			return exitcode.New(exitcode.Usage, err)
+			return tserr.BadInput(err)
 		}
 	}
 	return nil
@@ -185,7 +188,7 @@ func (r *run) steps(start time.Time, out *output) (*report.Report, error) {
 		return nil, err
 	}
 	if verr != nil {
-		return r.rep, exitcode.New(exitcode.Validation, verr)
+		return r.rep, verr
 	}
 	return r.rep, nil
 }
@@ -199,7 +202,7 @@ func (r *run) load() error {
 		return fmt.Errorf("model.path: %w", err)
 	}
 	if err := torchspeed.LoadOpLibraries(cfg.Model.OpLibraries); err != nil {
-		return exitcode.New(exitcode.Usage, fmt.Errorf("model.op_libraries: %w", err))
+		return tserr.BadInput(fmt.Errorf("model.op_libraries: %w", err))
 	}
 	t0 := time.Now()
 	m, err := torch.Load(cfg.Model.Path)
@@ -269,7 +272,7 @@ func (r *run) load() error {
 		r.logf("%s", d)
 	}
 	if r.ref, err = outputsOf(r.orig, r.checks); err != nil {
-		return exitcode.New(exitcode.Usage, fmt.Errorf("model %q rejects the configured inputs (model.inputs: %s): %w", cfg.Model.Path, strings.Join(specs, ", "), err))
+		return tserr.BadInput(fmt.Errorf("model %q rejects the configured inputs (model.inputs: %s): %w", cfg.Model.Path, strings.Join(specs, ", "), err))
 	}
 	if n := nonFiniteCount(r.ref); n > 0 {
 		r.warn(fmt.Sprintf("the original model's outputs hold %d NaN or infinite value(s) on the check inputs: candidates are held to the same values at the same places, and those figures are written as null", n))
@@ -438,10 +441,10 @@ func (r *run) inputSpecs(src calib.Source) ([]calib.InputSpec, error) {
 			continue
 		}
 		if d, ok := in.Batch(); !ok || d != 0 {
-			return nil, exitcode.New(exitcode.Usage, fmt.Errorf("model.inputs %s has no batch dimension 0 (batch_dim: %s), so its data cannot be split into samples: give the data as an ordered sequence of calls (sequence: true)", in.Name, in.BatchDim))
+			return nil, tserr.BadInput(fmt.Errorf("model.inputs %s has no batch dimension 0 (batch_dim: %s), so its data cannot be split into samples: give the data as an ordered sequence of calls (sequence: true)", in.Name, in.BatchDim))
 		}
 		if len(in.Shape) == 0 {
-			return nil, exitcode.New(exitcode.Usage, fmt.Errorf("model.inputs %s has no shape: give its shape to read calibration or validation data for it", in.Name))
+			return nil, tserr.BadInput(fmt.Errorf("model.inputs %s has no shape: give its shape to read calibration or validation data for it", in.Name))
 		}
 		shape := append([]int64{-1}, in.Shape[1:]...)
 		specs = append(specs, calib.InputSpec{Name: in.Name, Shape: shape, DType: in.DType})

@@ -8,10 +8,10 @@ import (
 	"time"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
-	"github.com/torchspeed/torchspeed/internal/exitcode"
 	"github.com/torchspeed/torchspeed/pkg/calib"
 	"github.com/torchspeed/torchspeed/pkg/quant"
 	"github.com/torchspeed/torchspeed/pkg/report"
+	"github.com/torchspeed/torchspeed/pkg/tserr"
 	"github.com/torchspeed/torchspeed/pkg/validate"
 )
 
@@ -58,7 +58,7 @@ func (r *run) quantize() error {
 		}
 		ds, err := calib.Open(r.cfg.Calibration, specs)
 		if err != nil {
-			return exitcode.New(exitcode.Usage, fmt.Errorf("calibration data: %w", err))
+			return tserr.BadInput(fmt.Errorf("calibration data: %w", err))
 		}
 		if err := r.checkCalibration(ds, specs); err != nil {
 			return err
@@ -419,7 +419,7 @@ func (r *run) openValidation(src calib.Source) (validate.Batches, string, bool, 
 	}
 	ds, err := calib.Open(src, specs)
 	if err != nil {
-		return nil, "", false, exitcode.New(exitcode.Usage, fmt.Errorf("validation data: %w", err))
+		return nil, "", false, tserr.BadInput(fmt.Errorf("validation data: %w", err))
 	}
 	if err := r.checkLabels(ds, "validation data"); err != nil {
 		return nil, "", false, err

@@ -13,7 +13,7 @@ import (
 	"strings"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
-	"github.com/torchspeed/torchspeed/internal/exitcode"
+	"github.com/torchspeed/torchspeed/pkg/tserr"
 )
 
 // MaxManifestBytes bounds the manifest read from an archive: a manifest is a few kilobytes, and
@@ -144,7 +144,7 @@ func VerifyArchive(path string) (*Manifest, error) {
 	var bad *ManifestError
 	if errors.As(err, &bad) {
 		// A hand-made or tampered manifest is bad input, as a bad config value is.
-		return nil, exitcode.New(exitcode.Usage, fmt.Errorf("load artifact %q: %w", path, err))
+		return nil, tserr.BadInput(fmt.Errorf("load artifact %q: %w", path, err))
 	} else if err != nil {
 		return nil, fmt.Errorf("load artifact %q: %w", path, err)
 	}
