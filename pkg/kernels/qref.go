@@ -37,8 +37,7 @@ type QuantizedLinear struct {
 //	acc[r][c] = sum_k (x[r][k] - in.ZeroPoint) * (W[c][k] - wzp[c])  (+ BiasInt32[c])
 //	y[r][c]   = clamp(out.ZeroPoint + round(acc*in.Scale*ws[c]/out.Scale + Bias[c]/out.Scale), 0, 255)
 //
-// The sum is exact (u8 x s8 GEMM kernel, zero points folded in with row and
-// column sums); the scaling is float32 with round-half-even (see
+// The sum is exact (int64); the scaling is float32 with round-half-even (see
 // RequantizeU8). Libraries that add the float bias before dividing by the
 // output scale can differ by one quantization step on rounding ties.
 func QuantizedLinearRef(x []uint8, rows int, in Affine, l *QuantizedLinear, out Affine) ([]uint8, error) {
@@ -94,31 +93,18 @@ func qlinearCore(op string, a []uint8, rows, k int, in Affine, w []int8, n int,
 		return c
 	}
 
-	// B = W^T (k x n) for the GEMM kernel; column sums of W for the zero
-	// point of x.
-	bt := make([]int8, k*n)
-	colSum := make([]int64, n)
-	for c := 0; c < n; c++ {
-		for kk := 0; kk < k; kk++ {
-			v := w[c*k+kk]
-			bt[kk*n+c] = v
-			colSum[c] += int64(v)
-		}
-	}
+	// The exact sum, in plain loops a reader can check against the formula: this is the
+	// reference libtorch's kernels are held to, so it shares nothing with any of them.
 	acc := make([]int32, rows*n)
-	if err := GemmU8S8(rows, n, k, a, k, bt, n, acc, n); err != nil {
-		return nil, err
-	}
 	xzp := int64(in.ZeroPoint)
 	for r := 0; r < rows; r++ {
-		var rowSum int64
-		for _, v := range a[r*k : (r+1)*k] {
-			rowSum += int64(v)
-		}
+		xr := a[r*k : (r+1)*k]
 		for c := 0; c < n; c++ {
-			wzp := int64(wZPs[ch(c)])
-			// sum (x-xzp)(w-wzp) = sum xw - wzp sum x - xzp sum w + k xzp wzp
-			v := int64(acc[r*n+c]) - wzp*rowSum - xzp*colSum[c] + int64(k)*xzp*wzp
+			wc, wzp := w[c*k:(c+1)*k], int64(wZPs[ch(c)])
+			var v int64
+			for kk, xv := range xr {
+				v += (int64(xv) - xzp) * (int64(wc[kk]) - wzp)
+			}
 			if len(biasI) != 0 {
 				v += int64(biasI[c])
 			}
@@ -282,4 +268,60 @@ func QuantizedConv2dRef(x []uint8, shape [4]int, in Affine, cv *QuantizedConv2d,
 		}
 	}
 	return y, [4]int{nb, cv.OutChannels, oh, ow}, nil
+}
+
+// RequantizeU8 turns int32 accumulators into quint8 outputs per channel:
+// acc is row-major with cols columns (channels), and for column j
+//
+//	dst = clamp(zeroPoint + roundHalfEven(float32(acc)*mult[j] + off[j]), qmin, 255)
+//
+// with the product and the sum each rounded to float32 (never fused), and the
+// float clamped to ±2^30 before rounding. mult[j] is typically
+// x_scale*w_scale[j]/y_scale and off[j] bias[j]/y_scale. qmin is 0, or
+// zeroPoint when relu is set (a fused ReLU).
+func RequantizeU8(dst []uint8, acc []int32, cols int, mult, off []float32, zeroPoint int32, relu bool) error {
+	if cols <= 0 || len(acc)%cols != 0 {
+		return fmt.Errorf("kernels: RequantizeU8: %d accumulators do not split into rows of %d columns", len(acc), cols)
+	}
+	if len(dst) != len(acc) || len(mult) != cols || len(off) != cols {
+		return fmt.Errorf("kernels: RequantizeU8: dst %d, acc %d, mult %d, off %d: want len(dst)=len(acc) and %d multipliers and offsets",
+			len(dst), len(acc), len(mult), len(off), cols)
+	}
+	if zeroPoint < 0 || zeroPoint > 255 {
+		return fmt.Errorf("kernels: RequantizeU8: zero point %d outside [0, 255]", zeroPoint)
+	}
+	qmin := int32(0)
+	if relu {
+		qmin = zeroPoint
+	}
+	for i, a := range acc {
+		j := i % cols
+		// float32() forces the product to be rounded before the add, so
+		// no platform fuses them into one FMA.
+		dst[i] = roundClamp(float32(float32(a)*mult[j])+off[j], zeroPoint, qmin, 255)
+	}
+	return nil
+}
+
+// clampF keeps the float -> int32 conversion in range (the hardware gives
+// 0x80000000 for out-of-range values, which would wrap).
+const clampF = 0x1p30
+
+// roundClamp rounds t half to even, adds zp and saturates to [qmin, qmax];
+// NaN maps to qmin.
+func roundClamp(t float32, zp, qmin, qmax int32) byte {
+	if !(t >= -clampF) { // also NaN
+		t = -clampF
+	}
+	if t > clampF {
+		t = clampF
+	}
+	q := int32(math.RoundToEven(float64(t))) + zp
+	if q < qmin {
+		q = qmin
+	}
+	if q > qmax {
+		q = qmax
+	}
+	return byte(q)
 }
