@@ -4,6 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/torchspeed/torchspeed/pkg/tserr"
@@ -34,5 +40,35 @@ func TestOf(t *testing.T) {
 	}
 	if New(Usage, nil) != nil {
 		t.Error("New(code, nil) is not nil")
+	}
+}
+
+// Library packages report a failure class (pkg/tserr); only the command picks exit codes, so
+// nothing under pkg/ imports this package, tests included.
+func TestNoLibraryImports(t *testing.T) {
+	const self = "github.com/torchspeed/torchspeed/internal/exitcode"
+	fset := token.NewFileSet()
+	n := 0
+	err := filepath.WalkDir("../../pkg", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") {
+			return err
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		n++
+		for _, imp := range f.Imports {
+			if p, _ := strconv.Unquote(imp.Path.Value); p == self {
+				t.Errorf("%s imports %s: return an error of a pkg/tserr class instead", path, self)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n < 100 {
+		t.Fatalf("read %d Go files under pkg/, want the whole library", n)
 	}
 }
