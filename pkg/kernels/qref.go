@@ -172,48 +172,13 @@ func QuantizedConv2dRef(x []uint8, shape [4]int, in Affine, cv *QuantizedConv2d,
 	if cv == nil {
 		return nil, zero, fmt.Errorf("kernels: %s: nil layer", op)
 	}
+	g, err := cv.geometry(op, x, shape, in)
+	if err != nil {
+		return nil, zero, err
+	}
 	nb, ci, h, w := shape[0], shape[1], shape[2], shape[3]
-	if nb < 0 || ci <= 0 || h <= 0 || w <= 0 {
-		return nil, zero, fmt.Errorf("kernels: %s: input shape %v: want N >= 0 and positive C, H, W", op, shape)
-	}
-	if len(x) != nb*ci*h*w {
-		return nil, zero, fmt.Errorf("kernels: %s: input has %d values, shape %v needs %d", op, len(x), shape, nb*ci*h*w)
-	}
-	groups := max(cv.Groups, 1)
-	if ci != cv.InChannels || cv.OutChannels <= 0 || ci%groups != 0 || cv.OutChannels%groups != 0 {
-		return nil, zero, fmt.Errorf("kernels: %s: input channels %d, layer in/out %d/%d, groups %d: channels must match and divide by groups",
-			op, ci, cv.InChannels, cv.OutChannels, groups)
-	}
-	sh, sw := max(cv.Stride[0], 1), max(cv.Stride[1], 1)
-	dh, dw := max(cv.Dilation[0], 1), max(cv.Dilation[1], 1)
-	ph, pw := cv.Padding[0], cv.Padding[1]
-	kh, kw := cv.KernelH, cv.KernelW
-	if kh <= 0 || kw <= 0 || ph < 0 || pw < 0 || cv.Stride[0] < 0 || cv.Stride[1] < 0 || cv.Dilation[0] < 0 || cv.Dilation[1] < 0 {
-		return nil, zero, fmt.Errorf("kernels: %s: kernel %dx%d, stride %v, padding %v, dilation %v: sizes must be positive, the rest not negative",
-			op, kh, kw, cv.Stride, cv.Padding, cv.Dilation)
-	}
-	oh := (h+2*ph-dh*(kh-1)-1)/sh + 1
-	ow := (w+2*pw-dw*(kw-1)-1)/sw + 1
-	if oh <= 0 || ow <= 0 {
-		return nil, zero, fmt.Errorf("kernels: %s: kernel %dx%d (dilation %dx%d) is larger than the padded %dx%d input", op, kh, kw, dh, dw, h+2*ph, w+2*pw)
-	}
-	cig, cog := ci/groups, cv.OutChannels/groups
-	k := cig * kh * kw
-	if len(cv.Weight) != cv.OutChannels*k {
-		return nil, zero, fmt.Errorf("kernels: %s: weight has %d values, want %d x %d x %d x %d", op, len(cv.Weight), cv.OutChannels, cig, kh, kw)
-	}
-	if len(cv.WeightScales) != 1 && len(cv.WeightScales) != cv.OutChannels {
-		return nil, zero, fmt.Errorf("kernels: %s: %d weight scales, want 1 or %d", op, len(cv.WeightScales), cv.OutChannels)
-	}
-	if len(cv.WeightZeroPoints) != len(cv.WeightScales) {
-		return nil, zero, fmt.Errorf("kernels: %s: %d weight zero points for %d scales; give one per scale", op, len(cv.WeightZeroPoints), len(cv.WeightScales))
-	}
-	if len(cv.Bias) != 0 && len(cv.Bias) != cv.OutChannels || len(cv.BiasInt32) != 0 && len(cv.BiasInt32) != cv.OutChannels {
-		return nil, zero, fmt.Errorf("kernels: %s: bias has %d (float) / %d (int32) entries, want 0 or %d", op, len(cv.Bias), len(cv.BiasInt32), cv.OutChannels)
-	}
-	if in.ZeroPoint < 0 || in.ZeroPoint > 255 {
-		return nil, zero, fmt.Errorf("kernels: %s: input zero point %d outside [0, 255]", op, in.ZeroPoint)
-	}
+	groups, cig, cog, k := g.groups, g.cig, g.cog, g.k
+	sh, sw, dh, dw, ph, pw, kh, kw, oh, ow := g.sh, g.sw, g.dh, g.dw, g.ph, g.pw, g.kh, g.kw, g.oh, g.ow
 	sub := func(c0 int) ([]float64, []int32, []float32, []int32) {
 		s, z := cv.WeightScales, cv.WeightZeroPoints
 		if len(s) != 1 {
@@ -268,6 +233,64 @@ func QuantizedConv2dRef(x []uint8, shape [4]int, in Affine, cv *QuantizedConv2d,
 		}
 	}
 	return y, [4]int{nb, cv.OutChannels, oh, ow}, nil
+}
+
+// convGeom is a convolution's geometry on one input shape: groups, channels per group, the
+// reduction length, strides, dilations, padding, kernel and output sizes.
+type convGeom struct {
+	groups, cig, cog, k            int
+	sh, sw, dh, dw, ph, pw, kh, kw int
+	oh, ow                         int
+}
+
+// geometry checks cv and the input x of the given shape against each other and returns the
+// convolution's geometry, or says what does not fit.
+func (cv *QuantizedConv2d) geometry(op string, x []uint8, shape [4]int, in Affine) (convGeom, error) {
+	var g convGeom
+	nb, ci, h, w := shape[0], shape[1], shape[2], shape[3]
+	if nb < 0 || ci <= 0 || h <= 0 || w <= 0 {
+		return g, fmt.Errorf("kernels: %s: input shape %v: want N >= 0 and positive C, H, W", op, shape)
+	}
+	if len(x) != nb*ci*h*w {
+		return g, fmt.Errorf("kernels: %s: input has %d values, shape %v needs %d", op, len(x), shape, nb*ci*h*w)
+	}
+	groups := max(cv.Groups, 1)
+	if ci != cv.InChannels || cv.OutChannels <= 0 || ci%groups != 0 || cv.OutChannels%groups != 0 {
+		return g, fmt.Errorf("kernels: %s: input channels %d, layer in/out %d/%d, groups %d: channels must match and divide by groups",
+			op, ci, cv.InChannels, cv.OutChannels, groups)
+	}
+	sh, sw := max(cv.Stride[0], 1), max(cv.Stride[1], 1)
+	dh, dw := max(cv.Dilation[0], 1), max(cv.Dilation[1], 1)
+	ph, pw := cv.Padding[0], cv.Padding[1]
+	kh, kw := cv.KernelH, cv.KernelW
+	if kh <= 0 || kw <= 0 || ph < 0 || pw < 0 || cv.Stride[0] < 0 || cv.Stride[1] < 0 || cv.Dilation[0] < 0 || cv.Dilation[1] < 0 {
+		return g, fmt.Errorf("kernels: %s: kernel %dx%d, stride %v, padding %v, dilation %v: sizes must be positive, the rest not negative",
+			op, kh, kw, cv.Stride, cv.Padding, cv.Dilation)
+	}
+	oh := (h+2*ph-dh*(kh-1)-1)/sh + 1
+	ow := (w+2*pw-dw*(kw-1)-1)/sw + 1
+	if oh <= 0 || ow <= 0 {
+		return g, fmt.Errorf("kernels: %s: kernel %dx%d (dilation %dx%d) is larger than the padded %dx%d input", op, kh, kw, dh, dw, h+2*ph, w+2*pw)
+	}
+	cig, cog := ci/groups, cv.OutChannels/groups
+	k := cig * kh * kw
+	if len(cv.Weight) != cv.OutChannels*k {
+		return g, fmt.Errorf("kernels: %s: weight has %d values, want %d x %d x %d x %d", op, len(cv.Weight), cv.OutChannels, cig, kh, kw)
+	}
+	if len(cv.WeightScales) != 1 && len(cv.WeightScales) != cv.OutChannels {
+		return g, fmt.Errorf("kernels: %s: %d weight scales, want 1 or %d", op, len(cv.WeightScales), cv.OutChannels)
+	}
+	if len(cv.WeightZeroPoints) != len(cv.WeightScales) {
+		return g, fmt.Errorf("kernels: %s: %d weight zero points for %d scales; give one per scale", op, len(cv.WeightZeroPoints), len(cv.WeightScales))
+	}
+	if len(cv.Bias) != 0 && len(cv.Bias) != cv.OutChannels || len(cv.BiasInt32) != 0 && len(cv.BiasInt32) != cv.OutChannels {
+		return g, fmt.Errorf("kernels: %s: bias has %d (float) / %d (int32) entries, want 0 or %d", op, len(cv.Bias), len(cv.BiasInt32), cv.OutChannels)
+	}
+	if in.ZeroPoint < 0 || in.ZeroPoint > 255 {
+		return g, fmt.Errorf("kernels: %s: input zero point %d outside [0, 255]", op, in.ZeroPoint)
+	}
+	return convGeom{groups: groups, cig: cig, cog: cog, k: k, sh: sh, sw: sw, dh: dh, dw: dw, ph: ph, pw: pw,
+		kh: kh, kw: kw, oh: oh, ow: ow}, nil
 }
 
 // RequantizeU8 turns int32 accumulators into quint8 outputs per channel:
