@@ -1,7 +1,6 @@
 package calib
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"image"
@@ -14,7 +13,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -481,75 +479,4 @@ func (ld *loader) loadImages() (*loaded, error) {
 		l.desc += fmt.Sprintf(" (ImageFolder, %d classes)", len(classes))
 	}
 	return l, nil
-}
-
-func numelOf(shape []int64) int64 {
-	n := int64(1)
-	for _, d := range shape {
-		n *= d
-	}
-	return n
-}
-
-// readImageLabels reads labels for the listed images from a .npy (one per image, in
-// listing order) or a text file of "<file> <label>" lines (file relative to the image
-// folder, or its base name when that is unique; comma or whitespace separated; "#"
-// starts a comment).
-func readImageLabels(path string, files []imageFile) ([]int64, error) {
-	if strings.EqualFold(filepath.Ext(path), ".npy") {
-		l, err := readLabelsNPY(path)
-		if err != nil {
-			return nil, err
-		}
-		if len(l) != len(files) {
-			return nil, fmt.Errorf("calib: labels %s has %d entries but the folder has %d images", path, len(l), len(files))
-		}
-		return l, nil
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("calib: labels: %w", err)
-	}
-	defer f.Close()
-	byName := map[string]int64{}
-	sc := bufio.NewScanner(f)
-	line := 0
-	for sc.Scan() {
-		line++
-		text := strings.TrimSpace(sc.Text())
-		if i := strings.IndexByte(text, '#'); i >= 0 {
-			text = strings.TrimSpace(text[:i])
-		}
-		if text == "" {
-			continue
-		}
-		fields := strings.FieldsFunc(text, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' })
-		if len(fields) != 2 {
-			return nil, fmt.Errorf("calib: labels %s line %d: %q; want \"<file> <label>\"", path, line, text)
-		}
-		v, err := strconv.ParseInt(fields[1], 10, 64)
-		if err != nil || v < 0 {
-			return nil, fmt.Errorf("calib: labels %s line %d: label %q is not an integer >= 0", path, line, fields[1])
-		}
-		byName[filepath.ToSlash(fields[0])] = v
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("calib: labels %s: %w", path, err)
-	}
-	base := map[string]int{}
-	for _, f := range files {
-		base[filepath.Base(f.path)]++
-	}
-	labels := make([]int64, len(files))
-	for i, f := range files {
-		v, ok := byName[f.rel]
-		if !ok && base[filepath.Base(f.path)] == 1 {
-			v, ok = byName[filepath.Base(f.path)]
-		}
-		if !ok {
-			return nil, fmt.Errorf("calib: labels %s has no line for image %s; add \"%s <label>\"", path, f.path, f.rel)
-		}
-		labels[i] = v
-	}
-	return labels, nil
 }
