@@ -355,28 +355,9 @@ func (ld *loader) loadImages() (*loaded, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, err := os.Stat(src.Path)
-	if err != nil {
-		return nil, fmt.Errorf("calib: image folder: %w", err)
-	}
-	if !st.IsDir() {
-		return nil, fmt.Errorf("calib: %s is a file; kind images needs a folder of .jpg/.png images (or of class subfolders)", src.Path)
-	}
-	files, classes, err := listImages(src.Path)
+	files, classes, labels, err := ld.imageFiles()
 	if err != nil {
 		return nil, err
-	}
-	var labels []int64
-	switch {
-	case src.Labels != "":
-		if labels, err = readImageLabels(ld.resolvePath(src.Labels), files); err != nil {
-			return nil, err
-		}
-	case classes != nil:
-		labels = make([]int64, len(files))
-		for i, f := range files {
-			labels[i] = int64(f.label)
-		}
 	}
 	idx := ld.pick(len(files))
 
@@ -396,16 +377,10 @@ func (ld *loader) loadImages() (*loaded, error) {
 		return nil, err
 	}
 	data := npy.MakeData(in.dtype, len(idx)*sn)
-
 	var (
-		next     atomic.Int64
-		firstBad atomic.Int64 // lowest failing position; positions above it are skipped
-		errs     = make([]error, len(idx))
-		mu       sync.Mutex
-		done     int
-		wg       sync.WaitGroup
+		mu   sync.Mutex
+		done int
 	)
-	firstBad.Store(math.MaxInt64)
 	process := func(k int) error {
 		f := files[idx[k]]
 		img := first
@@ -433,31 +408,8 @@ func (ld *loader) loadImages() (*loaded, error) {
 		mu.Unlock()
 		return nil
 	}
-	workers := min(runtime.GOMAXPROCS(0), len(idx))
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				k := int(next.Add(1) - 1)
-				if k >= len(idx) || int64(k) > firstBad.Load() {
-					return
-				}
-				if err := process(k); err != nil {
-					errs[k] = err
-					for {
-						cur := firstBad.Load()
-						if int64(k) >= cur || firstBad.CompareAndSwap(cur, int64(k)) {
-							break
-						}
-					}
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if k := firstBad.Load(); k != math.MaxInt64 {
-		return nil, errs[k]
+	if err := firstError(len(idx), process); err != nil {
+		return nil, err
 	}
 
 	l := &loaded{
@@ -479,4 +431,73 @@ func (ld *loader) loadImages() (*loaded, error) {
 		l.desc += fmt.Sprintf(" (ImageFolder, %d classes)", len(classes))
 	}
 	return l, nil
+}
+
+// imageFiles lists the images of the source folder, its classes (ImageFolder layout) and the
+// images' labels (from the labels file, or the class folders).
+func (ld *loader) imageFiles() (files []imageFile, classes []string, labels []int64, err error) {
+	src := ld.src
+	st, err := os.Stat(src.Path)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("calib: image folder: %w", err)
+	}
+	if !st.IsDir() {
+		return nil, nil, nil, fmt.Errorf("calib: %s is a file; kind images needs a folder of .jpg/.png images (or of class subfolders)", src.Path)
+	}
+	files, classes, err = listImages(src.Path)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	switch {
+	case src.Labels != "":
+		if labels, err = readImageLabels(ld.resolvePath(src.Labels), files); err != nil {
+			return nil, nil, nil, err
+		}
+	case classes != nil:
+		labels = make([]int64, len(files))
+		for i, f := range files {
+			labels[i] = int64(f.label)
+		}
+	}
+	return files, classes, labels, nil
+}
+
+// firstError runs fn(0) .. fn(n-1) on GOMAXPROCS goroutines and returns the error of the
+// lowest position that failed, as a sequential loop would; positions above a failure are
+// skipped once it is known.
+func firstError(n int, fn func(k int) error) error {
+	var (
+		next     atomic.Int64
+		firstBad atomic.Int64 // lowest failing position; positions above it are skipped
+		errs     = make([]error, n)
+		wg       sync.WaitGroup
+	)
+	firstBad.Store(math.MaxInt64)
+	workers := min(runtime.GOMAXPROCS(0), n)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				k := int(next.Add(1) - 1)
+				if k >= n || int64(k) > firstBad.Load() {
+					return
+				}
+				if err := fn(k); err != nil {
+					errs[k] = err
+					for {
+						cur := firstBad.Load()
+						if int64(k) >= cur || firstBad.CompareAndSwap(cur, int64(k)) {
+							break
+						}
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if k := firstBad.Load(); k != math.MaxInt64 {
+		return errs[k]
+	}
+	return nil
 }
