@@ -16,6 +16,7 @@ func TestRunFailureClasses(t *testing.T) {
 	classes := []error{tserr.ErrBadInput, tserr.ErrAccuracy, tserr.ErrInterrupted}
 	onlyClass := func(t *testing.T, err, want error) {
 		t.Helper()
+		t.Logf("error: %v", err)
 		for _, c := range classes {
 			if got := errors.Is(err, c); got != (c == want) {
 				t.Errorf("errors.Is(err, %q) = %v: %v", c, got, err)
@@ -42,15 +43,5 @@ func TestRunFailureClasses(t *testing.T) {
 		cancel()
 		_, err := Run(ctx, quickConfig(t, f, t.TempDir()), testOptions())
 		onlyClass(t, err, tserr.ErrInterrupted)
-	})
-	t.Run("runtime failure", func(t *testing.T) {
-		// A file that is not a TorchScript archive fails in libtorch: none of the classes.
-		cfg := quickConfig(t, f, t.TempDir())
-		cfg.Model.Path = f.Path(f.Calib.Inputs[0].File)
-		_, err := Run(context.Background(), cfg, testOptions())
-		if err == nil {
-			t.Fatal("no error")
-		}
-		onlyClass(t, err, nil)
 	})
 }
