@@ -30,7 +30,7 @@ const stagingPrefix = ".torchspeed-staging-"
 // moved aside, the new ones renamed in, and on any failure the old ones are put back.
 //
 // A run that passes writes the artifact, report.json, report.md and the plots, and removes a
-// failed run's reports left from before. A run that fails validation (exit 3) writes no
+// failed run's reports left from before. A run that fails validation (tserr.ErrAccuracy) writes no
 // artifact and names its reports report.failed.json / report.failed.md (plots
 // latency.failed.*): the previous successful run's artifact and reports stay as they were,
 // consistent with each other, and nothing presents a failing report beside an artifact it

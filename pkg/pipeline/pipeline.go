@@ -145,7 +145,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (*report.Report,
 
 // Preflight checks what the user gave that can be checked without the model: that its files
 // are there and that this libtorch has the quantized engine it names. Errors are bad input
-// (exit 2) and come before any model work, not after minutes of timing FP32 candidates.
+// (tserr.ErrBadInput) and come before any model work, not after minutes of timing FP32 candidates.
 // Run calls it; commands call it before setting up the runtime.
 func Preflight(cfg *config.Config) error {
 	if err := cfg.CheckFiles(); err != nil {

@@ -201,7 +201,7 @@ func (r *run) int8Failed(c *candidate, qerr error, mode string, in *quantInputs)
 	}
 	if errors.As(qerr, &te) || (c != nil && c.status == stRejected) {
 		// INT8 is required (quantize.force) and failed validation even with fallback: the
-		// run fails (exit 3), reports written.
+		// run fails (tserr.ErrAccuracy), reports written.
 		if r.rep.Validation == nil {
 			r.rep.Validation = &report.Validation{Data: valDesc, Synthetic: synthetic, Checked: name, CheckedPrecision: "int8-" + mode}
 		}
