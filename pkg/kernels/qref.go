@@ -37,7 +37,7 @@ type QuantizedLinear struct {
 //	acc[r][c] = sum_k (x[r][k] - in.ZeroPoint) * (W[c][k] - wzp[c])  (+ BiasInt32[c])
 //	y[r][c]   = clamp(out.ZeroPoint + round(acc*in.Scale*ws[c]/out.Scale + Bias[c]/out.Scale), 0, 255)
 //
-// The sum is exact (int64); the scaling is float32 with round-half-even (see
+// The sum is exact; the scaling is float32 with round-half-even (see
 // RequantizeU8). Libraries that add the float bias before dividing by the
 // output scale can differ by one quantization step on rounding ties.
 func QuantizedLinearRef(x []uint8, rows int, in Affine, l *QuantizedLinear, out Affine) ([]uint8, error) {
@@ -93,18 +93,28 @@ func qlinearCore(op string, a []uint8, rows, k int, in Affine, w []int8, n int,
 		return c
 	}
 
-	// The exact sum, in plain loops a reader can check against the formula: this is the
-	// reference libtorch's kernels are held to, so it shares nothing with any of them.
+	// The exact sum in plain loops: this is the reference libtorch's kernels are held to, so it
+	// shares nothing with any of them. The zero points come out of the inner loop through the
+	// row sums of x and the column sums of W:
+	//
+	//	sum (x-xzp)(w-wzp) = sum xw - wzp sum x - xzp sum w + k xzp wzp
+	colSum := make([]int64, n)
+	for c := range n {
+		for _, v := range w[c*k : (c+1)*k] {
+			colSum[c] += int64(v)
+		}
+	}
 	acc := make([]int32, rows*n)
 	xzp := int64(in.ZeroPoint)
 	for r := 0; r < rows; r++ {
 		xr := a[r*k : (r+1)*k]
+		var rowSum int64
+		for _, v := range xr {
+			rowSum += int64(v)
+		}
 		for c := 0; c < n; c++ {
-			wc, wzp := w[c*k:(c+1)*k], int64(wZPs[ch(c)])
-			var v int64
-			for kk, xv := range xr {
-				v += (int64(xv) - xzp) * (int64(wc[kk]) - wzp)
-			}
+			wzp := int64(wZPs[ch(c)])
+			v := dotU8S8(xr, w[c*k:(c+1)*k]) - wzp*rowSum - xzp*colSum[c] + int64(k)*xzp*wzp
 			if len(biasI) != 0 {
 				v += int64(biasI[c])
 			}
@@ -130,6 +140,24 @@ func qlinearCore(op string, a []uint8, rows, k int, in Affine, w []int8, n int,
 		return nil, err
 	}
 	return y, nil
+}
+
+// dotU8S8 is sum x[i]*y[i] for len(x) <= 65536: four int32 partial sums of at most 16384
+// products each, |x*y| <= 255*128, cannot overflow.
+func dotU8S8(x []uint8, y []int8) int64 {
+	y = y[:len(x)]
+	var s0, s1, s2, s3 int32
+	i := 0
+	for ; i+4 <= len(x); i += 4 {
+		s0 += int32(x[i]) * int32(y[i])
+		s1 += int32(x[i+1]) * int32(y[i+1])
+		s2 += int32(x[i+2]) * int32(y[i+2])
+		s3 += int32(x[i+3]) * int32(y[i+3])
+	}
+	for ; i < len(x); i++ {
+		s0 += int32(x[i]) * int32(y[i])
+	}
+	return int64(s0) + int64(s1) + int64(s2) + int64(s3)
 }
 
 func checkAffine(op, what string, q Affine, qmin, qmax int32) error {
