@@ -222,17 +222,22 @@ func WriteKServe(a *Artifact, dir string, o KServeOptions) (*KServeExport, error
 		StorageURI: storage, Args: args,
 		Resources: kubeResources{Requests: res, Limits: res},
 	}
-	env, envNote, envWarnings, err := RuntimeEnv(a.Manifest.Runtime, RuntimeEnvFile, machineOr(o.Machine), a.Manifest.CPU.Name())
+	env, _, envWarnings, err := RuntimeEnv(a.Manifest.Runtime, RuntimeEnvFile, machineOr(o.Machine), a.Manifest.CPU.Name())
 	notes = append(notes, warningNotes(envWarnings)...)
 	if err != nil {
 		return nil, fmt.Errorf("export kserve: %w", err)
 	}
 	if env != nil {
-		svc.Spec.Predictor.Model.Env = envVars(env)
-		notes = append(notes, strings.Replace(envNote, "in "+RuntimeEnvFile+": give it to the server process (docker run --env-file, systemd EnvironmentFile=)", "in the InferenceService's env", 1))
-		if alloc := a.Manifest.Runtime.Allocator; alloc == "jemalloc" || alloc == "tcmalloc" {
-			notes = append(notes, fmt.Sprintf("allocator %s: add LD_PRELOAD with its path in the image to the env (the image decides where lib%s lives)", alloc, alloc))
+		vars := envVars(env)
+		// The allocator is preloaded from where docker/Dockerfile's Ubuntu packages put it; an
+		// image without it at that path runs with glibc's (ld.so warns and goes on).
+		if lib, ok := map[string]string{"jemalloc": "libjemalloc.so.2", "tcmalloc": "libtcmalloc.so.4"}[a.Manifest.Runtime.Allocator]; ok {
+			p := "/usr/lib/x86_64-linux-gnu/" + lib
+			vars = append(vars, kubeEnv{Name: "LD_PRELOAD", Value: p})
+			notes = append(notes, fmt.Sprintf("allocator %s: LD_PRELOAD=%s, where docker/Dockerfile's image has it; change it for an image that keeps it elsewhere", a.Manifest.Runtime.Allocator, p))
 		}
+		svc.Spec.Predictor.Model.Env = vars
+		notes = append(notes, fmt.Sprintf("runtime environment of candidate %s in the InferenceService's env", a.Manifest.Runtime.Candidate))
 	}
 	rtYAML, err := yaml.Marshal(rt)
 	if err != nil {
