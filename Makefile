@@ -38,6 +38,7 @@ STATICCHECK := $(BUILD)/bin/staticcheck-$(STATICCHECK_VERSION)
 # Packages that must build without cgo on other systems: everything but the bindings and the
 # packages that run models through them.
 PUREGO_PKGS := ./pkg/bench ./pkg/calib ./pkg/config ./pkg/cpu ./pkg/export/tritonpb ./pkg/kernels ./pkg/launch \
+	./pkg/serve/inferencepb \
 	./pkg/npy ./pkg/plot ./pkg/report ./pkg/roofline ./pkg/runenv ./pkg/version \
 	./internal/exitcode ./internal/fixtures ./internal/int8check ./internal/refconv ./internal/safefile ./internal/schemacheck
 
