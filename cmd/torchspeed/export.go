@@ -62,7 +62,7 @@ func (f *exportFlags) check(cmd string) error {
 func newExportCmd(u *ui) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "export",
-		Short: "Write what production servers load: a Triton model repository, TorchServe files or KServe resources",
+		Short: "Write what production servers load: Triton, TorchServe or KServe files",
 	}
 	c.AddCommand(newExportTritonCmd(u), newExportTorchServeCmd(u), newExportKServeCmd(u))
 	return c
@@ -245,8 +245,8 @@ func newExportKServeCmd(u *ui) *cobra.Command {
 				json: func(*export.Cost) any { return exportKServeOutput{e} }}, nil
 		}}
 	c := &cobra.Command{
-		Use:   "kserve -m ARTIFACT -o DIR [--name NAME] [--instances N] [--image IMAGE] [--storage-uri URI]",
-		Short: "Write a KServe ServingRuntime (torchspeed serve, REST and gRPC) and an InferenceService",
+		Use:   "kserve -m ART -o DIR [--instances N] [--image IMAGE] [--storage-uri URI]",
+		Short: "Write a KServe ServingRuntime (torchspeed serve) and an InferenceService",
 		Long: `kserve writes DIR/NAME.torchspeed.pt (the artifact, which torchspeed serve loads with its
 load-time passes), DIR/servingruntime.yaml (torchspeed serve on the Open Inference Protocol v2:
 REST on 8080, gRPC on 9000) and DIR/inferenceservice.yaml (CPU request and limit = the artifact's

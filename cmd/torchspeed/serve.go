@@ -15,8 +15,8 @@ import (
 func newServeCmd(_ *ui) *cobra.Command {
 	var o serve.Options
 	c := &cobra.Command{
-		Use:   "serve -m ARTIFACT [--name NAME] [--http 127.0.0.1:8000] [--grpc 127.0.0.1:8001] [--instances N]",
-		Short: "Serve an artifact over the Open Inference Protocol (KServe v2 REST and gRPC), as Triton does",
+		Use:   "serve -m ARTIFACT [--http HOST:PORT] [--grpc HOST:PORT] [--instances N]",
+		Short: "Serve an artifact over the Open Inference Protocol (KServe v2), as Triton does",
 		Long: `serve loads an artifact (with its load-time passes and measured threads) and answers the Open
 Inference Protocol's REST endpoints, so that clients and load generators written for Triton or
 KServe work unchanged:
