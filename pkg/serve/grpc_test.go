@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -77,7 +78,7 @@ func ctxT(t testing.TB) context.Context {
 // Every rpc of GRPCInferenceService, on the digits artifact.
 func TestGRPCEndpoints(t *testing.T) {
 	m := digitsArtifact(t)
-	s, _ := startServer(t, m, Config{})
+	s, url := startServer(t, m, Config{})
 	c := startGRPC(t, s)
 	ctx := ctxT(t)
 	if r, err := c.ServerLive(ctx, &pb.ServerLiveRequest{}); err != nil || !r.Live {
@@ -138,6 +139,20 @@ func TestGRPCEndpoints(t *testing.T) {
 	}
 	if got := floatsOfRaw(t, r.RawOutputContents[0]); len(got) != 30 || !close32(got[20:], want) {
 		t.Errorf("batch of 3: %v", got)
+	}
+	// gRPC requests count in the REST metrics, under the HTTP status of the same outcome.
+	if _, err := c.ModelInfer(ctx, &pb.ModelInferRequest{ModelName: "mnist"}); status.Code(err) != codes.NotFound {
+		t.Errorf("ModelInfer of an unknown model: %v, want NOT_FOUND", err)
+	}
+	_, metrics := do(t, &http.Client{Timeout: 30 * time.Second}, "GET", url+"/metrics", nil)
+	for _, want := range []string{
+		`torchspeed_inference_requests_total{model="digits",code="200"} 3`,
+		`torchspeed_inference_requests_total{model="(unknown)",code="404"} 1`,
+		`torchspeed_inference_duration_seconds_count{model="digits"} 3`,
+	} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, metrics)
+		}
 	}
 }
 
