@@ -38,6 +38,7 @@ STATICCHECK := $(BUILD)/bin/staticcheck-$(STATICCHECK_VERSION)
 # Packages that must build without cgo on other systems: everything but the bindings and the
 # packages that run models through them.
 PUREGO_PKGS := ./pkg/bench ./pkg/calib ./pkg/config ./pkg/cpu ./pkg/export/tritonpb ./pkg/kernels ./pkg/launch \
+	./pkg/serve/inferencepb \
 	./pkg/npy ./pkg/plot ./pkg/report ./pkg/roofline ./pkg/runenv ./pkg/version \
 	./internal/exitcode ./internal/fixtures ./internal/int8check ./internal/refconv ./internal/safefile ./internal/schemacheck
 
@@ -121,11 +122,15 @@ install: shim
 test-example: build fixtures
 	bash examples/serve/test.sh
 
-# Regenerate pkg/export/tritonpb from its .proto (protoc from Debian's protobuf-compiler;
-# protoc-gen-go at the version go.mod requires).
+# Regenerate pkg/export/tritonpb and pkg/serve/inferencepb from their .proto files (protoc from
+# Debian's protobuf-compiler; protoc-gen-go and protoc-gen-go-grpc at the versions go.mod
+# requires). kserve's grpc_predict_v2.proto is kept as published: its Go package comes from M.
+INFERENCEPB_M := Mpkg/serve/inferencepb/grpc_predict_v2.proto=github.com/torchspeed/torchspeed/pkg/serve/inferencepb
 proto:
-	GOBIN=$(CURDIR)/$(BUILD)/bin go install google.golang.org/protobuf/cmd/protoc-gen-go
+	GOBIN=$(CURDIR)/$(BUILD)/bin go install google.golang.org/protobuf/cmd/protoc-gen-go google.golang.org/grpc/cmd/protoc-gen-go-grpc
 	PATH=$(CURDIR)/$(BUILD)/bin:$$PATH protoc --go_out=. --go_opt=paths=source_relative pkg/export/tritonpb/model_config.proto
+	PATH=$(CURDIR)/$(BUILD)/bin:$$PATH protoc --go_out=. --go_opt=paths=source_relative,$(INFERENCEPB_M) \
+		--go-grpc_out=. --go-grpc_opt=paths=source_relative,$(INFERENCEPB_M) pkg/serve/inferencepb/grpc_predict_v2.proto
 
 demo: build fixtures
 	$(BIN) optimize -c configs/demo.yaml
