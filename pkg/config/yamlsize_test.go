@@ -10,7 +10,7 @@ import (
 // Aliases of aliases expand inside viper before anything else sees the values: a document whose
 // expansion passes MaxConfigNodes, nests past MaxConfigDepth or refers to itself is refused
 // from its parsed form, quickly, naming the config; one that stays under keeps loading.
-func TestLoadBoundsYAMLExpansion(t *testing.T) {
+func TestHostileYAMLExpansion(t *testing.T) {
 	wide := func(keys, uses int) string {
 		var b strings.Builder
 		b.WriteString("a: &a {")

@@ -30,7 +30,7 @@ func refusedAs(t *testing.T, p string, want ...string) {
 
 // The digests cover everything torchspeed reads back: each part of an artifact changed (every
 // CRC recomputed, so only a digest can tell) is refused with exit 2, naming what changed.
-func TestArtifactDigestCoversEveryRecord(t *testing.T) {
+func TestHostileDigestCoversEveryRecord(t *testing.T) {
 	art := saveWithManifest(t, goodManifest())
 	man, err := VerifyArchive(art)
 	if err != nil {
@@ -94,7 +94,7 @@ func TestArtifactDigestCoversEveryRecord(t *testing.T) {
 }
 
 // Every single byte of the manifest changed (CRC recomputed) is refused as bad input.
-func TestArtifactDigestEveryManifestByte(t *testing.T) {
+func TestHostileDigestEveryManifestByte(t *testing.T) {
 	art := saveWithManifest(t, goodManifest())
 	var raw []byte
 	fixtures.RewriteZip(t, art, func(name string, data []byte) []byte {
