@@ -39,7 +39,7 @@ STATICCHECK := $(BUILD)/bin/staticcheck-$(STATICCHECK_VERSION)
 # packages that run models through them.
 PUREGO_PKGS := ./pkg/bench ./pkg/calib ./pkg/config ./pkg/cpu ./pkg/export/tritonpb ./pkg/kernels ./pkg/launch \
 	./pkg/npy ./pkg/plot ./pkg/report ./pkg/roofline ./pkg/runenv ./pkg/version \
-	./internal/exitcode ./internal/fixtures ./internal/int8check ./internal/refconv ./internal/safefile ./internal/schemacheck
+	./internal/exitcode ./internal/fixtures ./internal/int8check ./internal/memlimit ./internal/refconv ./internal/safefile ./internal/schemacheck
 
 $(STATICCHECK):
 	@mkdir -p $(BUILD)/bin
