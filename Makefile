@@ -92,9 +92,10 @@ test-go:
 # The readers of untrusted files, fuzzed for a bounded time each (go test -fuzz takes one target
 # of one package per run); seed corpora in each package's testdata/fuzz. The fuzzer minimizes
 # every input that finds new code for up to -fuzzminimizetime (60 s by default) without counting
-# it: on the config loader (a few ms an input) that took the whole run, as if it had stalled.
+# it: on the config loader (a few ms an input) that took the whole run, as if it had stalled;
+# 50 tries each leaves the run to finding inputs.
 FUZZTIME ?= 60s
-FUZZ := go test -run '^$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 3s -fuzz
+FUZZ := go test -run '^$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 50x -fuzz
 test-fuzz:
 	$(FUZZ) '^FuzzRead$$' ./pkg/npy
 	$(FUZZ) '^FuzzReadNPZ$$' ./pkg/npy
