@@ -40,7 +40,7 @@ STATICCHECK := $(BUILD)/bin/staticcheck-$(STATICCHECK_VERSION)
 PUREGO_PKGS := ./pkg/bench ./pkg/calib ./pkg/config ./pkg/cpu ./pkg/export/tritonpb ./pkg/kernels ./pkg/launch \
 	./pkg/serve/inferencepb \
 	./pkg/npy ./pkg/plot ./pkg/report ./pkg/roofline ./pkg/runenv ./pkg/version \
-	./internal/exitcode ./internal/fixtures ./internal/int8check ./internal/refconv ./internal/safefile ./internal/schemacheck
+	./internal/exitcode ./internal/fixtures ./internal/int8check ./internal/memlimit ./internal/refconv ./internal/safefile ./internal/schemacheck
 
 $(STATICCHECK):
 	@mkdir -p $(BUILD)/bin
@@ -92,12 +92,17 @@ test-go:
 	go test -race -count=1 -timeout 40m ./...
 
 # The readers of untrusted files, fuzzed for a bounded time each (go test -fuzz takes one target
-# of one package per run); seed corpora in each package's testdata/fuzz.
-FUZZTIME ?= 20s
+# of one package per run); seed corpora in each package's testdata/fuzz. The fuzzer minimizes
+# every input that finds new code for up to -fuzzminimizetime (60 s by default) without counting
+# it: on the config loader (a few ms an input) that took the whole run, as if it had stalled;
+# 50 tries each leaves the run to finding inputs.
+FUZZTIME ?= 60s
+FUZZ := go test -run '^$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 50x -fuzz
 test-fuzz:
-	go test -run '^$$' -fuzz '^FuzzRead$$' -fuzztime $(FUZZTIME) ./pkg/npy
-	go test -run '^$$' -fuzz '^FuzzReadNPZ$$' -fuzztime $(FUZZTIME) ./pkg/npy
-	go test -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime $(FUZZTIME) ./pkg/config
+	$(FUZZ) '^FuzzRead$$' ./pkg/npy
+	$(FUZZ) '^FuzzReadNPZ$$' ./pkg/npy
+	$(FUZZ) '^FuzzLoad$$' ./pkg/config
+	$(FUZZ) '^FuzzVerifyArchive$$' ./pkg/torchspeed
 
 test: build fixtures lint test-purego test-go test-fuzz test-example check-isa
 

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -126,6 +128,10 @@ func (o *optimizeCmd) run(c *cobra.Command) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	opts.Stop = &pipeline.Stop{}
+	finished := make(chan struct{})
+	defer close(finished)
+	go stopAfterGrace(ctx, finished, opts.Stop, stderr)
 	rep, err := pipeline.Run(ctx, cfg, opts)
 	if err != nil && rep == nil {
 		if errors.Is(err, context.Canceled) {
@@ -142,6 +148,29 @@ func (o *optimizeCmd) run(c *cobra.Command) error {
 		return terr
 	}
 	return err
+}
+
+// interruptGrace is how long optimize waits, after SIGINT or SIGTERM, for the pipeline to stop
+// at its next check before ending the process: a model call in flight cannot be interrupted.
+const interruptGrace = time.Second
+
+// stopAfterGrace ends the process with exit 130 when ctx is canceled (a signal) and the run has
+// not finished interruptGrace later: stop waits for a commit in progress and removes what the
+// run staged, so nothing half-written is left.
+func stopAfterGrace(ctx context.Context, finished <-chan struct{}, stop *pipeline.Stop, stderr io.Writer) {
+	select {
+	case <-finished:
+		return
+	case <-ctx.Done():
+	}
+	select {
+	case <-finished:
+		return
+	case <-time.After(interruptGrace):
+	}
+	stop.Now()
+	fmt.Fprintln(stderr, "optimize: interrupted during a model call: stopped; no output is left half-written")
+	os.Exit(exitcode.Interrupt)
 }
 
 // config merges flags, TORCHSPEED_* variables, the file and the defaults; --input-shape

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -190,6 +191,10 @@ func (o *output) write(r *run, final *candidate, passed bool) (err error) {
 		return fmt.Errorf("output.dir %q: %w", o.dir, err)
 	}
 	defer os.RemoveAll(stage)
+	if !r.opts.Stop.stage(stage, true) {
+		return fmt.Errorf("optimize interrupted: %w (nothing was written)", context.Canceled)
+	}
+	defer r.opts.Stop.stage(stage, false)
 	var moves []move
 	name := filepath.Base(o.artifact)
 	jsonName, mdName, plot := reportJSON, reportMD, plotBase
@@ -251,7 +256,13 @@ func (o *output) write(r *run, final *candidate, passed bool) (err error) {
 		retire = []string{filepath.Join(o.dir, failedReportJSON), filepath.Join(o.dir, failedReportMD),
 			filepath.Join(o.dir, failedPlotBase+".png"), filepath.Join(o.dir, failedPlotBase+".svg")}
 	}
-	if err := commit(o.dir, stage, moves, retire); err != nil {
+	unlock, ok := r.opts.Stop.commitLock()
+	if !ok {
+		return fmt.Errorf("optimize interrupted: %w (nothing was written)", context.Canceled)
+	}
+	err = commit(o.dir, stage, moves, retire)
+	unlock()
+	if err != nil {
 		return err
 	}
 	if r.opts.written != nil {

@@ -52,6 +52,8 @@ type Options struct {
 	// benchrun.ServeRounds' protocol, before its flags (`torchspeed bench --serve`): the
 	// runtime settings are measured in such processes (runtime.measure). nil: not measured.
 	Serve []string
+	// Stop, when set, lets the caller end the run while a model call holds it (see Stop).
+	Stop *Stop
 
 	// slow simulates a load change in one measurement (tests).
 	slow slowRound
@@ -136,6 +138,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (*report.Report,
 	if err != nil {
 		return nil, err
 	}
+	opts.Stop.track(out)
 	rep, err := r.steps(start, out)
 	if err != nil && rep == nil {
 		out.abandon()
