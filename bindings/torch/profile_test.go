@@ -165,3 +165,61 @@ func TestDefineOps(t *testing.T) {
 		t.Error("syntax error: no error")
 	}
 }
+
+// TestOpProfile: on frozen CNNs every op of the graph goes through the dispatcher, so the
+// profile's count per op kind is the graph's node count of that kind, and the op times fit in
+// the forward's.
+func TestOpProfile(t *testing.T) {
+	man := fixtures.Load(t)
+	for _, name := range []string{"digits", "resnet18"} {
+		t.Run(name, func(t *testing.T) {
+			f := man.Get(t, name)
+			frozen, err := loadFixture(t, f).Freeze()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer frozen.Close()
+			inputs := tensorsOf(t, f.InputArrays(t))
+			graph, err := frozen.NodeCounts()
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]int{}
+			for kind, n := range graph {
+				if !strings.HasPrefix(kind, "prim::") {
+					want[kind] = n
+				}
+			}
+			// The profiling executor settles its graph in the first forwards: count the last.
+			var prof torch.OpTiming
+			for range 3 {
+				if prof, err = frozen.OpProfile(inputs...); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got := map[string]int{}
+			var sum int64
+			for _, op := range prof.Ops {
+				got[op.Op]++
+				sum += op.NS
+				if op.NS <= 0 || op.Shapes == "" {
+					t.Errorf("%s: %d ns, shapes %q: want a positive time and the input shapes", op.Op, op.NS, op.Shapes)
+				}
+			}
+			if len(got) != len(want) {
+				t.Errorf("profiled kinds %v, graph's %v", got, want)
+			}
+			for kind, n := range want {
+				if got[kind] != n {
+					t.Errorf("%s: profiled %d calls, the graph has %d nodes (profile %v)", kind, got[kind], n, got)
+				}
+			}
+			if sum > prof.TotalNS || prof.TotalNS <= 0 {
+				t.Errorf("ops took %d ns of a %d ns forward", sum, prof.TotalNS)
+			}
+			if first := prof.Ops[0]; first.Op != "aten::_convolution" || !strings.HasPrefix(first.Shapes, "[1,") {
+				t.Errorf("first op %+v: want the first convolution on a batch of 1", first)
+			}
+		})
+	}
+}
