@@ -17,3 +17,13 @@ func affinityCPUs() []int {
 	}
 	return cpus
 }
+
+// PeakRSS is the most resident memory this process has held so far (getrusage's ru_maxrss, in
+// kilobytes on Linux), in bytes; 0 when it cannot be read.
+func PeakRSS() int64 {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Maxrss * 1024
+}
