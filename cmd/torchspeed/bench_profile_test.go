@@ -115,7 +115,7 @@ func TestBenchProfile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m == nil || m.PeakRSSBytes <= 0 || m.Models["digits.torchspeed.pt"].FileBytes != st.Size() || m.Models["digits.torchspeed.pt"].TensorBytes <= 0 {
+	if m == nil || m.PeakRSSBytes == nil || *m.PeakRSSBytes <= 0 || m.Models["digits.torchspeed.pt"].FileBytes != st.Size() || m.Models["digits.torchspeed.pt"].TensorBytes <= 0 {
 		t.Errorf("memory %+v: want the peak RSS and the artifact's size (%d bytes)", m, st.Size())
 	}
 	rows := readCSV(t, csvPath)
@@ -172,5 +172,18 @@ func TestBenchProfileBadFlags(t *testing.T) {
 				t.Errorf("exit %d, want %d with the flag named:\n%s", code, exitcode.Usage, stderr)
 			}
 		})
+	}
+}
+
+// TestOptimizeTimeAndRuns: a count and a time for the final benchmark is bad input, refused
+// before any model work.
+func TestOptimizeTimeAndRuns(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out")
+	_, stderr, code := cli(t, "", nil, "optimize", "-m", digits(t), "--input-shape", "1x1x8x8", "--runs", "5", "--time", "1s", "-o", out)
+	if code != exitcode.Usage || !strings.Contains(stderr, "bench.duration (--duration)") {
+		t.Errorf("exit %d, want %d naming both flags:\n%s", code, exitcode.Usage, stderr)
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Errorf("%s written: want nothing", out)
 	}
 }

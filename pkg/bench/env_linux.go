@@ -19,11 +19,12 @@ func affinityCPUs() []int {
 }
 
 // PeakRSS is the most resident memory this process has held so far (getrusage's ru_maxrss, in
-// kilobytes on Linux), in bytes; 0 when it cannot be read.
-func PeakRSS() int64 {
+// kilobytes on Linux), in bytes; nil when it cannot be read.
+func PeakRSS() *int64 {
 	var ru unix.Rusage
 	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
-		return 0
+		return nil
 	}
-	return ru.Maxrss * 1024
+	b := ru.Maxrss * 1024
+	return &b
 }

@@ -5,5 +5,5 @@ package bench
 // affinityCPUs is unknown off Linux.
 func affinityCPUs() []int { return nil }
 
-// PeakRSS is not read off Linux (ru_maxrss has another unit elsewhere): 0, "not measured".
-func PeakRSS() int64 { return 0 }
+// PeakRSS is not read off Linux (ru_maxrss has another unit elsewhere): nil, "not measured".
+func PeakRSS() *int64 { return nil }

@@ -11,8 +11,8 @@ import (
 // Memory is what a run held: the process's peak resident set (the models, libtorch, its
 // allocator's caches and the Go runtime together) and each model's size, by name.
 type Memory struct {
-	// PeakRSSBytes is 0 when it could not be read.
-	PeakRSSBytes int64                `json:"peak_rss_bytes"`
+	// PeakRSSBytes is nil when it could not be read.
+	PeakRSSBytes *int64               `json:"peak_rss_bytes"`
 	Models       map[string]ModelSize `json:"models"`
 }
 
@@ -56,8 +56,8 @@ func MeasureModelSize(path string) (ModelSize, error) {
 // 46.7 MB tensors; ...".
 func (m *Memory) line(rs []*Result) string {
 	s := "memory: peak RSS "
-	if m.PeakRSSBytes > 0 {
-		s += FormatBytes(m.PeakRSSBytes)
+	if m.PeakRSSBytes != nil {
+		s += FormatBytes(*m.PeakRSSBytes)
 	} else {
 		s += "not measured"
 	}

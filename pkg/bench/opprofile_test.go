@@ -124,7 +124,7 @@ func TestWriteCSV(t *testing.T) {
 		t.Fatal(err)
 	}
 	rep := &RunReport{Results: []*Result{{Name: "m.pt", Stats: s, First: 3 * time.Millisecond}},
-		Memory: &Memory{PeakRSSBytes: 4096, Models: map[string]ModelSize{"m.pt": {FileBytes: 10, TensorBytes: 8}}}}
+		Memory: &Memory{PeakRSSBytes: new(int64(4096)), Models: map[string]ModelSize{"m.pt": {FileBytes: 10, TensorBytes: 8}}}}
 	rep.Environment.Threads = 2
 	var buf bytes.Buffer
 	if err := rep.WriteCSV(&buf); err != nil {

@@ -147,8 +147,8 @@ func (r *RunReport) WriteCSV(w io.Writer) error {
 			if sz, ok := m.Models[res.Name]; ok {
 				file, tensors = strconv.FormatInt(sz.FileBytes, 10), strconv.FormatInt(sz.TensorBytes, 10)
 			}
-			if m.PeakRSSBytes > 0 {
-				rss = strconv.FormatInt(m.PeakRSSBytes, 10)
+			if m.PeakRSSBytes != nil {
+				rss = strconv.FormatInt(*m.PeakRSSBytes, 10)
 			}
 		}
 		row := []string{res.Name, strconv.Itoa(s.N), ms(s.P50), lo, hi, ms(s.P90), ms(s.P95), ms(s.P99), ms(s.P999),

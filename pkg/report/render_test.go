@@ -38,7 +38,7 @@ func sample() *Report {
 		Bench: &Bench{Runs: 100, Threads: 2, Precision: "fp32", Optimized: "freeze", OriginalP50: 2, OptimizedP50: 1.3, OptimizedP95: 1.8, Speedup: 2 / 1.3,
 			SpeedupLo: 1.5, SpeedupHi: 1.6, UTestP: 0.001, Significant: true, Verdict: "optimized is 53.8% faster"},
 		Artifact: s("out/m.torchspeed.pt"),
-		Memory: &Memory{PeakRSSBytes: 221065216, Original: bench.ModelSize{FileBytes: 170282, TensorBytes: 153912},
+		Memory: &Memory{PeakRSSBytes: new(int64(221065216)), Original: bench.ModelSize{FileBytes: 170282, TensorBytes: 153912},
 			Artifact: &bench.ModelSize{FileBytes: 158789, TensorBytes: 153128}},
 		Warnings: []string{"noisy"},
 		Settings: Settings{Threads: 2, Env: []EnvVar{{Name: "GOMP_SPINCOUNT", Value: "3000"}}},

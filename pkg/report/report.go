@@ -75,8 +75,8 @@ type Report struct {
 // Memory is what optimize held and what the model weighs before and after it.
 type Memory struct {
 	// PeakRSSBytes is optimize's peak resident set: the original, every candidate it built and
-	// measured, and libtorch (0: not read).
-	PeakRSSBytes int64           `json:"peak_rss_bytes"`
+	// measured, and libtorch (nil: not read).
+	PeakRSSBytes *int64          `json:"peak_rss_bytes"`
 	Original     bench.ModelSize `json:"original"`
 	// Artifact is null when no artifact was written.
 	Artifact *bench.ModelSize `json:"artifact"`
@@ -91,8 +91,8 @@ func (m *Memory) Line() string {
 	if a := m.Artifact; a != nil {
 		s += "; the artifact " + size(*a)
 	}
-	if m.PeakRSSBytes > 0 {
-		s += fmt.Sprintf("; optimize's peak resident memory %s", bench.FormatBytes(m.PeakRSSBytes))
+	if m.PeakRSSBytes != nil {
+		s += fmt.Sprintf("; optimize's peak resident memory %s", bench.FormatBytes(*m.PeakRSSBytes))
 	}
 	return s + "."
 }
