@@ -165,6 +165,7 @@ func TestBenchProfileBadFlags(t *testing.T) {
 		"profile with streams": {"--profile", "--streams", "2"},
 		"json and csv stdout":  {"--json", "--csv", "-"},
 		"time and runs":        {"--time", "1s", "--runs", "5"},
+		"csv to a folder":      {"--csv", os.TempDir()},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, stderr, code := runBenchCLI(t, append([]string{"-m", model, "--input-shape", "1x1x8x8"}, args...)...)

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -225,6 +226,9 @@ func (b *benchCmd) outputs() (outputs, error) {
 	if b.csvPath != "" {
 		o.csvPath = b.csvPath
 		if b.csvPath != "-" {
+			if fi, err := os.Stat(b.csvPath); err == nil && fi.IsDir() {
+				return o, exitcode.Usagef("bench: --csv %s is a folder; give a file name, e.g. %s", b.csvPath, filepath.Join(b.csvPath, "bench.csv"))
+			}
 			dirs[filepath.Dir(b.csvPath)] = true
 		}
 	}
