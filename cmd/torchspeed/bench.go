@@ -104,6 +104,7 @@ thread count when none is given.`,
 		Example: `  torchspeed bench -m resnet18.pt --input-shape 1x3x224x224 --threads 2 --runs 200
   torchspeed bench -m resnet18.pt --vs out/resnet18.torchspeed.pt --input-shape 1x3x224x224 \
       --duration 20s -o out
+  torchspeed bench -m out/resnet18.torchspeed.pt --profile --time 30s --csv resnet18.csv
   torchspeed bench -m resnet18.pt --input-shape 1x3x224x224 --instances 2 --runs 100
   torchspeed bench -m model.pt --input-shape 1x3x224x224 --sweep-batch 1,4 --sweep-threads 1,2 \
       --sweep-streams 1,2`,
