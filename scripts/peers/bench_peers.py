@@ -64,7 +64,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 PY = "/usr/bin/python3"
 DEFAULT_MODELS = "resnet18,resnet50,mobilenet_v2,transformer_traced,transformer_scripted,digits"
-SCHEMA_VERSION = 1
+# 2: figures from peerstats; ratio_to_best is ProcessRatioCI's (levels over processes), no
+# ratio_rounds_median; p50_ci95 and above_floor added.
+SCHEMA_VERSION = 2
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
