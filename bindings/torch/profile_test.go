@@ -223,3 +223,31 @@ func TestOpProfile(t *testing.T) {
 		})
 	}
 }
+
+// TestOpProfileBadInputs: wrong inputs are an error naming the model, with no profile left
+// installed (the next forward is an ordinary one).
+func TestOpProfileBadInputs(t *testing.T) {
+	f := fixtures.Load(t).Get(t, "digits")
+	m := loadFixture(t, f)
+	wrong, err := torch.NewTensor([]float32{1, 2, 3}, []int64{1, 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wrong.Close()
+	if _, err := m.OpProfile(wrong); err == nil || !strings.Contains(err.Error(), "profile ops of") {
+		t.Errorf("a [1,3] input to a conv net: error %v, want one saying what failed", err)
+	}
+	if _, err := m.OpProfile(wrong, wrong); err == nil {
+		t.Error("two inputs to a one-input model: want an error")
+	}
+	inputs := tensorsOf(t, f.InputArrays(t))
+	p, err := m.OpProfile(inputs...)
+	if err != nil || len(p.Ops) == 0 {
+		t.Fatalf("after failed profiles: %v, %d ops", err, len(p.Ops))
+	}
+	// A failed forward leaves no callback or profile behind: the next profile lists the first
+	// convolution at the top level, once.
+	if p.Ops[0].Op != "aten::_convolution" || len(p.Ops) != 11 {
+		t.Errorf("ops %v after a failed profile, want the 11 of the traced graph, aten::_convolution first", p.Ops)
+	}
+}
