@@ -218,6 +218,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintf(w, "validation of %s (%s, %s%s): %s  %s\n", v.Checked, v.CheckedPrecision, v.samplesData(),
 			synth(v.Synthetic), passWord(v.Passed), metricLine(v.Metrics))
 	}
+	if m := r.Memory; m != nil {
+		fmt.Fprintln(w, strings.TrimSuffix(m.Line(), "."))
+	}
 	for _, warn := range r.Warnings {
 		fmt.Fprintf(w, "warning: %s\n", warn)
 	}

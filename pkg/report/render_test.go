@@ -72,6 +72,9 @@ func TestRenderings(t *testing.T) {
 			t.Errorf("markdown lacks %q:\n%s", want, md.String())
 		}
 	}
+	if !strings.Contains(tbl.String(), "Memory: the original 170.3 kB file") {
+		t.Errorf("table lacks the memory line:\n%s", tbl.String())
+	}
 	if !strings.Contains(tbl.String(), "validation of freeze (fp32, 16 samples: calib.npy): FAIL") {
 		t.Errorf("table:\n%s", tbl.String())
 	}
