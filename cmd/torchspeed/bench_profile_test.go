@@ -162,10 +162,11 @@ func TestBenchTimeLimit(t *testing.T) {
 func TestBenchProfileBadFlags(t *testing.T) {
 	model := digits(t)
 	for name, args := range map[string][]string{
-		"profile with streams": {"--profile", "--streams", "2"},
-		"json and csv stdout":  {"--json", "--csv", "-"},
-		"time and runs":        {"--time", "1s", "--runs", "5"},
-		"csv to a folder":      {"--csv", os.TempDir()},
+		"profile with streams":  {"--profile", "--streams", "2"},
+		"json and csv stdout":   {"--json", "--csv", "-"},
+		"time and runs":         {"--time", "1s", "--runs", "5"},
+		"csv to a folder":       {"--csv", os.TempDir()},
+		"profile to csv stdout": {"--profile", "--csv", "-"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, stderr, code := runBenchCLI(t, append([]string{"-m", model, "--input-shape", "1x1x8x8"}, args...)...)

@@ -109,6 +109,9 @@ func (b *benchCmd) validate(c *cobra.Command) error {
 	if b.asJSON && b.csvPath == "-" {
 		return exitcode.Usagef("bench: --json and --csv - both print the report on stdout; choose one, or give --csv a file")
 	}
+	if b.profile && b.csvPath == "-" && b.outDir == "" {
+		return exitcode.Usagef("bench: --profile with --csv -: stdout holds one CSV table, the results; give --csv a file (the ops go to FILE_ops.csv) or -o DIR (bench_ops.csv)")
+	}
 	if b.profile && (b.streams > 1 || b.sweeping() || b.instances > 0 || b.serve) {
 		return exitcode.Usagef("bench: --profile times one model's forward at a time; drop --streams, --instances and the sweeps, or profile in a separate run")
 	}
