@@ -2,6 +2,7 @@
 // calling thread: the time each top-level dispatched op took, in the order the interpreter ran
 // them, so that the caller can line the i-th op of one run up with the i-th of the next.
 #include <ATen/record_function.h>
+#include <torch/csrc/jit/runtime/interpreter.h>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -13,6 +14,7 @@ namespace {
 struct OpTime {
   std::string op;
   std::string shapes;
+  std::string scope;
   int64_t ns = 0;
 };
 
@@ -54,13 +56,31 @@ std::string shapes_of(c10::ArrayRef<const c10::IValue> in) {
   return s;
 }
 
+// The dotted path of the submodule whose code dispatched the op ("layer1.0.conv1"), from the
+// interpreter's call stack (kept through inlining and freezing); empty at the top level or when
+// the graph lost it (a graph rewritten by a pass). The hierarchy reads "TOP(ResNet)::forward",
+// "layer1(Sequential)::forward", ...: the instance names, after the top.
+std::string module_path() {
+  std::string path;
+  bool top = true;
+  for (const auto& entry : torch::jit::currentModuleHierarchy()) {
+    if (top) {
+      top = false;
+      continue;
+    }
+    if (!path.empty()) path += '.';
+    path += entry.substr(0, entry.find('('));
+  }
+  return path;
+}
+
 std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   Profile* p = tl_profile;
   if (p == nullptr) return nullptr;
   if (++p->depth != 1) return nullptr;
   auto ctx = std::make_unique<StartTime>();
   ctx->index = p->ops.size();
-  p->ops.push_back(OpTime{fn.name(), shapes_of(fn.inputs()), 0});
+  p->ops.push_back(OpTime{fn.name(), shapes_of(fn.inputs()), module_path(), 0});
   // Last, so that the bookkeeping above is not in the op's time.
   ctx->t0 = now_ns();
   return ctx;
@@ -117,7 +137,7 @@ ts_status* ts_module_op_profile(const ts_module* m, ts_tensor* const* inputs, si
   tsimpl::JsonWriter w;
   w.begin_object().key("total_ns").value(total).key("ops").begin_array();
   for (const auto& o : prof.ops) {
-    w.begin_object().key("op").value(o.op).key("ns").value(o.ns).key("shapes").value(o.shapes).end_object();
+    w.begin_object().key("op").value(o.op).key("ns").value(o.ns).key("shapes").value(o.shapes).key("scope").value(o.scope).end_object();
   }
   w.end_array().end_object();
   *json = tsimpl::dup_string(w.str());

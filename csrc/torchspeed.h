@@ -466,7 +466,8 @@ TS_EXPORT ts_status* ts_module_op_flops(const ts_module* m /* borrowed */, ts_te
 TS_EXPORT ts_status* ts_module_define_ops(ts_module* m, const char* source /* borrowed */) TS_NOEXCEPT TS_MUST_CHECK;
 /* Runs forward once on inputs (borrowed) and writes a JSON object of the time each top-level
  * dispatched op took, in the order they ran: {"total_ns": 812345, "ops": [{"op":
- * "aten::conv2d", "ns": 90123, "shapes": "[1,3,224,224] [64,3,7,7]"}, ...]}. Top level: ops an
+ * "aten::conv2d", "ns": 90123, "shapes": "[1,3,224,224] [64,3,7,7]", "scope": "layer1.0.conv1"},
+ * ...]}; scope is the submodule whose code dispatched it, "" when not known. Top level: ops an
  * op calls (aten::conv2d's aten::_convolution) are inside their caller's time, not listed apart;
  * ops that do not go through the dispatcher (prim::ListConstruct, constants) are not listed and
  * their time is in total_ns only. The forward runs on the calling thread. */

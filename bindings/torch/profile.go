@@ -91,11 +91,14 @@ func (m *Module) DefineOps(source string) error {
 }
 
 // OpTime is one top-level dispatched op of a forward: its name (aten::conv2d,
-// torchspeed::fast_linear, quantized::conv2d), its tensor inputs' shapes and how long it took.
+// torchspeed::fast_linear, quantized::conv2d), its tensor inputs' shapes, the dotted path of the
+// submodule whose code ran it ("layer1.0.conv1"; empty at the top level or when a graph rewrite
+// lost it) and how long it took.
 type OpTime struct {
 	Op     string `json:"op"`
 	NS     int64  `json:"ns"`
 	Shapes string `json:"shapes"`
+	Scope  string `json:"scope"`
 }
 
 // OpTiming is one profiled forward: its total time and its top-level ops in the order they

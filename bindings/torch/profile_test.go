@@ -220,6 +220,18 @@ func TestOpProfile(t *testing.T) {
 			if first := prof.Ops[0]; first.Op != "aten::_convolution" || !strings.HasPrefix(first.Shapes, "[1,") {
 				t.Errorf("first op %+v: want the first convolution on a batch of 1", first)
 			}
+			// The call stack survives freezing: each op names the submodule that ran it.
+			scopes := map[string]bool{}
+			for _, op := range prof.Ops {
+				scopes[op.Scope] = true
+			}
+			want1 := map[string]string{"digits": "conv1", "resnet18": "conv1"}[name]
+			if prof.Ops[0].Scope != want1 {
+				t.Errorf("first op's module %q, want %q", prof.Ops[0].Scope, want1)
+			}
+			if name == "resnet18" && (!scopes["layer1.0.conv1"] || !scopes["layer4.1.conv2"] || !scopes["fc"]) {
+				t.Errorf("modules %v: want layer1.0.conv1, layer4.1.conv2 and fc among them", scopes)
+			}
 		})
 	}
 }

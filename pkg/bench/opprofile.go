@@ -11,6 +11,8 @@ import (
 type OpCall struct {
 	Op     string
 	Shapes string
+	// Module is the dotted path of the submodule that ran it ("layer1.0.conv1"), "" if unknown.
+	Module string
 	Time   time.Duration
 }
 
@@ -49,12 +51,13 @@ type OpKind struct {
 }
 
 // OpNode is one op call of a forward: the Occurrence-th call (from 1) of Op, with the input
-// shapes of its first run.
+// shapes and submodule of its first run.
 type OpNode struct {
 	Index      int           `json:"index"`
 	Op         string        `json:"op"`
 	Occurrence int           `json:"occurrence"`
 	Shapes     string        `json:"shapes"`
+	Module     string        `json:"module"`
 	Time       time.Duration `json:"p50_ns"`
 	Share      float64       `json:"share"`
 	// Runs is how many forwards reached this node (all of them unless Varying).
@@ -73,7 +76,7 @@ func SummarizeOps(model string, runs []OpRun) (*OpProfile, error) {
 		k  int
 	}
 	nodeTimes := map[nodeKey][]float64{}
-	nodeShapes := map[nodeKey]string{}
+	nodeShapes, nodeModule := map[nodeKey]string{}, map[nodeKey]string{}
 	var order []nodeKey
 	kindTimes := map[string][]float64{}
 	kindCount := map[string]int{}
@@ -91,7 +94,7 @@ func SummarizeOps(model string, runs []OpRun) (*OpProfile, error) {
 			k := nodeKey{c.Op, seen[c.Op]}
 			if _, ok := nodeTimes[k]; !ok {
 				order = append(order, k)
-				nodeShapes[k] = c.Shapes
+				nodeShapes[k], nodeModule[k] = c.Shapes, c.Module
 			}
 			nodeTimes[k] = append(nodeTimes[k], float64(c.Time))
 			sum[c.Op] += float64(c.Time)
@@ -129,7 +132,7 @@ func SummarizeOps(model string, runs []OpRun) (*OpProfile, error) {
 	})
 	for i, k := range order {
 		d := medianDuration(nodeTimes[k])
-		p.Nodes = append(p.Nodes, OpNode{Index: i + 1, Op: k.op, Occurrence: k.k, Shapes: nodeShapes[k], Time: d,
+		p.Nodes = append(p.Nodes, OpNode{Index: i + 1, Op: k.op, Occurrence: k.k, Shapes: nodeShapes[k], Module: nodeModule[k], Time: d,
 			Share: share(d, p.Total), Runs: len(nodeTimes[k])})
 	}
 	return p, nil

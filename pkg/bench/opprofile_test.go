@@ -109,7 +109,7 @@ func TestOpTablesAndCSV(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rows) != 4 || strings.Join(rows[0], ",") != strings.Join(OpCSVColumns, ",") || rows[1][2] != "aten::conv2d" || rows[1][5] != "0.080000" {
+	if len(rows) != 4 || strings.Join(rows[0], ",") != strings.Join(OpCSVColumns, ",") || rows[1][2] != "aten::conv2d" || rows[1][6] != "0.080000" {
 		t.Errorf("ops CSV %v", rows)
 	}
 }

@@ -52,9 +52,13 @@ func writeOpTables(w io.Writer, ps []*OpProfile) error {
 	}
 	for _, p := range ps {
 		fmt.Fprintf(bw, "\nops of %s in the order they ran:\n", p.Model)
-		fmt.Fprintln(tw, "#\top\tinput shapes\ttime\tshare")
+		fmt.Fprintln(tw, "#\top\tmodule\tinput shapes\ttime\tshare")
 		for _, n := range p.Nodes {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%.1f%%\n", n.Index, n.Op, n.Shapes, FormatDuration(n.Time), 100*n.Share)
+			module := n.Module
+			if module == "" {
+				module = "-"
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%.1f%%\n", n.Index, n.Op, module, n.Shapes, FormatDuration(n.Time), 100*n.Share)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -120,7 +124,7 @@ var CSVColumns = []string{"model", "runs", "p50_ms", "p50_ci_lo_ms", "p50_ci_hi_
 	"threads", "file_bytes", "tensor_bytes", "peak_rss_bytes"}
 
 // OpCSVColumns are the columns of WriteOpsCSV: one row per node of every profiled model.
-var OpCSVColumns = []string{"model", "index", "op", "occurrence", "input_shapes", "p50_ms", "share", "runs"}
+var OpCSVColumns = []string{"model", "index", "op", "occurrence", "module", "input_shapes", "p50_ms", "share", "runs"}
 
 // WriteCSV writes one row per latency result (for spreadsheets and scripts, as benchmark_app's
 // report does): milliseconds to 0.1 µs, an empty cell for what was not
@@ -170,7 +174,7 @@ func (r *RunReport) WriteOpsCSV(w io.Writer) error {
 	}
 	for _, p := range r.Profiles {
 		for _, n := range p.Nodes {
-			row := []string{p.Model, strconv.Itoa(n.Index), n.Op, strconv.Itoa(n.Occurrence), n.Shapes,
+			row := []string{p.Model, strconv.Itoa(n.Index), n.Op, strconv.Itoa(n.Occurrence), n.Module, n.Shapes,
 				strconv.FormatFloat(float64(n.Time)/1e6, 'f', 6, 64), strconv.FormatFloat(n.Share, 'f', 4, 64),
 				strconv.Itoa(n.Runs)}
 			if err := cw.Write(row); err != nil {

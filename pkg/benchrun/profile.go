@@ -70,7 +70,7 @@ func ProfileOps(l *Loaded, inputs []*torch.Tensor, o bench.Options) (*bench.OpPr
 func opRun(t torch.OpTiming) bench.OpRun {
 	r := bench.OpRun{Total: time.Duration(t.TotalNS), Ops: make([]bench.OpCall, len(t.Ops))}
 	for i, op := range t.Ops {
-		r.Ops[i] = bench.OpCall{Op: op.Op, Shapes: op.Shapes, Time: time.Duration(op.NS)}
+		r.Ops[i] = bench.OpCall{Op: op.Op, Shapes: op.Shapes, Module: op.Scope, Time: time.Duration(op.NS)}
 	}
 	return r
 }
