@@ -152,9 +152,10 @@ PEERS_ARGS ?=
 bench-peers: build $(if $(TORCHSPEED_FIXTURES),,fixtures)
 	bash scripts/peers/setup.sh
 	go build -o $(BUILD)/peers/goworker ./scripts/peers/goworker
+	go build -o $(BUILD)/peers/peerstats ./scripts/peers/peerstats
 	$(CC) -O2 -Wall -Wextra -Werror -fopenmp -o $(BUILD)/peers/floor_worker scripts/peers/floor_worker.c
 	/usr/bin/python3 scripts/peers/bench_peers.py --torchspeed $(BIN) --goworker $(BUILD)/peers/goworker \
-		--floor-worker $(BUILD)/peers/floor_worker $(PEERS_ARGS)
+		--peerstats $(BUILD)/peers/peerstats --floor-worker $(BUILD)/peers/floor_worker $(PEERS_ARGS)
 
 # Build and test against libtorch 2.6 in a Debian 13 chroot (not part of make test; see the script).
 check-libtorch2:

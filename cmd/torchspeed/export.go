@@ -6,6 +6,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -24,6 +25,7 @@ type exportFlags struct {
 	overwrite bool
 	measure   bool
 	runs      int
+	duration  time.Duration
 	asJSON    bool
 }
 
@@ -38,6 +40,8 @@ func (f *exportFlags) bind(c *cobra.Command) {
 	fl.BoolVar(&f.overwrite, "overwrite", false, "replace files an earlier export wrote")
 	fl.BoolVar(&f.measure, "measure", true, "time the artifact as the server loads it, against torchspeed.Load")
 	fl.IntVar(&f.runs, "runs", 100, "interleaved rounds for --measure")
+	fl.DurationVar(&f.duration, "duration", 0, "time --measure for this long instead of --runs rounds, e.g. 30s (--time is the same flag)")
+	fl.SetNormalizeFunc(timeAlias)
 	fl.BoolVar(&f.asJSON, "json", false, "print JSON")
 }
 
@@ -47,6 +51,9 @@ func (f *exportFlags) check(cmd string) error {
 	}
 	if f.runs < 1 {
 		return exitcode.Usagef("export %s: --runs %d: give 1 or more", cmd, f.runs)
+	}
+	if f.duration < 0 {
+		return exitcode.Usagef("export %s: --duration %v: give a positive duration, e.g. 30s", cmd, f.duration)
 	}
 	if err := safefile.CheckInputFile(f.model); err != nil {
 		return exitcode.Usagef("export %s: --model: %v", cmd, err)
@@ -121,7 +128,7 @@ func (t exportTarget) run(c *cobra.Command, u *ui, f *exportFlags, count int, sw
 	}
 	cost := e.cost
 	if f.measure && cost == nil {
-		if cost, err = export.MeasureCost(a, e.served, e.optimizedSaved, export.CostOptions{Runs: f.runs, Server: t.server}); err != nil {
+		if cost, err = export.MeasureCost(a, e.served, e.optimizedSaved, export.CostOptions{Runs: f.runs, Duration: f.duration, Server: t.server}); err != nil {
 			return err
 		}
 	}
@@ -153,7 +160,7 @@ func newExportTritonCmd(u *ui) *cobra.Command {
 		write: func(a *export.Artifact, s *bench.SweepResult) (exported, error) {
 			o.Name, o.Overwrite, o.BatchSweep, o.Keep = f.name, f.overwrite, s, []string{sweep}
 			if f.measure {
-				o.Measure = &export.CostOptions{Runs: f.runs, Params: measureParams}
+				o.Measure = &export.CostOptions{Runs: f.runs, Duration: f.duration, Params: measureParams}
 			}
 			e, err := export.WriteTriton(a, f.out, o)
 			if err != nil {

@@ -42,6 +42,7 @@ var optimizeKeys = map[string]string{
 	"engine":          "quantize.engine",
 	"calibration":     "calibration.path",
 	"runs":            "bench.runs",
+	"duration":        "bench.duration",
 	"quiet":           "output.quiet",
 	"overwrite":       "output.overwrite",
 	"op-library":      "model.op_libraries",
@@ -77,6 +78,7 @@ the config file (-c), then defaults; without a file, -m and --input-shape are en
 	f.String("engine", "", "quantized engine: auto, x86, fbgemm, onednn or qnnpack (quantize.engine)")
 	f.String("calibration", "", "calibration data for --quantize static: .npy, .npz or an image folder (calibration.path)")
 	f.Int("runs", 0, "final benchmark rounds (bench.runs)")
+	f.Duration("duration", 0, "run the final benchmark for this long instead of a count of rounds, e.g. 30s; --time is the same flag (bench.duration)")
 	f.String("allocator", "", "default, jemalloc or tcmalloc (runtime.allocator)")
 	f.String("measure-runtime", "", "time OpenMP wait policies and allocators against libtorch's defaults, each in its own process, and keep a winner: auto, true or false (runtime.measure; auto: when --runs >= 100)")
 	f.Bool("overwrite", false, "replace an existing artifact (output.overwrite)")
@@ -87,10 +89,14 @@ the config file (-c), then defaults; without a file, -m and --input-shape are en
 	return c
 }
 
-// outAlias keeps --out, the old spelling of --output, working without listing it.
+// outAlias keeps --out, the old spelling of --output, working without listing it, and takes
+// --time for --duration as bench does.
 func outAlias(_ *pflag.FlagSet, name string) pflag.NormalizedName {
-	if name == "out" {
+	switch name {
+	case "out":
 		name = "output"
+	case "time":
+		name = "duration"
 	}
 	return pflag.NormalizedName(name)
 }
@@ -196,6 +202,12 @@ func (o *optimizeCmd) config(c *cobra.Command) (*config.Config, error) {
 			}
 			cfg.Model.Inputs = append(cfg.Model.Inputs, in)
 		}
+	}
+	if cfg.Bench.Duration > 0 {
+		if cfg.Given("bench.runs") && cfg.Bench.Runs > 0 {
+			return nil, exitcode.Usagef("optimize: bench.runs (--runs) %d and bench.duration (--duration) %v both given; choose one", cfg.Bench.Runs, cfg.Bench.Duration)
+		}
+		cfg.Bench.Runs = 0 // a duration replaces the default count
 	}
 	if err := cfg.Validate(); err != nil {
 		if len(o.shapes) > 0 {

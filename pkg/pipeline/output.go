@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/torchspeed/torchspeed/internal/safefile"
+	"github.com/torchspeed/torchspeed/pkg/bench"
 	"github.com/torchspeed/torchspeed/pkg/config"
 	"github.com/torchspeed/torchspeed/pkg/report"
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
@@ -224,6 +225,9 @@ func (o *output) write(r *run, final *candidate, passed bool) (err error) {
 			return err
 		}
 		r.rep.Artifact, r.rep.Manifest = strp(o.artifact), raw
+		if sz, err := bench.MeasureModelSize(staged); err == nil && r.rep.Memory != nil {
+			r.rep.Memory.Artifact = &sz
+		}
 		moves = append(moves, move{from: staged, to: o.artifact, exclusive: !o.overwrite})
 	} else {
 		r.rep.Outcome = report.OutcomeValidationFailed
@@ -235,6 +239,9 @@ func (o *output) write(r *run, final *candidate, passed bool) (err error) {
 		for _, f := range files {
 			moves = append(moves, move{from: f, to: filepath.Join(o.dir, filepath.Base(f)), exclusive: !o.overwrite})
 		}
+	}
+	if r.rep.Memory != nil {
+		r.rep.Memory.PeakRSSBytes = bench.PeakRSS()
 	}
 	var js, md bytes.Buffer
 	if err := r.rep.WriteJSON(&js); err != nil {

@@ -234,6 +234,12 @@ func (r *run) load() error {
 		ins = append(ins, report.InputSpec{Name: in.Name, DType: in.DType, Shape: in.Shape})
 	}
 	r.rep.Model = report.ModelInfo{Path: cfg.Model.Path, SHA256: sum, Bytes: size, Inputs: ins}
+	if orig, err := bench.MeasureModelSize(cfg.Model.Path); err != nil {
+		// libtorch loaded it: a directory archive/zip cannot read costs only this figure.
+		r.rep.Warnings = append(r.rep.Warnings, fmt.Sprintf("model size not measured: %v", err))
+	} else {
+		r.rep.Memory = &report.Memory{Original: orig}
+	}
 	if r.inputs, err = r.makeInputs(cfg.Bench.Seed); err != nil {
 		return err
 	}
