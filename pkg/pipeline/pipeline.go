@@ -220,19 +220,7 @@ func (r *run) load() error {
 		return err
 	}
 	r.closes = append(r.closes, r.call.close)
-	var specs []string
-	var ins []report.InputSpec
-	for _, in := range cfg.Model.Inputs {
-		if !in.IsTensor() && in.Data != "" {
-			specs = append(specs, fmt.Sprintf("%s %s from %s", in.Name, in.Type, in.Data))
-			continue
-		} else if !in.IsTensor() {
-			specs = append(specs, fmt.Sprintf("%s %s = %v", in.Name, in.Type, in.Value))
-			continue
-		}
-		specs = append(specs, fmt.Sprintf("%s %s%v", in.Name, in.DType, in.Shape))
-		ins = append(ins, report.InputSpec{Name: in.Name, DType: in.DType, Shape: in.Shape})
-	}
+	specs, ins := describeInputs(cfg)
 	r.rep.Model = report.ModelInfo{Path: cfg.Model.Path, SHA256: sum, Bytes: size, Inputs: ins}
 	if orig, err := bench.MeasureModelSize(cfg.Model.Path); err != nil {
 		// libtorch loaded it: a directory archive/zip cannot read costs only this figure.
@@ -298,6 +286,23 @@ func (r *run) load() error {
 		r.logf("%s", d)
 	}
 	return nil
+}
+
+// describeInputs is model.inputs in words for messages ("x float32[1 1 8 8]", "n int = 3") and
+// the tensor inputs as the report lists them.
+func describeInputs(cfg *config.Config) (specs []string, ins []report.InputSpec) {
+	for _, in := range cfg.Model.Inputs {
+		if !in.IsTensor() && in.Data != "" {
+			specs = append(specs, fmt.Sprintf("%s %s from %s", in.Name, in.Type, in.Data))
+			continue
+		} else if !in.IsTensor() {
+			specs = append(specs, fmt.Sprintf("%s %s = %v", in.Name, in.Type, in.Value))
+			continue
+		}
+		specs = append(specs, fmt.Sprintf("%s %s%v", in.Name, in.DType, in.Shape))
+		ins = append(ins, report.InputSpec{Name: in.Name, DType: in.DType, Shape: in.Shape})
+	}
+	return specs, ins
 }
 
 // maxStreamCalls caps the calls of a model.inputs sequence the checks replay.
