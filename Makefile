@@ -52,6 +52,7 @@ lint: $(STATICCHECK) setup lint-cpp
 	go mod tidy -diff
 	go vet ./...
 	$(STATICCHECK) ./...
+	go test -count=1 ./internal/funcsize ./internal/exitcode
 	GOOS=darwin GOARCH=arm64 CGO_ENABLED=0 go build $(PUREGO_PKGS)
 	GOOS=darwin GOARCH=amd64 CGO_ENABLED=0 go build $(PUREGO_PKGS)
 	/usr/bin/python3 -m flake8 scripts

@@ -36,13 +36,9 @@
 
 namespace {
 
-// Output positions (N*OH*OW) and depth (IC*kh*kw) past which ATen's convolution runs instead.
-// BenchmarkConv2d (bindings/torch/fastconv_test.go, 1 thread, Zen 5, a loaded 2-vCPU machine),
-// ATen vs this kernel with the weight packed once, NCHW / channels-last input: digits' convs (64
-// rows, K 9 and 144) 1.47x / 1.47x and 1.64x / 1.76x; 256 rows K 288 and 576 about 2x; 1024 rows
-// K 288 0.91x / 1.05x; batch 4 x 256 rows K 144 1.14x / 1.20x; 784 rows K 576 1.08x / 1.01x; a
-// 1x1 on 784 rows K 64 1.6x / 2.3x (no im2col on channels-last); but 4096 rows K 144 0.61x /
-// 0.69x, and from K 1152 on (ATen's oneDNN) 0.5x-1.2x, too noisy to call. Small convs only.
+// Output positions (N*OH*OW) and depth (IC*kh*kw) past which ATen's convolution runs instead:
+// below them this kernel beat ATen in BenchmarkConv2d (bindings/torch/fastconv_test.go; figures
+// in docs/architecture.md), above them it lost or could not be told apart. Small convs only.
 constexpr int64_t kMaxRows = 1024;
 constexpr int64_t kMaxDirectRows = 1024;  // 1x1, stride 1, no padding, channels-last input: no im2col
 constexpr int64_t kMaxK = 576;

@@ -436,9 +436,9 @@ struct ts_worker_job {
 };
 
 // Both sides of a hand-off spin briefly before they sleep. Waking a sleeping thread costs a futex
-// call on one side and a scheduler wake-up on the other; on a VM the wake-up of an idle vCPU
-// is an interrupt through the hypervisor, measured at 20-90 us per call (2 vCPUs, Zen 5) on
-// models that run in 50-300 us. The serving thread spins for the next job after each short one (a
+// call on one side and a scheduler wake-up on the other; on a VM the wake-up of an idle virtual
+// CPU is an interrupt through the hypervisor, which can cost as much as a small model's forward
+// (docs/architecture.md). The serving thread spins for the next job after each short one (a
 // closed loop of calls, or a server under load, posts it within microseconds); a caller spins
 // for its result only when the serving thread's last forward was shorter than its bound and its
 // OpenMP team is smaller than the CPUs the process may use, so that it never takes a CPU from
@@ -566,8 +566,8 @@ int32_t ts_worker_serve(ts_worker* w) noexcept {
   for (;;) {
     if (!ready()) {
       // Not after a forward that took ten times the spin or more: a wake-up saves a few percent
-      // of it at best, and the spin holds a CPU the caller's next call may need (measured, INT8
-      // resnet18 at 2 threads on 2 vCPUs, load 6: 1.19x slower with it, interval 1.03-1.40).
+      // of it at best, and the spin holds a CPU the caller's next call may need (measured slower
+      // with it: docs/architecture.md).
       const int64_t spin = g_serve_spin_ns.load(std::memory_order_relaxed);
       const int64_t last = w->last_ns.load(std::memory_order_relaxed);
       if (spin > 0 && last < 10 * spin && w->serve_backoff.allow()) {
@@ -722,11 +722,9 @@ OneThreadTeam::~OneThreadTeam() {
 // at::set_num_threads does more than set a count: it also replaces libtorch's pthreadpool (the
 // one QNNPACK runs on) with a new one, whose threads then spin for ~20 ms waiting for work that
 // never comes; and every OS thread that first runs ATen's parallel code afterwards calls it
-// again. Measured on 2 vCPUs: a loop that set the count before each block of five resnet18 INT8
-// forwards (optimize's thread choice) had 26 such threads a second spinning beside the OpenMP
-// team, and 2 threads ran at 7.0-7.4 ms in half the blocks against 3.3-3.5 ms in the others
-// and 3.1-3.4 ms without it; optimize, which timed its thread choice that way, kept 1 thread
-// for resnet18 INT8 in two runs on a quiet machine, where 2 threads are 1.6x faster.
+// again. Setting the count before each block of forwards (as optimize's thread choice did) left
+// such threads spinning beside the OpenMP team, doubled the time of half the blocks, and made
+// optimize keep 1 thread where 2 are faster (docs/architecture.md).
 // So ATen's process-wide count is set once per change, and a thread's own count with OpenMP
 // alone (the count OpenMP regions and oneDNN read on that thread).
 namespace {

@@ -39,8 +39,9 @@ inline int64_t now_ns() {
 // CPU there: on an idle CPU sched_yield returns at once, on a busy one it lets the thread that
 // would finish the wait run. A gap of more than 20 us between two clock reads (a few us apart
 // when the spinner has its CPU) means the spinner was switched out: the CPUs are oversubscribed
-// and spinning takes time from the threads it waits for, so it stops there. Measured, load 8-11
-// on 2 vCPUs: a caller spinning on pauses alone ran digits in 680 us per call instead of 148.
+// and spinning takes time from the threads it waits for, so it stops there. Without that check a
+// caller spinning on an oversubscribed machine ran digits several times slower
+// (docs/architecture.md).
 enum class Spin { ready, timeout, preempted };
 
 template <class Ready>

@@ -31,7 +31,7 @@ func within(t *testing.T, d time.Duration, what string, f func()) {
 
 // A failing forward describes its inputs while it holds their guards; a Close of one of them
 // waiting for the write side used to block that description's second read lock, and the shared
-// inference thread with it (issue 14: every model in the process hung).
+// inference thread with it: every model in the process hung.
 func TestHostile01CloseInputDuringFailingForward(t *testing.T) {
 	f := fixtures.Load(t).Get(t, "digits")
 	m := loadFixture(t, f)

@@ -41,8 +41,8 @@ type Thread struct {
 // than 10 x serve), and a caller waiting for its result (wait; only when the thread's last
 // forward was shorter than wait and its OpenMP team is smaller than the CPUs the process may
 // use, so that the caller never takes a CPU from the team; one caller per thread at a time).
-// Zero sleeps at once. A wake-up from sleep cost 20-90 us per call on a 2-vCPU VM, where models
-// ran in 50-300 us; spinning holds a CPU. Defaults: 100 us and 500 us.
+// Zero sleeps at once. On a VM a wake-up from sleep can cost as much as a small model's forward
+// (docs/architecture.md); spinning holds a CPU. Defaults: 100 us and 500 us.
 func SetHandoffSpin(serve, wait time.Duration) error {
 	if serve < 0 || wait < 0 {
 		return fmt.Errorf("torch: hand-off spin times must be >= 0, got %v and %v", serve, wait)

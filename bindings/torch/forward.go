@@ -33,9 +33,8 @@ func CloseOutputs(outs []Output) {
 // the process runs at one intra-op thread (SetNumThreads(1)), it runs the module on the calling
 // goroutine's OS thread instead, one call at a time as the shared thread would: one thread needs
 // no OpenMP pool to keep, and the hand-off to the shared thread and back cost more than the
-// model itself on sub-millisecond models (a transformer encoder: 330 vs 230 us per call, the
-// digits CNN 66 vs 39 us, on a 2-vCPU VM). Either way the caller yields to Go's scheduler now
-// and then (see yieldIfDue).
+// model itself on sub-millisecond models (docs/architecture.md). Either way the caller yields to
+// Go's scheduler now and then (see yieldIfDue).
 func (m *Module) Forward(inputs ...*Tensor) ([]Output, error) {
 	if sharedSingle.Load() {
 		defer yieldIfDue()()

@@ -12,11 +12,10 @@ import (
 // goroutine that calls a model back to back (a batch loop, a stream, a benchmark) keeps one
 // time slice forever. Once it is 10 ms old, Go 1.26's sysmon takes the P away in every cgo
 // call and, since it keeps finding work, wakes every 20 us to do it again; the kernel puts
-// those wake-ups on the CPU the model runs on and preempts it. Measured on transformer_traced
-// at one thread, 5000 calls from a plain goroutine (2-vCPU VM): 230-600 involuntary context
-// switches of the inference thread, p95/p50 2.0-2.4; with runtime.Gosched every 5 ms, 1-10
-// switches and p95/p50 1.44-1.45, the same as from a goroutine locked to its thread, at the
-// same p50.
+// those wake-ups on the CPU the model runs on and preempts it: the inference thread is switched
+// out hundreds of times where a goroutine locked to its thread sees a few, and the tail doubles.
+// A runtime.Gosched every 5 ms brings both back to the locked goroutine's, at the same p50
+// (docs/architecture.md).
 //
 // yieldIfDue, called before a forward that waits in C, lets the scheduler run the caller anew
 // once per slice. The slice is shared by the goroutines inside such calls: with n of them one

@@ -12,7 +12,7 @@ import (
 )
 
 // BenchmarkBenchVsCpp checks bench's timing loop against a plain C++ loop
-// (issue 6): resnet18 at 2 threads, in interleaved rounds on the same
+// (the goal: p50 within 5%): resnet18 at 2 threads, in interleaved rounds on the same
 // inference thread, bench.Run over the target `torchspeed bench` times
 // against Module.TimeForward; -rounds x -round-runs runs per side (200 with
 // 10 x 20).
@@ -82,6 +82,6 @@ func BenchmarkBenchVsCpp(b *testing.B) {
 	b.ReportMetric(float64(cs.P50)/1e6, "cpp-p50-ms")
 	b.ReportMetric(ratio, "bench/cpp-p50")
 	b.Logf("OpenMP/MKL environment of this process (run it under `torchspeed launch --` for torchspeed's): %v", bench.CaptureEnvironment().OpenMPEnv)
-	b.Logf("%d runs per side at %d threads: bench p50 %v [%v, %v], C++ p50 %v [%v, %v], ratio %.3f (issue 6 wants within 5%%)",
+	b.Logf("%d runs per side at %d threads: bench p50 %v [%v, %v], C++ p50 %v [%v, %v], ratio %.3f (the goal: within 5%%)",
 		len(goLat), torch.NumThreads(), gs.P50, gs.MedianLo, gs.MedianHi, cs.P50, cs.MedianLo, cs.MedianHi, ratio)
 }

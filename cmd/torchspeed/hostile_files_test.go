@@ -286,8 +286,7 @@ func killWhenStaging(t *testing.T, c *exec.Cmd, out string) string {
 		t.Fatalf(format, args...)
 	}
 	// inotify queues the folder's creation the moment it happens, however late this goroutine
-	// gets a CPU; polling the folder every 200 us missed the write phase three runs in a row
-	// in a clean-clone `make test` on 2 busy vCPUs.
+	// gets a CPU; polling the folder every 200 us missed the write phase on a busy machine.
 	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
 	if err != nil {
 		fail("inotify: %v", err)

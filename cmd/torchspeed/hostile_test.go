@@ -15,7 +15,7 @@ import (
 )
 
 // The hostile-input matrix: every way a user was once able to crash or hang torchspeed, cost
-// them a file or get a wrong result reported as right (the 16 items of issue 14), run as that
+// them a file or get a wrong result reported as right (16 items), run as that
 // user would (the CLI), each case named after its item ("02 ..."). `go test -run TestHostile
 // -v ./cmd/torchspeed/ ./bindings/torch/ ./pkg/torchspeed/ ./pkg/launch/` prints it; the items
 // that live in the Go API (the deadlock, concurrent use, the engine set before Load, a killed

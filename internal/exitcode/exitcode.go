@@ -1,12 +1,15 @@
 // Package exitcode is the one way an error chooses torchspeed's process exit code (after
 // golangci-lint's exitcodes): 0 success, 1 runtime failure, 2 bad flags, config or input,
-// 3 the optimized model failed its accuracy thresholds, 130 interrupted.
+// 3 the optimized model failed its accuracy thresholds, 130 interrupted. The command's own
+// errors carry a code (*Error); the library's carry a class (pkg/tserr), which Of maps here,
+// so library packages never import this one.
 package exitcode
 
 import (
-	"context"
 	"errors"
 	"fmt"
+
+	"github.com/torchspeed/torchspeed/pkg/tserr"
 )
 
 // Exit codes, as the README documents them.
@@ -43,8 +46,9 @@ func Usagef(format string, a ...any) error {
 	return &Error{Code: Usage, Err: fmt.Errorf(format, a...)}
 }
 
-// Of is the exit code for err: the code of the outermost *Error in its chain (the one kind of
-// error that chooses a code), Interrupt for a canceled context, Failure otherwise.
+// Of is the exit code for err: the code of the outermost *Error in its chain (the command's
+// choice), else the code of the library's failure class (tserr: bad input, accuracy,
+// interrupted), Failure otherwise.
 func Of(err error) int {
 	if err == nil {
 		return OK
@@ -53,7 +57,12 @@ func Of(err error) int {
 	if errors.As(err, &e) {
 		return e.Code
 	}
-	if errors.Is(err, context.Canceled) {
+	switch {
+	case errors.Is(err, tserr.ErrBadInput):
+		return Usage
+	case errors.Is(err, tserr.ErrAccuracy):
+		return Validation
+	case errors.Is(err, tserr.ErrInterrupted):
 		return Interrupt
 	}
 	return Failure

@@ -17,9 +17,9 @@ import (
 	"time"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
-	"github.com/torchspeed/torchspeed/internal/exitcode"
 	"github.com/torchspeed/torchspeed/pkg/bench"
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
+	"github.com/torchspeed/torchspeed/pkg/tserr"
 )
 
 // InputSpec is the shape and dtype of one random input.
@@ -30,7 +30,7 @@ type InputSpec struct {
 
 // MakeInputs builds random inputs with a fixed seed, one per spec (see RandomTensor); batch > 0
 // replaces dimension 0 of every input. The same specs, batch and seed give the same values. On
-// error it closes what it made and returns a usage error (exitcode.Usage: a batch size for a
+// error it closes what it made and returns bad input (tserr.ErrBadInput: a batch size for a
 // scalar input, or a dtype RandomTensor does not support, is the caller's choice of inputs, not a
 // failure of the model or libtorch). The caller closes the tensors (see CloseTensors).
 func MakeInputs(specs []InputSpec, batch int, seed uint64) ([]*torch.Tensor, error) {
@@ -41,14 +41,14 @@ func MakeInputs(specs []InputSpec, batch int, seed uint64) ([]*torch.Tensor, err
 		if batch > 0 {
 			if len(shape) == 0 {
 				CloseTensors(out)
-				return nil, exitcode.New(exitcode.Usage, errors.New("bench: --sweep-batch needs inputs with a batch dimension; a scalar input has none"))
+				return nil, tserr.BadInput(errors.New("bench: --sweep-batch needs inputs with a batch dimension; a scalar input has none"))
 			}
 			shape[0] = int64(batch)
 		}
 		t, err := RandomTensor(rng, shape, s.DType, nil)
 		if err != nil {
 			CloseTensors(out)
-			return nil, exitcode.New(exitcode.Usage, fmt.Errorf("bench: input %v: %v", shape, err))
+			return nil, tserr.BadInput(fmt.Errorf("bench: input %v: %v", shape, err))
 		}
 		out = append(out, t)
 	}

@@ -2,6 +2,7 @@ package benchrun
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -13,11 +14,11 @@ import (
 	"testing"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
-	"github.com/torchspeed/torchspeed/internal/exitcode"
 	"github.com/torchspeed/torchspeed/internal/fixtures"
 	"github.com/torchspeed/torchspeed/internal/fixtures/streamref"
 	"github.com/torchspeed/torchspeed/pkg/bench"
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
+	"github.com/torchspeed/torchspeed/pkg/tserr"
 	"github.com/torchspeed/torchspeed/pkg/version"
 )
 
@@ -125,8 +126,8 @@ func TestMakeInputsErrors(t *testing.T) {
 				CloseTensors(ts)
 				t.Fatal("MakeInputs succeeded")
 			}
-			if exitcode.Of(err) != exitcode.Usage || err.Error() != c.want {
-				t.Errorf("error %q (exit %d), want usage error %q", err, exitcode.Of(err), c.want)
+			if !errors.Is(err, tserr.ErrBadInput) || err.Error() != c.want {
+				t.Errorf("error %q, want bad input %q", err, c.want)
 			}
 			if ts != nil {
 				t.Errorf("%d tensors returned with the error", len(ts))
@@ -320,7 +321,7 @@ func TestRunStreams(t *testing.T) {
 	}
 	// A stream that cannot make its inputs fails the run with a usage error.
 	_, err := RunStreams(l, []InputSpec{{Shape: []int64{}, DType: torch.Float32}}, 2, 1, 2, o, 1)
-	if exitcode.Of(err) != exitcode.Usage || !strings.Contains(err.Error(), "make target: bench: --sweep-batch needs inputs with a batch dimension") {
+	if !errors.Is(err, tserr.ErrBadInput) || !strings.Contains(err.Error(), "make target: bench: --sweep-batch needs inputs with a batch dimension") {
 		t.Errorf("scalar input swept: %v", err)
 	}
 }
@@ -384,7 +385,7 @@ func TestServeRounds(t *testing.T) {
 	// Inputs it cannot make fail it before "ready".
 	out.Reset()
 	err := ServeRounds(strings.NewReader("run 1\n"), &out, l, []InputSpec{{Shape: []int64{2}, DType: torch.Float16}}, 1, 0, nil)
-	if exitcode.Of(err) != exitcode.Usage || out.Len() > 0 {
+	if !errors.Is(err, tserr.ErrBadInput) || out.Len() > 0 {
 		t.Errorf("error %v, output %q; want a usage error and no output", err, out.String())
 	}
 }

@@ -1,7 +1,6 @@
 package calib
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"image"
@@ -14,7 +13,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -357,28 +355,9 @@ func (ld *loader) loadImages() (*loaded, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, err := os.Stat(src.Path)
-	if err != nil {
-		return nil, fmt.Errorf("calib: image folder: %w", err)
-	}
-	if !st.IsDir() {
-		return nil, fmt.Errorf("calib: %s is a file; kind images needs a folder of .jpg/.png images (or of class subfolders)", src.Path)
-	}
-	files, classes, err := listImages(src.Path)
+	files, classes, labels, err := ld.imageFiles()
 	if err != nil {
 		return nil, err
-	}
-	var labels []int64
-	switch {
-	case src.Labels != "":
-		if labels, err = readImageLabels(ld.resolvePath(src.Labels), files); err != nil {
-			return nil, err
-		}
-	case classes != nil:
-		labels = make([]int64, len(files))
-		for i, f := range files {
-			labels[i] = int64(f.label)
-		}
 	}
 	idx := ld.pick(len(files))
 
@@ -398,16 +377,10 @@ func (ld *loader) loadImages() (*loaded, error) {
 		return nil, err
 	}
 	data := npy.MakeData(in.dtype, len(idx)*sn)
-
 	var (
-		next     atomic.Int64
-		firstBad atomic.Int64 // lowest failing position; positions above it are skipped
-		errs     = make([]error, len(idx))
-		mu       sync.Mutex
-		done     int
-		wg       sync.WaitGroup
+		mu   sync.Mutex
+		done int
 	)
-	firstBad.Store(math.MaxInt64)
 	process := func(k int) error {
 		f := files[idx[k]]
 		img := first
@@ -435,31 +408,8 @@ func (ld *loader) loadImages() (*loaded, error) {
 		mu.Unlock()
 		return nil
 	}
-	workers := min(runtime.GOMAXPROCS(0), len(idx))
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				k := int(next.Add(1) - 1)
-				if k >= len(idx) || int64(k) > firstBad.Load() {
-					return
-				}
-				if err := process(k); err != nil {
-					errs[k] = err
-					for {
-						cur := firstBad.Load()
-						if int64(k) >= cur || firstBad.CompareAndSwap(cur, int64(k)) {
-							break
-						}
-					}
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if k := firstBad.Load(); k != math.MaxInt64 {
-		return nil, errs[k]
+	if err := firstError(len(idx), process); err != nil {
+		return nil, err
 	}
 
 	l := &loaded{
@@ -483,73 +433,71 @@ func (ld *loader) loadImages() (*loaded, error) {
 	return l, nil
 }
 
-func numelOf(shape []int64) int64 {
-	n := int64(1)
-	for _, d := range shape {
-		n *= d
+// imageFiles lists the images of the source folder, its classes (ImageFolder layout) and the
+// images' labels (from the labels file, or the class folders).
+func (ld *loader) imageFiles() (files []imageFile, classes []string, labels []int64, err error) {
+	src := ld.src
+	st, err := os.Stat(src.Path)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("calib: image folder: %w", err)
 	}
-	return n
+	if !st.IsDir() {
+		return nil, nil, nil, fmt.Errorf("calib: %s is a file; kind images needs a folder of .jpg/.png images (or of class subfolders)", src.Path)
+	}
+	files, classes, err = listImages(src.Path)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	switch {
+	case src.Labels != "":
+		if labels, err = readImageLabels(ld.resolvePath(src.Labels), files); err != nil {
+			return nil, nil, nil, err
+		}
+	case classes != nil:
+		labels = make([]int64, len(files))
+		for i, f := range files {
+			labels[i] = int64(f.label)
+		}
+	}
+	return files, classes, labels, nil
 }
 
-// readImageLabels reads labels for the listed images from a .npy (one per image, in
-// listing order) or a text file of "<file> <label>" lines (file relative to the image
-// folder, or its base name when that is unique; comma or whitespace separated; "#"
-// starts a comment).
-func readImageLabels(path string, files []imageFile) ([]int64, error) {
-	if strings.EqualFold(filepath.Ext(path), ".npy") {
-		l, err := readLabelsNPY(path)
-		if err != nil {
-			return nil, err
-		}
-		if len(l) != len(files) {
-			return nil, fmt.Errorf("calib: labels %s has %d entries but the folder has %d images", path, len(l), len(files))
-		}
-		return l, nil
+// firstError runs fn(0) .. fn(n-1) on GOMAXPROCS goroutines and returns the error of the
+// lowest position that failed, as a sequential loop would; positions above a failure are
+// skipped once it is known.
+func firstError(n int, fn func(k int) error) error {
+	var (
+		next     atomic.Int64
+		firstBad atomic.Int64 // lowest failing position; positions above it are skipped
+		errs     = make([]error, n)
+		wg       sync.WaitGroup
+	)
+	firstBad.Store(math.MaxInt64)
+	workers := min(runtime.GOMAXPROCS(0), n)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				k := int(next.Add(1) - 1)
+				if k >= n || int64(k) > firstBad.Load() {
+					return
+				}
+				if err := fn(k); err != nil {
+					errs[k] = err
+					for {
+						cur := firstBad.Load()
+						if int64(k) >= cur || firstBad.CompareAndSwap(cur, int64(k)) {
+							break
+						}
+					}
+				}
+			}
+		}()
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("calib: labels: %w", err)
+	wg.Wait()
+	if k := firstBad.Load(); k != math.MaxInt64 {
+		return errs[k]
 	}
-	defer f.Close()
-	byName := map[string]int64{}
-	sc := bufio.NewScanner(f)
-	line := 0
-	for sc.Scan() {
-		line++
-		text := strings.TrimSpace(sc.Text())
-		if i := strings.IndexByte(text, '#'); i >= 0 {
-			text = strings.TrimSpace(text[:i])
-		}
-		if text == "" {
-			continue
-		}
-		fields := strings.FieldsFunc(text, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' })
-		if len(fields) != 2 {
-			return nil, fmt.Errorf("calib: labels %s line %d: %q; want \"<file> <label>\"", path, line, text)
-		}
-		v, err := strconv.ParseInt(fields[1], 10, 64)
-		if err != nil || v < 0 {
-			return nil, fmt.Errorf("calib: labels %s line %d: label %q is not an integer >= 0", path, line, fields[1])
-		}
-		byName[filepath.ToSlash(fields[0])] = v
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("calib: labels %s: %w", path, err)
-	}
-	base := map[string]int{}
-	for _, f := range files {
-		base[filepath.Base(f.path)]++
-	}
-	labels := make([]int64, len(files))
-	for i, f := range files {
-		v, ok := byName[f.rel]
-		if !ok && base[filepath.Base(f.path)] == 1 {
-			v, ok = byName[filepath.Base(f.path)]
-		}
-		if !ok {
-			return nil, fmt.Errorf("calib: labels %s has no line for image %s; add \"%s <label>\"", path, f.path, f.rel)
-		}
-		labels[i] = v
-	}
-	return labels, nil
+	return nil
 }

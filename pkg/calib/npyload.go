@@ -221,14 +221,6 @@ func (ld *loader) loadNPY() (*loaded, error) {
 	return ld.assemble(cols, labels, src.Labels, desc)
 }
 
-func inputNames(ins []input) string {
-	names := make([]string, len(ins))
-	for i, in := range ins {
-		names[i] = fmt.Sprintf("%q", in.name)
-	}
-	return strings.Join(names, ", ")
-}
-
 // npyColumn opens a stacked .npy file or a directory with one .npy per sample.
 func npyColumn(p string) (*column, error) {
 	st, err := os.Stat(p)
@@ -278,31 +270,6 @@ func listFiles(dir, ext string) ([]string, error) {
 		return nil, fmt.Errorf("calib: directory %s holds no %s files (%d other files); put one %s per sample there", dir, ext, others, ext)
 	}
 	return files, nil // os.ReadDir sorts by name
-}
-
-// readLabelsNPY reads N integer labels from a .npy file of shape (N,) or (N, 1).
-func readLabelsNPY(path string) ([]int64, error) {
-	a, err := npy.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("calib: labels: %w", err)
-	}
-	return labelsFrom(path, a)
-}
-
-func labelsFrom(origin string, a *npy.Array) ([]int64, error) {
-	if len(a.Shape) != 1 && !(len(a.Shape) == 2 && a.Shape[1] == 1) {
-		return nil, fmt.Errorf("calib: labels %s has shape %s; want one integer class per sample, shape (N,)", origin, npy.ShapeString(a.Shape))
-	}
-	v, err := a.Int64s()
-	if err != nil {
-		return nil, fmt.Errorf("calib: labels %s: %v", origin, err)
-	}
-	for i, l := range v {
-		if l < 0 {
-			return nil, fmt.Errorf("calib: labels %s: entry %d is %d; class labels must be >= 0", origin, i, l)
-		}
-	}
-	return v, nil
 }
 
 // loadNPZ handles Kind "npz": one archive with an N x ... member per input, or a
@@ -398,24 +365,6 @@ func npzMemberReader(member string) func(string) (*npy.Array, error) {
 		}
 		return a, nil
 	}
-}
-
-// perSampleLabels reads one label (a scalar or a one-element array) from each archive.
-func perSampleLabels(files []string, member string) ([]int64, error) {
-	labels := make([]int64, len(files))
-	read := npzMemberReader(member)
-	for i, f := range files {
-		a, err := read(f)
-		if err != nil {
-			return nil, err
-		}
-		v, err := a.Int64s()
-		if err != nil || len(v) != 1 || v[0] < 0 {
-			return nil, fmt.Errorf("calib: %s member %q must hold one class label >= 0 (got %s %s)", f, member, npy.ShapeString(a.Shape), a.DType)
-		}
-		labels[i] = v[0]
-	}
-	return labels, nil
 }
 
 // chooseMembers picks the npz member for each model input: the names in inputs, else

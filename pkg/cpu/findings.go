@@ -37,13 +37,37 @@ func findings(p *Probe) []Finding {
 	add := func(sev Severity, code, fix, format string, args ...any) {
 		out = append(out, Finding{Severity: sev, Code: code, Message: fmt.Sprintf(format, args...), Fix: fix})
 	}
-	env := p.Env
-	n := p.Usable.Count
-	rt := map[string]bool{}
-	for _, l := range p.OpenMP {
-		rt[l.Name] = true
+	addFinding := func(f *Finding) {
+		if f != nil {
+			out = append(out, *f)
+		}
+	}
+	threadCountFindings(p, add)
+	openMPFindings(p, add)
+	processFindings(p, add)
+	placementFindings(p, add)
+	isaFindings(p, add)
+	addFinding(atenISAFinding(p))
+	addFinding(oneDNNISAFinding(p))
+	torchBuildFindings(p, add)
+	addFinding(interruptFinding(p.Interruptions))
+	if len(p.Allocators) == 0 && p.Source == "live" {
+		add(Info, "allocator-default", "try torchspeed launch --allocator jemalloc (apt-get install libjemalloc2) and compare",
+			"the process uses glibc malloc; jemalloc or tcmalloc often cut allocation cost and fragmentation for inference servers")
 	}
 
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Severity == Warning && out[j].Severity != Warning })
+	return out
+}
+
+// adder adds one finding: its severity, code, fix, and message (format and args).
+type adder func(sev Severity, code, fix, format string, args ...any)
+
+// threadCountFindings checks OMP_NUM_THREADS and MKL_NUM_THREADS against the CPUs the process
+// can use and against each other.
+func threadCountFindings(p *Probe, add adder) {
+	env := p.Env
+	n := p.Usable.Count
 	if v, ok := env["OMP_NUM_THREADS"]; ok {
 		// OMP_NUM_THREADS may be a list for nested levels; the first is the outer pool.
 		first, _, _ := strings.Cut(v, ",")
@@ -72,7 +96,17 @@ func findings(p *Probe) []Finding {
 				"MKL_NUM_THREADS=%s differs from OMP_NUM_THREADS=%s; MKL and OpenMP regions then run with different pool sizes", v, omp)
 		}
 	}
+}
 
+// openMPFindings checks the OpenMP runtimes loaded and the variables set for them: variables of
+// a runtime that is not loaded, several runtimes, and the wait policy on few cores.
+func openMPFindings(p *Probe, add adder) {
+	env := p.Env
+	n := p.Usable.Count
+	rt := map[string]bool{}
+	for _, l := range p.OpenMP {
+		rt[l.Name] = true
+	}
 	// Variables for a runtime that is not loaded do nothing, and recipes on the web
 	// often give Intel's KMP_* variables for builds that use GNU OpenMP.
 	if len(rt) > 0 {
@@ -119,7 +153,12 @@ func findings(p *Probe) []Finding {
 		add(Warning, "omp-wait-invalid", "set OMP_WAIT_POLICY to ACTIVE or PASSIVE",
 			"OMP_WAIT_POLICY=%q is not ACTIVE or PASSIVE; the runtime ignores it", env["OMP_WAIT_POLICY"])
 	}
+}
 
+// processFindings checks the threads libtorch and OpenBLAS will run against the CPUs and the
+// cgroup quota the process has.
+func processFindings(p *Probe, add adder) {
+	n := p.Usable.Count
 	if p.Torch != nil && p.Torch.NumThreads > n {
 		add(Warning, "torch-threads-over", fmt.Sprintf("set intra-op threads to %d (torchspeed does this by default), or export OMP_NUM_THREADS=%d", p.Usable.Cores, p.Usable.Cores),
 			"libtorch will use %d intra-op threads but the process can use %d CPUs (it does not see cgroup CPU quotas)", p.Torch.NumThreads, n)
@@ -134,7 +173,10 @@ func findings(p *Probe) []Finding {
 		add(Info, "cgroup-quota", fmt.Sprintf("use at most %d threads; torchspeed's defaults follow the quota", p.Usable.Count),
 			"the cgroup CPU quota allows %.2g CPUs of the %d this process may run on; more busy threads than that get throttled every %d ms", q, p.Usable.CPUs.Len(), p.Cgroup.PeriodUs/1000)
 	}
+}
 
+// placementFindings checks where the process may run: SMT siblings, NUMA nodes, offline CPUs.
+func placementFindings(p *Probe, add adder) {
 	var smt []string
 	for _, c := range p.Topology.Cores {
 		if in := c.CPUs.Intersect(p.Usable.CPUs); in.Len() > 1 {
@@ -153,7 +195,10 @@ func findings(p *Probe) []Finding {
 		add(Info, "offline-cpus", "bring them online (echo 1 > /sys/devices/system/cpu/cpuN/online) if they should be used",
 			"CPUs %s are offline", p.Topology.Offline)
 	}
+}
 
+// isaFindings checks the CPU's vector instructions and whether the OS enabled them.
+func isaFindings(p *Probe, add adder) {
 	isa := p.ISA
 	switch {
 	case !isa.AVX2 || !isa.FMA:
@@ -167,37 +212,27 @@ func findings(p *Probe) []Finding {
 		add(Warning, "isa-not-enabled", "use a kernel (5.16+ for AMX) and hypervisor that enable these register states",
 			"the CPU has %s but the OS has not enabled them (XCR0=%s)", strings.Join(isa.NotEnabledByOS, ", "), isa.XCR0)
 	}
+}
 
-	if f := atenISAFinding(p); f != nil {
-		out = append(out, *f)
+// torchBuildFindings checks the libtorch build: oneDNN present and working, and the quantized
+// engine.
+func torchBuildFindings(p *Probe, add adder) {
+	t := p.Torch
+	if t == nil {
+		return
 	}
-	if f := oneDNNISAFinding(p); f != nil {
-		out = append(out, *f)
+	if t.OneDNN == "" && t.ShowConfig != "" {
+		add(Warning, "torch-no-onednn", "use a libtorch built with USE_MKLDNN=ON (Debian's and the official builds are)",
+			"libtorch %s was built without oneDNN; convolutions and INT8 run on slower generic kernels", t.Version)
 	}
-	if t := p.Torch; t != nil {
-		if t.OneDNN == "" && t.ShowConfig != "" {
-			add(Warning, "torch-no-onednn", "use a libtorch built with USE_MKLDNN=ON (Debian's and the official builds are)",
-				"libtorch %s was built without oneDNN; convolutions and INT8 run on slower generic kernels", t.Version)
-		}
-		if c := t.OneDNNCheck; c != "" && c != OneDNNPassed {
-			add(Warning, "onednn-broken", "torchspeed optimize leaves out optimize_for_inference here; compare the model's outputs with another libtorch build before trusting this one, at the batch sizes you serve",
-				"%s", c)
-		}
-		if t.QEngine == "qnnpack" && (t.HasEngine("onednn") || t.HasEngine("x86") || t.HasEngine("fbgemm")) {
-			add(Warning, "torch-qengine-qnnpack", "set the quantized engine to onednn, x86 or fbgemm",
-				"the quantized engine is qnnpack, 4-5x slower than onednn on x86")
-		}
+	if c := t.OneDNNCheck; c != "" && c != OneDNNPassed {
+		add(Warning, "onednn-broken", "torchspeed optimize leaves out optimize_for_inference here; compare the model's outputs with another libtorch build before trusting this one, at the batch sizes you serve",
+			"%s", c)
 	}
-	if f := interruptFinding(p.Interruptions); f != nil {
-		out = append(out, *f)
+	if t.QEngine == "qnnpack" && (t.HasEngine("onednn") || t.HasEngine("x86") || t.HasEngine("fbgemm")) {
+		add(Warning, "torch-qengine-qnnpack", "set the quantized engine to onednn, x86 or fbgemm",
+			"the quantized engine is qnnpack, 4-5x slower than onednn on x86")
 	}
-	if len(p.Allocators) == 0 && p.Source == "live" {
-		add(Info, "allocator-default", "try torchspeed launch --allocator jemalloc (apt-get install libjemalloc2) and compare",
-			"the process uses glibc malloc; jemalloc or tcmalloc often cut allocation cost and fragmentation for inference servers")
-	}
-
-	sort.SliceStable(out, func(i, j int) bool { return out[i].Severity == Warning && out[j].Severity != Warning })
-	return out
 }
 
 func joinInts(xs []int) string {

@@ -11,6 +11,40 @@ import (
 func (p *Probe) WriteText(w io.Writer) error {
 	ew := &errWriter{w: w}
 	pf := ew.printf
+	p.writeHardware(pf)
+	p.writeProcess(pf)
+	if t := p.Torch; t != nil {
+		t.writeText(pf)
+	}
+	if in := p.Interruptions; in != nil {
+		in.writeText(pf)
+	}
+	if len(p.Env) > 0 {
+		keys := make([]string, 0, len(p.Env))
+		for k := range p.Env {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for i, k := range keys {
+			pf("%-12s%s=%s\n", ifStr(i == 0, "Environment"), k, p.Env[k])
+		}
+	}
+	for _, n := range p.Notes {
+		pf("Note        %s\n", n)
+	}
+	if len(p.Findings) == 0 {
+		pf("\nFindings: none\n")
+	} else {
+		pf("\nFindings:\n")
+	}
+	for _, f := range p.Findings {
+		pf("  [%s] %s\n           fix: %s\n", f.Severity, f.Message, f.Fix)
+	}
+	return ew.err
+}
+
+// writeHardware prints the CPU, its ISA, topology, NUMA nodes and caches.
+func (p *Probe) writeHardware(pf func(string, ...any)) {
 	pf("CPU         %s (%s, family %d model %d stepping %d)%s\n", orUnknown(p.CPU.Model), orUnknown(p.CPU.Vendor),
 		p.CPU.Family, p.CPU.ModelNumber, p.CPU.Stepping, ifStr(p.CPU.Hypervisor, ", virtual machine"))
 	feats := p.ISA.Features()
@@ -40,6 +74,11 @@ func (p *Probe) WriteText(w io.Writer) error {
 		}
 		pf("Cache       L%d %-11s %s%s (%s)\n", c.Level, c.Type, humanBytes(c.SizeBytes), share, c.Source)
 	}
+}
+
+// writeProcess prints what this process may use: cgroup, affinity, usable CPUs, memory, and
+// the OpenMP runtime, allocator and C library it loaded.
+func (p *Probe) writeProcess(pf func(string, ...any)) {
 	cg := p.Cgroup
 	switch {
 	case cg.Version == 0:
@@ -80,47 +119,24 @@ func (p *Probe) WriteText(w io.Writer) error {
 		libc = p.Libc.Name + " " + orUnknown(p.Libc.Version) + " (" + p.Libc.Path + ")"
 	}
 	pf("C library   %s\n", libc)
-	if tc := p.Torch; tc != nil {
-		pf("libtorch    %s, oneDNN %s, MKL %s, OpenMP %s, CPU capability %s, backend %s\n", tc.Version,
-			orNone(tc.OneDNN), orNone(tc.MKL), orNone(tc.OpenMP), orUnknown(tc.CPUCapability), orUnknown(tc.ParallelBackend))
-		pf("            quantized engines %s (current %s), threads intra-op %d inter-op %d\n",
-			strings.Join(tc.QEngines, ","), orUnknown(tc.QEngine), tc.NumThreads, tc.NumInteropThreads)
-		switch c := tc.OneDNNCheck; c {
-		case "":
-		case OneDNNPassed:
-			pf("            oneDNN check passed (an add, a convolution of a batch of 2: right results)\n")
-		default:
-			pf("            oneDNN check FAILED: %s\n", c)
-		}
-		if b := tc.BLAS; b != nil && b.Library != "" {
-			pf("BLAS        %s, %s, %d thread(s)\n", orUnknown(b.Config), orUnknown(b.Threading), b.Threads)
-		}
+}
+
+// writeText prints libtorch's build, engines, threads, oneDNN check and BLAS.
+func (t *TorchInfo) writeText(pf func(string, ...any)) {
+	pf("libtorch    %s, oneDNN %s, MKL %s, OpenMP %s, CPU capability %s, backend %s\n", t.Version,
+		orNone(t.OneDNN), orNone(t.MKL), orNone(t.OpenMP), orUnknown(t.CPUCapability), orUnknown(t.ParallelBackend))
+	pf("            quantized engines %s (current %s), threads intra-op %d inter-op %d\n",
+		strings.Join(t.QEngines, ","), orUnknown(t.QEngine), t.NumThreads, t.NumInteropThreads)
+	switch c := t.OneDNNCheck; c {
+	case "":
+	case OneDNNPassed:
+		pf("            oneDNN check passed (an add, a convolution of a batch of 2: right results)\n")
+	default:
+		pf("            oneDNN check FAILED: %s\n", c)
 	}
-	if in := p.Interruptions; in != nil {
-		in.writeText(pf)
+	if b := t.BLAS; b != nil && b.Library != "" {
+		pf("BLAS        %s, %s, %d thread(s)\n", orUnknown(b.Config), orUnknown(b.Threading), b.Threads)
 	}
-	if len(p.Env) > 0 {
-		keys := make([]string, 0, len(p.Env))
-		for k := range p.Env {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		for i, k := range keys {
-			pf("%-12s%s=%s\n", ifStr(i == 0, "Environment"), k, p.Env[k])
-		}
-	}
-	for _, n := range p.Notes {
-		pf("Note        %s\n", n)
-	}
-	if len(p.Findings) == 0 {
-		pf("\nFindings: none\n")
-	} else {
-		pf("\nFindings:\n")
-	}
-	for _, f := range p.Findings {
-		pf("  [%s] %s\n           fix: %s\n", f.Severity, f.Message, f.Fix)
-	}
-	return ew.err
 }
 
 type errWriter struct {

@@ -359,8 +359,8 @@ func roundDur(d time.Duration) time.Duration {
 }
 
 // interruptLostWarn is the share of CPU time lost to interruptions from which probe warns:
-// a bare-metal server with a tick-less kernel loses well under 0.1%; on the 2-vCPU VM this
-// was written on, 4-7% in 1000-2000 gaps a second of 30-50 µs.
+// a bare-metal server with a tick-less kernel loses well under 0.1%, a shared VM several
+// percent (docs/architecture.md).
 const interruptLostWarn = 0.01
 
 func interruptFinding(in *Interruptions) *Finding {

@@ -11,10 +11,10 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/torchspeed/torchspeed/internal/exitcode"
 	"github.com/torchspeed/torchspeed/internal/safefile"
 	"github.com/torchspeed/torchspeed/pkg/bench"
 	"github.com/torchspeed/torchspeed/pkg/runenv"
+	"github.com/torchspeed/torchspeed/pkg/tserr"
 	"github.com/torchspeed/torchspeed/pkg/version"
 )
 
@@ -138,62 +138,13 @@ type KServeExport struct {
 // Inference Protocol v2) and an InferenceService whose CPU request and limit are the
 // artifact's threads times the instances, with the runtime environment it was measured with.
 func WriteKServe(a *Artifact, dir string, o KServeOptions) (*KServeExport, error) {
-	name := o.Name
-	if name == "" {
-		// Kubernetes names take neither capitals nor '_'.
-		name = strings.ReplaceAll(strings.ToLower(DefaultName(a.Path)), "_", "-")
+	k, err := planKServe(a, o)
+	if err != nil {
+		return nil, err
 	}
-	if err := checkName(name); err != nil {
-		return nil, fmt.Errorf("export kserve %q: %w", a.Path, err)
-	}
-	if err := checkKubeName(name); err != nil {
-		return nil, exitcode.New(exitcode.Usage, fmt.Errorf("export kserve %q: %w", a.Path, err))
-	}
-	var notes []string
-	instances := o.Instances
-	if instances <= 0 {
-		instances = 1
-		notes = append(notes, "1 instance: the manifest records no instance measurement; measure with `torchspeed bench --instances N` on the serving machine and pass --instances")
-	}
-	threads := a.Manifest.Runtime.Threads
-	if threads <= 0 {
-		threads = 1
-		notes = append(notes, "1 thread per instance: the manifest records no measured thread count")
-	}
-	cpus := threads * instances
-	mem := o.MemoryBytes
-	if mem <= 0 {
-		var err error
-		if mem, err = MeasureMemory(); err != nil {
-			return nil, fmt.Errorf("export kserve: %w", err)
-		}
-		notes = append(notes, fmt.Sprintf("memory %s: this process's peak resident memory after loading and running the artifact, and half again for headroom; pass --memory to set it", quantity(mem)))
-	}
-	image := o.Image
-	if image == "" {
-		image = DefaultKServeImage
-		notes = append(notes, "image "+DefaultKServeImage+": build it with docker/Dockerfile and push it where the cluster pulls from, then pass --image")
-	}
-	storage := o.StorageURI
-	if storage == "" {
-		storage = "pvc://torchspeed-models/" + name
-		notes = append(notes, fmt.Sprintf("storageUri %s is a placeholder: copy %s.torchspeed.pt to a bucket or volume KServe can read and pass --storage-uri", storage, name))
-	}
-	modelFile := name + ".torchspeed.pt"
-	args := []string{"-m", "/mnt/models/" + modelFile, "--instances", strconv.Itoa(instances), "--threads", strconv.Itoa(threads)}
-	switch {
-	case o.BatchSweep == nil:
-	case !a.Batchable:
-		notes = append(notes, "no dynamic batching: the model is not batchable")
-	default:
-		db, why := DynamicBatching(o.BatchSweep, threads)
-		if db == nil {
-			notes = append(notes, "no dynamic batching: "+why)
-			break
-		}
-		args = append(args, "--max-batch", strconv.Itoa(int(db.PreferredBatchSize[0])), "--batch-delay", fmt.Sprintf("%dus", db.MaxQueueDelayMicroseconds))
-		notes = append(notes, why)
-	}
+	notes := k.notes
+	name, cpus, mem, modelFile := k.name, k.cpus, k.mem, k.name+".torchspeed.pt"
+	image, storage, args := k.image, k.storage, k.args
 
 	rt := KServeRuntime{APIVersion: "serving.kserve.io/v1alpha1", Kind: "ServingRuntime", Metadata: kubeMeta{Name: KServeRuntimeName}}
 	rt.Spec = KServeRuntimeSpec{
@@ -249,48 +200,133 @@ func WriteKServe(a *Artifact, dir string, o KServeOptions) (*KServeExport, error
 	}
 	head := fmt.Sprintf("# Written by torchspeed %s export kserve for %s.\n", version.Version, filepath.Base(a.Path))
 	e := &KServeExport{Dir: dir, Runtime: rt, Service: svc, CPUs: cpus, MemoryBytes: mem, Notes: notes}
-	files := []struct {
-		name string
-		data []byte
-	}{
+	files := []kserveFile{
 		{KServeRuntimeFile, append([]byte(head+"# One runtime serves every torchspeed artifact; each InferenceService carries its own settings.\n"), rtYAML...)},
 		{KServeServiceFile, append([]byte(head+"# CPU = threads per instance x instances, as measured; env = the runtime environment measured fastest.\n"), svcYAML...)},
 	}
+	if err := writeKServeFiles(a, dir, o, modelFile, files, e); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// kservePlan is what an InferenceService of the artifact asks for, with the notes on every
+// value the export chose for the user.
+type kservePlan struct {
+	name           string
+	cpus           int
+	mem            int64
+	image, storage string
+	args           []string // torchspeed serve's
+	notes          []string
+}
+
+// planKServe takes the service's name, CPUs, memory, image, storage and serve arguments from
+// the options, or else from the artifact's measurements, with a note for each value chosen.
+func planKServe(a *Artifact, o KServeOptions) (*kservePlan, error) {
+	name := o.Name
+	if name == "" {
+		// Kubernetes names take neither capitals nor '_'.
+		name = strings.ReplaceAll(strings.ToLower(DefaultName(a.Path)), "_", "-")
+	}
+	if err := checkName(name); err != nil {
+		return nil, fmt.Errorf("export kserve %q: %w", a.Path, err)
+	}
+	if err := checkKubeName(name); err != nil {
+		return nil, tserr.BadInput(fmt.Errorf("export kserve %q: %w", a.Path, err))
+	}
+	var notes []string
+	instances := o.Instances
+	if instances <= 0 {
+		instances = 1
+		notes = append(notes, "1 instance: the manifest records no instance measurement; measure with `torchspeed bench --instances N` on the serving machine and pass --instances")
+	}
+	threads := a.Manifest.Runtime.Threads
+	if threads <= 0 {
+		threads = 1
+		notes = append(notes, "1 thread per instance: the manifest records no measured thread count")
+	}
+	cpus := threads * instances
+	mem := o.MemoryBytes
+	if mem <= 0 {
+		var err error
+		if mem, err = MeasureMemory(); err != nil {
+			return nil, fmt.Errorf("export kserve: %w", err)
+		}
+		notes = append(notes, fmt.Sprintf("memory %s: this process's peak resident memory after loading and running the artifact, and half again for headroom; pass --memory to set it", quantity(mem)))
+	}
+	image := o.Image
+	if image == "" {
+		image = DefaultKServeImage
+		notes = append(notes, "image "+DefaultKServeImage+": build it with docker/Dockerfile and push it where the cluster pulls from, then pass --image")
+	}
+	storage := o.StorageURI
+	if storage == "" {
+		storage = "pvc://torchspeed-models/" + name
+		notes = append(notes, fmt.Sprintf("storageUri %s is a placeholder: copy %s.torchspeed.pt to a bucket or volume KServe can read and pass --storage-uri", storage, name))
+	}
+	modelFile := name + ".torchspeed.pt"
+	args := []string{"-m", "/mnt/models/" + modelFile, "--instances", strconv.Itoa(instances), "--threads", strconv.Itoa(threads)}
+	switch {
+	case o.BatchSweep == nil:
+	case !a.Batchable:
+		notes = append(notes, "no dynamic batching: the model is not batchable")
+	default:
+		db, why := DynamicBatching(o.BatchSweep, threads)
+		if db == nil {
+			notes = append(notes, "no dynamic batching: "+why)
+			break
+		}
+		args = append(args, "--max-batch", strconv.Itoa(int(db.PreferredBatchSize[0])), "--batch-delay", fmt.Sprintf("%dus", db.MaxQueueDelayMicroseconds))
+		notes = append(notes, why)
+	}
+	return &kservePlan{name: name, cpus: cpus, mem: mem, image: image, storage: storage, args: args, notes: notes}, nil
+}
+
+// kserveFile is one file of the export, by name in its folder.
+type kserveFile struct {
+	name string
+	data []byte
+}
+
+// writeKServeFiles writes the artifact's copy and files into dir, whole or not at all: nothing
+// over an input, nothing existing without o.Overwrite, one export into dir at a time.
+func writeKServeFiles(a *Artifact, dir string, o KServeOptions, modelFile string, files []kserveFile, e *KServeExport) error {
 	var outs []safefile.Named
 	for _, f := range []string{modelFile, KServeRuntimeFile, KServeServiceFile} {
 		outs = append(outs, safefile.Named{What: f, Path: filepath.Join(dir, f)})
 	}
 	if err := safefile.CheckNotInput(outs, keep(a.Path, o.Keep)); err != nil {
-		return nil, exitcode.New(exitcode.Usage, fmt.Errorf("export kserve: %w", err))
+		return tserr.BadInput(fmt.Errorf("export kserve: %w", err))
 	}
 	if err := os.MkdirAll(dir, 0o777); err != nil {
-		return nil, fmt.Errorf("export kserve: create %s: %w", dir, err)
+		return fmt.Errorf("export kserve: create %s: %w", dir, err)
 	}
 	unlock, err := lockDir(dir)
 	if err != nil {
-		return nil, fmt.Errorf("export kserve: %w", err)
+		return fmt.Errorf("export kserve: %w", err)
 	}
 	defer unlock()
 	if !o.Overwrite {
 		for _, f := range []string{modelFile, KServeRuntimeFile, KServeServiceFile} {
 			if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
-				return nil, fmt.Errorf("export kserve: %s exists: pass --overwrite to replace it, or choose another -o", filepath.Join(dir, f))
+				return fmt.Errorf("export kserve: %s exists: pass --overwrite to replace it, or choose another -o", filepath.Join(dir, f))
 			}
 		}
 	}
 	p := filepath.Join(dir, modelFile)
 	if err := copyFile(a.Path, p); err != nil {
-		return nil, fmt.Errorf("export kserve: %w", err)
+		return fmt.Errorf("export kserve: %w", err)
 	}
 	e.Files = append(e.Files, p)
 	for _, f := range files {
 		p := filepath.Join(dir, f.name)
 		if err := safefile.WriteFile(p, f.data); err != nil {
-			return nil, fmt.Errorf("export kserve: write %s: %w", p, err)
+			return fmt.Errorf("export kserve: write %s: %w", p, err)
 		}
 		e.Files = append(e.Files, p)
 	}
-	return e, nil
+	return nil
 }
 
 // checkKubeName refuses names Kubernetes does not take for an InferenceService (a DNS-1035

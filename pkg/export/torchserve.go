@@ -11,10 +11,10 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/torchspeed/torchspeed/internal/exitcode"
 	"github.com/torchspeed/torchspeed/internal/safefile"
 	"github.com/torchspeed/torchspeed/pkg/bench"
 	"github.com/torchspeed/torchspeed/pkg/runenv"
+	"github.com/torchspeed/torchspeed/pkg/tserr"
 )
 
 //go:embed torchserve_handler.py
@@ -186,7 +186,7 @@ func WriteTorchServe(a *Artifact, dir string, o TorchServeOptions) (*TorchServeE
 		outs = append(outs, safefile.Named{What: f, Path: filepath.Join(dir, f)})
 	}
 	if err := safefile.CheckNotInput(outs, keep(a.Path, o.Keep)); err != nil {
-		return nil, exitcode.New(exitcode.Usage, fmt.Errorf("export torchserve: %w", err))
+		return nil, tserr.BadInput(fmt.Errorf("export torchserve: %w", err))
 	}
 	if err := os.MkdirAll(dir, 0o777); err != nil {
 		return nil, fmt.Errorf("export torchserve: create %s: %w", dir, err)

@@ -13,11 +13,11 @@ import (
 	"google.golang.org/protobuf/encoding/prototext"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
-	"github.com/torchspeed/torchspeed/internal/exitcode"
 	"github.com/torchspeed/torchspeed/internal/safefile"
 	"github.com/torchspeed/torchspeed/pkg/bench"
 	"github.com/torchspeed/torchspeed/pkg/export/tritonpb"
 	"github.com/torchspeed/torchspeed/pkg/runenv"
+	"github.com/torchspeed/torchspeed/pkg/tserr"
 )
 
 // Triton's PyTorch backend parameters (triton-inference-server/pytorch_backend README).
@@ -285,7 +285,7 @@ func WriteTriton(a *Artifact, repo string, o TritonOptions) (*TritonExport, erro
 	outs := []safefile.Named{{What: "config.pbtxt", Path: e.ConfigPath}, {What: "model.pt", Path: e.ModelPath},
 		{What: RuntimeEnvFile, Path: filepath.Join(dir, RuntimeEnvFile)}}
 	if err := safefile.CheckNotInput(outs, keep(a.Path, o.Keep)); err != nil {
-		return nil, exitcode.New(exitcode.Usage, fmt.Errorf("export triton: %w", err))
+		return nil, tserr.BadInput(fmt.Errorf("export triton: %w", err))
 	}
 	if err := os.MkdirAll(filepath.Dir(e.ModelPath), 0o777); err != nil {
 		return nil, fmt.Errorf("export triton: create %s: %w", filepath.Dir(e.ModelPath), err)

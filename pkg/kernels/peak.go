@@ -118,43 +118,10 @@ type peakLoop struct {
 // bandwidth. It takes about 2 x Duration per compute figure (13 of them
 // with AVX-512 VNNI) plus the bandwidth passes.
 func MeasurePeak(opts PeakOptions) (PeakResult, error) {
-	if opts.Duration == 0 {
-		opts.Duration = 200 * time.Millisecond
+	cpus, err := opts.check()
+	if err != nil {
+		return PeakResult{}, err
 	}
-	if opts.Duration < time.Millisecond || opts.Duration > time.Minute {
-		return PeakResult{}, fmt.Errorf("peak: duration %v out of range; use 1ms..1m", opts.Duration)
-	}
-	if opts.Burst == 0 {
-		opts.Burst = 2 * time.Millisecond
-	}
-	if opts.Burst < 100*time.Microsecond || opts.Burst > opts.Duration {
-		return PeakResult{}, fmt.Errorf("peak: burst %v out of range; use 100us..duration (%v)", opts.Burst, opts.Duration)
-	}
-	if opts.FMAPerCycle256 < 0 || opts.FMAPerCycle512 < 0 {
-		return PeakResult{}, errors.New("peak: FMA units per cycle must not be negative")
-	}
-	cpus := opts.CPUs
-	if len(cpus) == 0 {
-		cpus = allowedCPUs()
-	}
-	if len(cpus) == 0 {
-		cpus = make([]int, runtime.NumCPU())
-		for i := range cpus {
-			cpus[i] = -1 // unknown ids: lock threads but do not bind
-		}
-	}
-	if len(cpus) > runtime.GOMAXPROCS(0) {
-		return PeakResult{}, fmt.Errorf("peak: %d CPUs but GOMAXPROCS is %d: the threads could not run together; raise GOMAXPROCS or give fewer CPUs",
-			len(cpus), runtime.GOMAXPROCS(0))
-	}
-	seen := map[int]bool{}
-	for _, c := range cpus {
-		if c != -1 && (c < 0 || seen[c]) {
-			return PeakResult{}, fmt.Errorf("peak: CPU list %v: %d is negative or repeated; give distinct CPU ids", opts.CPUs, c)
-		}
-		seen[c] = true
-	}
-
 	res := PeakResult{
 		CPUModel: cpuid.CPU.BrandName,
 		Features: detected,
@@ -171,22 +138,90 @@ func MeasurePeak(opts PeakOptions) (PeakResult, error) {
 
 	_, res.FrequencySource = r.frequency()
 	u256, u512, unitNote := fmaUnits(opts)
-	type pending struct {
-		int8  bool
-		idx   int // into FP32 or INT8 (pointers would go stale on append)
-		units float64
-		width int
-		macs  float64
+	theo := r.computeFigures(&res, u256, u512)
+	// The clock was sampled between all the bursts above; its best sample
+	// is the least disturbed one.
+	if clockMeasured {
+		res.FrequencyHz = r.clockHz
+	} else {
+		res.FrequencyHz, _ = r.frequency()
 	}
-	var theo []pending
+	if res.FrequencyHz > 0 {
+		res.theoretical(u256, u512, unitNote, theo)
+	}
+	if !opts.SkipMemory {
+		m, err := r.memory(opts.MemoryBytes)
+		if err != nil {
+			return res, err
+		}
+		res.Memory = &m
+	}
+	return res, nil
+}
 
+// check fills in the defaults of o (in place) and returns the CPUs to run on, or says which
+// option is out of range.
+func (o *PeakOptions) check() ([]int, error) {
+	if o.Duration == 0 {
+		o.Duration = 200 * time.Millisecond
+	}
+	if o.Duration < time.Millisecond || o.Duration > time.Minute {
+		return nil, fmt.Errorf("peak: duration %v out of range; use 1ms..1m", o.Duration)
+	}
+	if o.Burst == 0 {
+		o.Burst = 2 * time.Millisecond
+	}
+	if o.Burst < 100*time.Microsecond || o.Burst > o.Duration {
+		return nil, fmt.Errorf("peak: burst %v out of range; use 100us..duration (%v)", o.Burst, o.Duration)
+	}
+	if o.FMAPerCycle256 < 0 || o.FMAPerCycle512 < 0 {
+		return nil, errors.New("peak: FMA units per cycle must not be negative")
+	}
+	cpus := o.CPUs
+	if len(cpus) == 0 {
+		cpus = allowedCPUs()
+	}
+	if len(cpus) == 0 {
+		cpus = make([]int, runtime.NumCPU())
+		for i := range cpus {
+			cpus[i] = -1 // unknown ids: lock threads but do not bind
+		}
+	}
+	if len(cpus) > runtime.GOMAXPROCS(0) {
+		return nil, fmt.Errorf("peak: %d CPUs but GOMAXPROCS is %d: the threads could not run together; raise GOMAXPROCS or give fewer CPUs",
+			len(cpus), runtime.GOMAXPROCS(0))
+	}
+	seen := map[int]bool{}
+	for _, c := range cpus {
+		if c != -1 && (c < 0 || seen[c]) {
+			return nil, fmt.Errorf("peak: CPU list %v: %d is negative or repeated; give distinct CPU ids", o.CPUs, c)
+		}
+		seen[c] = true
+	}
+	return cpus, nil
+}
+
+// pendingTheory is a compute figure whose theoretical peak waits for the clock frequency,
+// measured between the bursts of all figures.
+type pendingTheory struct {
+	int8  bool
+	idx   int // into FP32 or INT8 (pointers would go stale on append)
+	units float64
+	width int
+	macs  float64
+}
+
+// computeFigures times every peak loop this CPU and build can run, per core and on all cores,
+// into res, and returns the figures that get a theoretical peak once the clock is known.
+func (r *runner) computeFigures(res *PeakResult, u256, u512 float64) []pendingTheory {
+	var theo []pendingTheory
 	for _, l := range peakLoops() {
 		if !detected.supports(l.path) {
 			continue
 		}
 		f := ComputeFigure{ISA: l.name, Path: l.path}
 		f.PerCore = r.rate(l.fn, l.opsPerIter, 1)
-		f.AllCores = r.rate(l.fn, l.opsPerIter, len(cpus))
+		f.AllCores = r.rate(l.fn, l.opsPerIter, len(r.cpus))
 		units, width := u256, 256
 		if l.path == AVX512 || l.path == AVX512VNNI {
 			units, width = u512, 512
@@ -199,44 +234,38 @@ func MeasurePeak(opts PeakOptions) (PeakResult, error) {
 			res.BestINT8 = math.Max(res.BestINT8, f.AllCores)
 		}
 		if l.macsPerInstr > 0 && units > 0 {
-			p := pending{int8: l.kind != "fp32", idx: len(res.FP32) - 1, units: units, width: width, macs: l.macsPerInstr}
+			p := pendingTheory{int8: l.kind != "fp32", idx: len(res.FP32) - 1, units: units, width: width, macs: l.macsPerInstr}
 			if p.int8 {
 				p.idx = len(res.INT8) - 1
 			}
 			theo = append(theo, p)
 		}
 	}
-	// The clock was sampled between all the bursts above; its best sample
-	// is the least disturbed one.
-	if clockMeasured {
-		res.FrequencyHz = r.clockHz
-	} else {
-		res.FrequencyHz, _ = r.frequency()
+	return theo
+}
+
+// theoretical sets the machine's theoretical FP32 and INT8 peaks, and those of the figures in
+// theo, from res.FrequencyHz (> 0) and the FMA units per cycle.
+func (res *PeakResult) theoretical(u256, u512 float64, unitNote string, theo []pendingTheory) {
+	units, lanes, isa := u256, 8.0, "256-bit FMA"
+	switch f := detected; {
+	case f.AVX512F && u512 > 0:
+		units, lanes, isa = u512, 16, "512-bit FMA"
+	case !(f.AVX2 && f.FMA):
+		units, lanes, isa = 1, 4, "128-bit SSE mul+add (no FMA)"
 	}
-	if res.FrequencyHz > 0 {
-		units, lanes, isa := u256, 8.0, "256-bit FMA"
-		switch f := detected; {
-		case f.AVX512F && u512 > 0:
-			units, lanes, isa = u512, 16, "512-bit FMA"
-		case !(f.AVX2 && f.FMA):
-			units, lanes, isa = 1, 4, "128-bit SSE mul+add (no FMA)"
-		}
-		res.TheoreticalFP32 = units * lanes * 2 * res.FrequencyHz
-		note := fmt.Sprintf("FP32: %g x %s x %g lanes x 2 x %.3f GHz", units, isa, lanes, res.FrequencyHz/1e9)
-		switch f := detected; {
-		case f.AVX512VNNI && f.AVX512F && u512 > 0:
-			res.TheoreticalINT8 = u512 * 64 * 2 * res.FrequencyHz
-			note += fmt.Sprintf("; INT8: %g x 512-bit vpdpbusd x 64 multiply-adds x 2", u512)
-		case f.AVXVNNI:
-			res.TheoreticalINT8 = u256 * 32 * 2 * res.FrequencyHz
-			note += fmt.Sprintf("; INT8: %g x 256-bit vpdpbusd x 32 multiply-adds x 2", u256)
-		}
-		res.TheoreticalNote = note + " (" + unitNote + "; frequency " + res.FrequencySource + ")"
+	res.TheoreticalFP32 = units * lanes * 2 * res.FrequencyHz
+	note := fmt.Sprintf("FP32: %g x %s x %g lanes x 2 x %.3f GHz", units, isa, lanes, res.FrequencyHz/1e9)
+	switch f := detected; {
+	case f.AVX512VNNI && f.AVX512F && u512 > 0:
+		res.TheoreticalINT8 = u512 * 64 * 2 * res.FrequencyHz
+		note += fmt.Sprintf("; INT8: %g x 512-bit vpdpbusd x 64 multiply-adds x 2", u512)
+	case f.AVXVNNI:
+		res.TheoreticalINT8 = u256 * 32 * 2 * res.FrequencyHz
+		note += fmt.Sprintf("; INT8: %g x 256-bit vpdpbusd x 32 multiply-adds x 2", u256)
 	}
+	res.TheoreticalNote = note + " (" + unitNote + "; frequency " + res.FrequencySource + ")"
 	for _, p := range theo {
-		if res.FrequencyHz <= 0 {
-			break
-		}
 		var f *ComputeFigure
 		if p.int8 {
 			f = &res.INT8[p.idx]
@@ -244,19 +273,10 @@ func MeasurePeak(opts PeakOptions) (PeakResult, error) {
 			f = &res.FP32[p.idx]
 		}
 		f.TheoreticalPerCore = p.units * p.macs * 2 * res.FrequencyHz
-		f.TheoreticalAllCores = f.TheoreticalPerCore * float64(len(cpus))
+		f.TheoreticalAllCores = f.TheoreticalPerCore * float64(len(res.CPUs))
 		f.Assumption = fmt.Sprintf("%g %d-bit units x %g multiply-adds per instruction x 2 x %.3f GHz (%s; %s)",
 			p.units, p.width, p.macs, res.FrequencyHz/1e9, unitNote, res.FrequencySource)
 	}
-
-	if !opts.SkipMemory {
-		m, err := r.memory(opts.MemoryBytes)
-		if err != nil {
-			return res, err
-		}
-		res.Memory = &m
-	}
-	return res, nil
 }
 
 // fmaUnits returns vector FMA instructions per cycle for 256- and 512-bit

@@ -2,6 +2,9 @@
 
 package kernels
 
+// asmBuilt says this build holds the assembly peak loops.
+const asmBuilt = true
+
 // In-register peak loops (peak_amd64.s). Each runs iters iterations of a
 // fixed block of independent arithmetic chains and touches no memory.
 

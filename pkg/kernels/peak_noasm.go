@@ -7,6 +7,9 @@ import (
 	"sync/atomic"
 )
 
+// asmBuilt says this build holds no assembly: only the plain-Go peak loops run.
+const asmBuilt = false
+
 // Without assembly the peak loops are plain Go: independent scalar chains
 // the compiler keeps in registers. They measure what Go code reaches, not
 // the machine's SIMD peak, and say so in their name.

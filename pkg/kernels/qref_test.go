@@ -78,7 +78,7 @@ func makeWeights(r *rand.Rand, tc qcase, n, k int) ([]int8, []float64, []int32, 
 func TestQuantizedLinearRef(t *testing.T) {
 	r := rand.New(rand.NewPCG(31, 32))
 	for _, tc := range qcases {
-		forEachPath(t, func(t *testing.T) {
+		t.Run(tc.name, func(t *testing.T) {
 			for _, dims := range [][3]int{{1, 1, 1}, {3, 7, 5}, {8, 33, 17}, {2, 300, 10}, {0, 4, 3}} {
 				rows, k, n := dims[0], dims[1], dims[2]
 				w, ws, wz, bf, bi := makeWeights(r, tc, n, k)
@@ -246,3 +246,68 @@ func TestQuantizedRefErrors(t *testing.T) {
 
 func errOf(_ []uint8, err error) error             { return err }
 func errConv(_ []uint8, _ [4]int, err error) error { return err }
+
+func randU8(r *rand.Rand, n int, extreme bool) []uint8 {
+	s := make([]uint8, n)
+	for i := range s {
+		if extreme {
+			s[i] = []uint8{0, 1, 127, 128, 254, 255}[r.IntN(6)]
+		} else {
+			s[i] = uint8(r.UintN(256))
+		}
+	}
+	return s
+}
+
+func randS8(r *rand.Rand, n int, extreme bool) []int8 {
+	s := make([]int8, n)
+	for i := range s {
+		if extreme {
+			s[i] = []int8{-128, -127, -1, 0, 1, 126, 127}[r.IntN(7)]
+		} else {
+			s[i] = int8(r.UintN(256))
+		}
+	}
+	return s
+}
+
+// RequantizeU8 rounds half to even after the offset, saturates, maps NaN and
+// the float extremes to the range's ends, and raises outputs to the zero point
+// under a fused ReLU.
+func TestRequantizeU8(t *testing.T) {
+	for _, tc := range []struct {
+		acc       []int32
+		mult, off []float32
+		zp        int32
+		relu      bool
+		want      []uint8
+	}{
+		{[]int32{-100, 0, 100, -3, 1000, 7}, []float32{0.5, 0.5, 0.5}, []float32{0, 0, 0}, 10, true,
+			[]uint8{10, 10, 60, 10, 255, 14}}, // -1.5 -> -2 -> clamp to zp; 3.5 -> 4
+		{[]int32{1, 3, 5, -1, -3, 0}, []float32{0.5, 0.5, 0.5}, []float32{0, 0, 0}, 128, false,
+			[]uint8{128, 130, 130, 128, 126, 128}}, // ties go to even
+		{[]int32{math.MaxInt32, math.MinInt32, 7}, []float32{1, 1, float32(math.NaN())}, []float32{0, 0, 0}, 3, false,
+			[]uint8{255, 0, 0}},
+		{[]int32{2, 2}, []float32{1, 1}, []float32{0.5, -0.25}, 0, false, []uint8{2, 2}}, // 2.5 -> 2, 1.75 -> 2
+	} {
+		dst := make([]uint8, len(tc.acc))
+		if err := RequantizeU8(dst, tc.acc, len(tc.mult), tc.mult, tc.off, tc.zp, tc.relu); err != nil {
+			t.Fatal(err)
+		}
+		if string(dst) != string(tc.want) {
+			t.Errorf("RequantizeU8(%v, mult %v, off %v, zp %d, relu %v) = %v, want %v", tc.acc, tc.mult, tc.off, tc.zp, tc.relu, dst, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{RequantizeU8(nil, make([]int32, 5), 2, nil, nil, 0, false), "rows of 2 columns"},
+		{RequantizeU8(make([]uint8, 4), make([]int32, 4), 2, []float32{1}, []float32{0, 0}, 0, false), "2 multipliers"},
+		{RequantizeU8(make([]uint8, 2), make([]int32, 2), 2, []float32{1, 1}, []float32{0, 0}, -1, false), "zero point -1"},
+	} {
+		if tc.err == nil || !strings.Contains(tc.err.Error(), tc.want) {
+			t.Errorf("error %v, want one containing %q", tc.err, tc.want)
+		}
+	}
+}

@@ -188,95 +188,23 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if base == nil {
 		base = os.Environ()
 	}
-	logw := cfg.Log
-	if logw == nil {
-		logw = io.Discard
+	f := &fleet{log: cfg.Log}
+	if f.log == nil {
+		f.log = io.Discard
 	}
 
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, forwarded...)
 	defer signal.Stop(sigs)
-
-	var mu sync.Mutex
-	var started []*exec.Cmd
-	var releases []func() // ends the thread that started each instance, after its Wait
-	signalAll := func(sig syscall.Signal, why string) {
-		mu.Lock()
-		defer mu.Unlock()
-		if why != "" {
-			fmt.Fprintf(logw, "torchspeed launch: %s: sending %v to %d instance(s)\n", why, sig, len(started))
-		}
-		for _, c := range started {
-			// Each instance leads its own process group: signal the group so a shell's
-			// children get it too, as they would from a terminal.
-			if err := syscall.Kill(-c.Process.Pid, sig); err != nil {
-				_ = c.Process.Signal(sig)
-			}
-		}
-	}
 	done := make(chan struct{})
 	defer close(done)
-	go func() {
-		for {
-			select {
-			case s := <-sigs:
-				signalAll(s.(syscall.Signal), "got "+s.String())
-			case <-ctx.Done():
-				signalAll(syscall.SIGTERM, "cancelled")
-				return
-			case <-done:
-				return
-			}
-		}
-	}()
+	go f.forward(ctx, sigs, done)
 
 	res := &Result{Instances: make([]InstanceResult, len(cfg.Settings))}
 	for i, s := range cfg.Settings {
-		node := -1
-		if s.MemBind {
-			node = s.NUMANode
-		}
-		var c *exec.Cmd
-		if len(cfg.Trampoline) > 0 {
-			args := append(append([]string(nil), cfg.Trampoline[1:]...), TrampolineArgs(Spec{CPUs: s.CPUs, MemNode: node, Parent: os.Getpid()}, cfg.Command)...)
-			c = exec.Command(cfg.Trampoline[0], args...)
-		} else {
-			c = exec.Command(cfg.Command[0], cfg.Command[1:]...)
-		}
-		c.Env = s.Environ(base)
-		c.Stdout, c.Stderr = cfg.Stdout, cfg.Stderr
-		if i < len(cfg.Outputs) && cfg.Outputs[i] != nil {
-			c.Stdout, c.Stderr = cfg.Outputs[i], cfg.Outputs[i]
-		}
-		if len(cfg.Settings) == 1 {
-			c.Stdin = cfg.Stdin
-		}
-		// A group of its own: signals reach an instance once, from us, and not a
-		// second time from the terminal. On Linux, the parent-death signal ends the instance when
-		// this process dies without forwarding anything (SIGKILL, the OOM killer): an
-		// orphan would keep its pinned cores busy. The kernel sends it when the thread
-		// that started the child ends, so startPinned keeps its thread until the
-		// instance has been waited for.
-		c.SysProcAttr = instanceAttr()
-		mu.Lock()
-		// With a trampoline the instance pins itself: it starts unpinned, but from a thread
-		// held until the Wait all the same, since the parent-death signal follows that thread.
-		place := Spec{CPUs: s.CPUs, MemNode: node}
-		if len(cfg.Trampoline) > 0 {
-			place = Spec{MemNode: -1}
-		}
-		release, err := startPinned(c, place, logw)
-		if err == nil {
-			started = append(started, c)
-			releases = append(releases, release)
-		}
-		mu.Unlock()
-		if err != nil {
-			signalAll(syscall.SIGTERM, fmt.Sprintf("instance %d failed to start", i))
-			for j, sc := range started {
-				_ = sc.Wait()
-				releases[j]()
-			}
+		c, place := instanceCmd(cfg, i, s, base)
+		if err := f.start(c, place); err != nil {
+			f.abort(fmt.Sprintf("instance %d failed to start", i))
 			return nil, fmt.Errorf("launch: start instance %d: %w", i, err)
 		}
 		res.Instances[i] = InstanceResult{Instance: i, PID: c.Process.Pid, CPUs: s.CPUs}
@@ -284,12 +212,120 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		if s.NUMANode < 0 {
 			where = "several nodes"
 		}
-		fmt.Fprintf(logw, "torchspeed launch: instance %d/%d pid %d on CPUs %s (%s), %d thread(s)\n",
+		fmt.Fprintf(f.log, "torchspeed launch: instance %d/%d pid %d on CPUs %s (%s), %d thread(s)\n",
 			i, len(cfg.Settings), c.Process.Pid, s.CPUs, where, s.Threads)
 	}
+	f.wait(res)
+	for _, r := range res.Instances {
+		res.ExitCode = max(res.ExitCode, r.ExitCode)
+	}
+	return res, nil
+}
 
+// instanceCmd is the command of instance i with settings s, and where to start it: pinned to
+// its CPUs (and memory node) from here, or, with a trampoline, unpinned (it pins itself).
+func instanceCmd(cfg Config, i int, s runenv.Settings, base []string) (*exec.Cmd, Spec) {
+	node := -1
+	if s.MemBind {
+		node = s.NUMANode
+	}
+	var c *exec.Cmd
+	if len(cfg.Trampoline) > 0 {
+		args := append(append([]string(nil), cfg.Trampoline[1:]...), TrampolineArgs(Spec{CPUs: s.CPUs, MemNode: node, Parent: os.Getpid()}, cfg.Command)...)
+		c = exec.Command(cfg.Trampoline[0], args...)
+	} else {
+		c = exec.Command(cfg.Command[0], cfg.Command[1:]...)
+	}
+	c.Env = s.Environ(base)
+	c.Stdout, c.Stderr = cfg.Stdout, cfg.Stderr
+	if i < len(cfg.Outputs) && cfg.Outputs[i] != nil {
+		c.Stdout, c.Stderr = cfg.Outputs[i], cfg.Outputs[i]
+	}
+	if len(cfg.Settings) == 1 {
+		c.Stdin = cfg.Stdin
+	}
+	// A group of its own: signals reach an instance once, from us, and not a
+	// second time from the terminal. On Linux, the parent-death signal ends the instance when
+	// this process dies without forwarding anything (SIGKILL, the OOM killer): an
+	// orphan would keep its pinned cores busy. The kernel sends it when the thread
+	// that started the child ends, so startPinned keeps its thread until the
+	// instance has been waited for.
+	c.SysProcAttr = instanceAttr()
+	// With a trampoline the instance pins itself: it starts unpinned, but from a thread
+	// held until the Wait all the same, since the parent-death signal follows that thread.
+	if len(cfg.Trampoline) > 0 {
+		return c, Spec{MemNode: -1}
+	}
+	return c, Spec{CPUs: s.CPUs, MemNode: node}
+}
+
+// fleet is the instances Run started, with the threads that started them.
+type fleet struct {
+	log      io.Writer
+	mu       sync.Mutex
+	started  []*exec.Cmd
+	releases []func() // ends the thread that started each instance, after its Wait
+}
+
+// signalAll sends sig to every instance started so far, saying why in the log (unless why is
+// empty).
+func (f *fleet) signalAll(sig syscall.Signal, why string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if why != "" {
+		fmt.Fprintf(f.log, "torchspeed launch: %s: sending %v to %d instance(s)\n", why, sig, len(f.started))
+	}
+	for _, c := range f.started {
+		// Each instance leads its own process group: signal the group so a shell's
+		// children get it too, as they would from a terminal.
+		if err := syscall.Kill(-c.Process.Pid, sig); err != nil {
+			_ = c.Process.Signal(sig)
+		}
+	}
+}
+
+// forward passes every signal from sigs to the instances, and a cancelled ctx as SIGTERM,
+// until done is closed.
+func (f *fleet) forward(ctx context.Context, sigs <-chan os.Signal, done <-chan struct{}) {
+	for {
+		select {
+		case s := <-sigs:
+			f.signalAll(s.(syscall.Signal), "got "+s.String())
+		case <-ctx.Done():
+			f.signalAll(syscall.SIGTERM, "cancelled")
+			return
+		case <-done:
+			return
+		}
+	}
+}
+
+// start starts c placed per place and adds it to the fleet.
+func (f *fleet) start(c *exec.Cmd, place Spec) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	release, err := startPinned(c, place, f.log)
+	if err != nil {
+		return err
+	}
+	f.started = append(f.started, c)
+	f.releases = append(f.releases, release)
+	return nil
+}
+
+// abort stops every instance started so far and waits for them.
+func (f *fleet) abort(why string) {
+	f.signalAll(syscall.SIGTERM, why)
+	for j, sc := range f.started {
+		_ = sc.Wait()
+		f.releases[j]()
+	}
+}
+
+// wait waits for every instance and records in res how each ended.
+func (f *fleet) wait(res *Result) {
 	var wg sync.WaitGroup
-	for i, c := range started {
+	for i, c := range f.started {
 		wg.Add(1)
 		go func(i int, c *exec.Cmd, release func()) {
 			defer wg.Done()
@@ -309,13 +345,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 				r.Err = err.Error()
 				r.ExitCode = max(r.ExitCode, 1)
 			}
-		}(i, c, releases[i])
+		}(i, c, f.releases[i])
 	}
 	wg.Wait()
-	for _, r := range res.Instances {
-		res.ExitCode = max(res.ExitCode, r.ExitCode)
-	}
-	return res, nil
 }
 
 // startPinned starts c from a fresh OS thread pinned to spec's CPUs and bound to its

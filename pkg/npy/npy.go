@@ -11,9 +11,9 @@ import (
 	"os"
 	"unsafe"
 
-	"github.com/torchspeed/torchspeed/internal/exitcode"
 	"github.com/torchspeed/torchspeed/internal/memlimit"
 	"github.com/torchspeed/torchspeed/internal/safefile"
+	"github.com/torchspeed/torchspeed/pkg/tserr"
 )
 
 const magic = "\x93NUMPY"
@@ -130,7 +130,7 @@ func read(r io.Reader, name string, size int64) (*Array, error) {
 	}
 	if need > trustedAlloc {
 		if err := memlimit.CheckFits(fmt.Sprintf("its array (%s %s)", ShapeString(h.shape), dtype), uint64(need), 1); err != nil {
-			return nil, exitcode.New(exitcode.Usage, fail("%v: use a smaller array, or free memory", err))
+			return nil, tserr.BadInput(fail("%v: use a smaller array, or free memory", err))
 		}
 	}
 	data, got, err := readPayload(r, dtype, count, need, avail >= need || need <= trustedAlloc)

@@ -9,9 +9,9 @@ import (
 	"os"
 	"strings"
 
-	"github.com/torchspeed/torchspeed/internal/exitcode"
 	"github.com/torchspeed/torchspeed/internal/memlimit"
 	"github.com/torchspeed/torchspeed/internal/safefile"
+	"github.com/torchspeed/torchspeed/pkg/tserr"
 )
 
 // ReadNPZ reads every array in the .npz archive at path (as written by np.savez or
@@ -40,7 +40,7 @@ func DecodeNPZ(r io.ReaderAt, size int64, name string) (map[string]*Array, []str
 		return nil, nil, fmt.Errorf("read %s: not a .npz (zip) archive: %v", path, err)
 	}
 	if len(zr.File) > memlimit.MaxRecords {
-		return nil, nil, exitcode.New(exitcode.Usage, fmt.Errorf("read %s: %d members, more than the %d a .npz may hold here: split the arrays into several files", path, len(zr.File), memlimit.MaxRecords))
+		return nil, nil, tserr.BadInput(fmt.Errorf("read %s: %d members, more than the %d a .npz may hold here: split the arrays into several files", path, len(zr.File), memlimit.MaxRecords))
 	}
 	arrays := make(map[string]*Array, len(zr.File))
 	order := make([]string, 0, len(zr.File))
@@ -71,7 +71,7 @@ func DecodeNPZ(r io.ReaderAt, size int64, name string) (map[string]*Array, []str
 func readMember(f *zip.File, path string, archiveSize int64) (*Array, error) {
 	name := fmt.Sprintf("%s member %q", path, f.Name)
 	if err := memlimit.CheckRecord(f); err != nil {
-		return nil, exitcode.New(exitcode.Usage, fmt.Errorf("read %s: %v (np.savez writes one)", path, err))
+		return nil, tserr.BadInput(fmt.Errorf("read %s: %v (np.savez writes one)", path, err))
 	}
 	rc, err := f.Open()
 	if err != nil {

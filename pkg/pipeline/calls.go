@@ -9,13 +9,13 @@ import (
 	"time"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
-	"github.com/torchspeed/torchspeed/internal/exitcode"
 	"github.com/torchspeed/torchspeed/pkg/bench"
 	"github.com/torchspeed/torchspeed/pkg/calib"
 	"github.com/torchspeed/torchspeed/pkg/config"
 	"github.com/torchspeed/torchspeed/pkg/npy"
 	"github.com/torchspeed/torchspeed/pkg/quant"
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
+	"github.com/torchspeed/torchspeed/pkg/tserr"
 	"github.com/torchspeed/torchspeed/pkg/validate"
 )
 
@@ -86,7 +86,7 @@ func newCaller(cfg *config.Config, m *torch.Module) (*caller, error) {
 		k.method = "forward"
 	}
 	usage := func(format string, a ...any) error {
-		return exitcode.New(exitcode.Usage, fmt.Errorf("model %q: "+format, append([]any{cfg.Model.Path}, a...)...))
+		return tserr.BadInput(fmt.Errorf("model %q: "+format, append([]any{cfg.Model.Path}, a...)...))
 	}
 	methods, err := m.Methods()
 	if err != nil {
@@ -355,15 +355,15 @@ func (r *run) inputData() (arrays []*npy.Array, seq []bool, calls int, err error
 		}
 		isSeq := src.Seq
 		if err != nil {
-			return nil, nil, 0, exitcode.New(exitcode.Usage, fmt.Errorf("model.inputs %s: data %q: %w", in.Name, in.Data, err))
+			return nil, nil, 0, tserr.BadInput(fmt.Errorf("model.inputs %s: data %q: %w", in.Name, in.Data, err))
 		}
 		shape := a.Shape
 		if isSeq {
 			if len(shape) == 0 || shape[0] == 0 {
-				return nil, nil, 0, exitcode.New(exitcode.Usage, fmt.Errorf("model.inputs %s: data %q holds %v: a sequence needs its calls along the first axis", in.Name, in.Data, a.Shape))
+				return nil, nil, 0, tserr.BadInput(fmt.Errorf("model.inputs %s: data %q holds %v: a sequence needs its calls along the first axis", in.Name, in.Data, a.Shape))
 			}
 			if calls > 0 && int(shape[0]) != calls {
-				return nil, nil, 0, exitcode.New(exitcode.Usage, fmt.Errorf("model.inputs %s: data %q holds %d calls, another input's sequence %d: give sequences of one length", in.Name, in.Data, shape[0], calls))
+				return nil, nil, 0, tserr.BadInput(fmt.Errorf("model.inputs %s: data %q holds %d calls, another input's sequence %d: give sequences of one length", in.Name, in.Data, shape[0], calls))
 			}
 			calls = int(shape[0])
 			shape = shape[1:]
@@ -373,10 +373,10 @@ func (r *run) inputData() (arrays []*npy.Array, seq []bool, calls int, err error
 			if isSeq {
 				what = "holds calls of"
 			}
-			return nil, nil, 0, exitcode.New(exitcode.Usage, fmt.Errorf("model.inputs %s: data %q %s shape %v, the input's shape is %v: fix the data or model.inputs shape", in.Name, in.Data, what, shape, in.Shape))
+			return nil, nil, 0, tserr.BadInput(fmt.Errorf("model.inputs %s: data %q %s shape %v, the input's shape is %v: fix the data or model.inputs shape", in.Name, in.Data, what, shape, in.Shape))
 		}
 		if a.DType != in.DType && in.DType != "" {
-			return nil, nil, 0, exitcode.New(exitcode.Usage, fmt.Errorf("model.inputs %s: data %q holds %s, the input is %s: fix the data or model.inputs dtype", in.Name, in.Data, a.DType, in.DType))
+			return nil, nil, 0, tserr.BadInput(fmt.Errorf("model.inputs %s: data %q holds %s, the input is %s: fix the data or model.inputs dtype", in.Name, in.Data, a.DType, in.DType))
 		}
 		// List and Tuple items (and an Optional given without them) take shape and dtype from
 		// their data.

@@ -6,10 +6,10 @@ import (
 	"slices"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
-	"github.com/torchspeed/torchspeed/internal/exitcode"
 	"github.com/torchspeed/torchspeed/pkg/calib"
 	"github.com/torchspeed/torchspeed/pkg/npy"
 	"github.com/torchspeed/torchspeed/pkg/report"
+	"github.com/torchspeed/torchspeed/pkg/tserr"
 )
 
 const (
@@ -59,13 +59,13 @@ func (r *run) checkCalibration(ds *calib.Dataset, specs []calib.InputSpec) error
 			})
 		}
 		if nonFinite > 0 {
-			return exitcode.New(exitcode.Usage, fmt.Errorf("calibration data %s: input %s holds %d NaN or infinite value(s): INT8 scales cannot come from them; clean the data", src, spec.Name, nonFinite))
+			return tserr.BadInput(fmt.Errorf("calibration data %s: input %s holds %d NaN or infinite value(s): INT8 scales cannot come from them; clean the data", src, spec.Name, nonFinite))
 		}
 		if seen == 0 {
 			continue
 		}
 		if hi == lo {
-			return exitcode.New(exitcode.Usage, fmt.Errorf("calibration data %s: input %s has the value %g everywhere (zero range): INT8 scales from it are degenerate and nothing would be quantized; give real samples (calibration.path)", src, spec.Name, lo))
+			return tserr.BadInput(fmt.Errorf("calibration data %s: input %s has the value %g everywhere (zero range): INT8 scales from it are degenerate and nothing would be quantized; give real samples (calibration.path)", src, spec.Name, lo))
 		}
 		slices.Sort(vals)
 		p999 := vals[min(len(vals)-1, int(0.999*float64(len(vals))))]
@@ -103,7 +103,7 @@ func (r *run) checkLabels(ds *calib.Dataset, what string) error {
 	}
 	for i, l := range labels {
 		if l < 0 || l >= int64(classes) {
-			return exitcode.New(exitcode.Usage, fmt.Errorf("%s: label %d of %s is outside the model's %d classes (0 to %d): fix the labels file", what, l, ds.SampleName(i), classes, classes-1))
+			return tserr.BadInput(fmt.Errorf("%s: label %d of %s is outside the model's %d classes (0 to %d): fix the labels file", what, l, ds.SampleName(i), classes, classes-1))
 		}
 	}
 	return nil

@@ -3,16 +3,17 @@ package pipeline
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/torchspeed/torchspeed/internal/exitcode"
 	"github.com/torchspeed/torchspeed/internal/fixtures"
 	"github.com/torchspeed/torchspeed/pkg/npy"
 	"github.com/torchspeed/torchspeed/pkg/report"
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
+	"github.com/torchspeed/torchspeed/pkg/tserr"
 )
 
 // writeNPY writes a float32 array (a modified copy of a fixture's data) into dir.
@@ -50,7 +51,7 @@ func TestNoWrongResultReportedRight(t *testing.T) {
 		cfg.Quantize.Mode = "static"
 		cfg.Calibration.Path = writeNPY(t, t.TempDir(), "zeros.npy", shape, make([]float32, len(data)))
 		_, err := Run(context.Background(), cfg, testOptions())
-		wantCode(t, err, exitcode.Usage, "zeros.npy", "zero range", "input x")
+		wantClass(t, err, tserr.ErrBadInput, "zeros.npy", "zero range", "input x")
 		assertEmpty(t, out)
 	})
 
@@ -62,7 +63,7 @@ func TestNoWrongResultReportedRight(t *testing.T) {
 		cfg.Quantize.Mode, cfg.Quantize.Observer, cfg.Quantize.Force = "static", "minmax", true
 		cfg.Calibration.Path = writeNPY(t, t.TempDir(), "outlier.npy", shape, d)
 		rep, err := Run(context.Background(), cfg, testOptions())
-		if err != nil && exitcode.Of(err) != 3 {
+		if err != nil && !errors.Is(err, tserr.ErrAccuracy) {
 			if ve := (*ValidationError)(nil); !strings.Contains(err.Error(), "validation") {
 				t.Fatalf("error %v (%T)", err, ve)
 			}
@@ -96,7 +97,7 @@ func TestNoWrongResultReportedRight(t *testing.T) {
 		cfg := testConfig(t, f, out)
 		cfg.Validation.Data.Path, cfg.Validation.Data.Labels = f.Path("digits_eval.npy"), lp
 		_, err = Run(context.Background(), cfg, testOptions())
-		wantCode(t, err, exitcode.Usage, "label 100", "outside the model's 10 classes")
+		wantClass(t, err, tserr.ErrBadInput, "label 100", "outside the model's 10 classes")
 		assertEmpty(t, out)
 	})
 
@@ -115,7 +116,7 @@ func TestNoWrongResultReportedRight(t *testing.T) {
 		}
 		name := "report.json"
 		if err != nil {
-			wantCode(t, err, 3)
+			wantClass(t, err, tserr.ErrAccuracy)
 			name = "report.failed.json"
 		}
 		b, rerr := os.ReadFile(filepath.Join(out, name))
@@ -142,7 +143,7 @@ func TestNoWrongResultReportedRight(t *testing.T) {
 		cfg.Quantize.Mode, cfg.Quantize.Force = "static", true
 		cfg.Calibration.Kind = "random"
 		rep, err := Run(context.Background(), cfg, testOptions())
-		wantCode(t, err, 3, "random data cannot check it")
+		wantClass(t, err, tserr.ErrAccuracy, "random data cannot check it")
 		if rep == nil || rep.Validation == nil || !rep.Validation.Synthetic || rep.Validation.Passed {
 			t.Fatalf("validation %+v", rep.Validation)
 		}

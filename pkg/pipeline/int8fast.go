@@ -84,9 +84,8 @@ func (r *run) pickFast(m *measurement, base, fast *candidate) *candidate {
 // p50s lies below 1. The measurement m (all candidates, a few runs each) decides when its
 // interval excludes 1; otherwise the two run again, alone and interleaved, with more runs
 // (confirmPair). Deciding on the p50s of m alone was a coin toss when they were a few percent
-// apart: on resnet18 at 2 threads fuse_conv_add was rejected on 3.838 vs 3.743 ms in one
-// run, and then measured 3.12-3.23 ms against the unfused 3.30-3.74 ms in 8 of 8 alternations
-// of separate processes (2026-12-02).
+// apart: it rejected a variant that then won every alternation of separate processes
+// (docs/architecture.md).
 func (r *run) pickVariant(m *measurement, base, v *candidate, on bool, knob string) *candidate {
 	if v == nil {
 		return base

@@ -11,12 +11,12 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/torchspeed/torchspeed/internal/exitcode"
 	"github.com/torchspeed/torchspeed/internal/safefile"
 	"github.com/torchspeed/torchspeed/pkg/bench"
 	"github.com/torchspeed/torchspeed/pkg/config"
 	"github.com/torchspeed/torchspeed/pkg/report"
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
+	"github.com/torchspeed/torchspeed/pkg/tserr"
 	"github.com/torchspeed/torchspeed/pkg/validate"
 )
 
@@ -32,7 +32,7 @@ const stagingPrefix = ".torchspeed-staging-"
 // moved aside, the new ones renamed in, and on any failure the old ones are put back.
 //
 // A run that passes writes the artifact, report.json, report.md and the plots, and removes a
-// failed run's reports left from before. A run that fails validation (exit 3) writes no
+// failed run's reports left from before. A run that fails validation (tserr.ErrAccuracy) writes no
 // artifact and names its reports report.failed.json / report.failed.md (plots
 // latency.failed.*): the previous successful run's artifact and reports stay as they were,
 // consistent with each other, and nothing presents a failing report beside an artifact it
@@ -59,7 +59,7 @@ const (
 func prepareOutput(c *config.Config) (*output, error) {
 	name := c.ArtifactName()
 	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, `/\`) || strings.ContainsRune(name, 0) {
-		return nil, exitcode.New(exitcode.Usage, fmt.Errorf("model.name %q: must be a plain file name (no path separators); choose the folder with output.dir (-o)", name))
+		return nil, tserr.BadInput(fmt.Errorf("model.name %q: must be a plain file name (no path separators); choose the folder with output.dir (-o)", name))
 	}
 	dir := c.Output.Dir
 	if dir == "" {
@@ -78,7 +78,7 @@ func prepareOutput(c *config.Config) (*output, error) {
 	}
 	if err := safefile.CheckWritableDir(dir); err != nil {
 		o.abandon()
-		return nil, exitcode.New(exitcode.Usage, fmt.Errorf("output.dir %q: %w: choose another folder (output.dir or -o)", dir, err))
+		return nil, tserr.BadInput(fmt.Errorf("output.dir %q: %w: choose another folder (output.dir or -o)", dir, err))
 	}
 	cleanStaleStaging(dir)
 	// No output may replace the config or the data it names (even with overwrite): said
@@ -89,7 +89,7 @@ func prepareOutput(c *config.Config) (*output, error) {
 	}
 	if err := safefile.CheckNotInput(outs, c.InputFiles()); err != nil {
 		o.abandon()
-		return nil, exitcode.New(exitcode.Usage, err)
+		return nil, tserr.BadInput(err)
 	}
 	if err := o.check(c.Model.Path); err != nil {
 		o.abandon()
@@ -124,19 +124,19 @@ func (o *output) check(model string) error {
 			continue
 		}
 		if st.IsDir() {
-			return exitcode.New(exitcode.Usage, fmt.Errorf("output %q is a folder: remove or rename it, or choose another output.dir (-o)", p))
+			return tserr.BadInput(fmt.Errorf("output %q is a folder: remove or rename it, or choose another output.dir (-o)", p))
 		}
 		// Every file a run may write, not the artifact alone: reports and plots of an earlier
 		// run are results too.
 		if !o.overwrite {
-			return exitcode.New(exitcode.Usage, fmt.Errorf("output %q exists: remove it, choose another output.dir, or set output.overwrite: true (--overwrite)", p))
+			return tserr.BadInput(fmt.Errorf("output %q exists: remove it, choose another output.dir, or set output.overwrite: true (--overwrite)", p))
 		}
 		if fst, err := os.Stat(p); err == nil && inErr == nil && os.SameFile(in, fst) {
-			return exitcode.New(exitcode.Usage, fmt.Errorf("output %q would overwrite the input model %q: choose another output.dir or model.name", p, model))
+			return tserr.BadInput(fmt.Errorf("output %q would overwrite the input model %q: choose another output.dir or model.name", p, model))
 		}
 	}
 	if absPath(o.artifact) == absPath(model) {
-		return exitcode.New(exitcode.Usage, fmt.Errorf("output %q would overwrite the input model: choose another output.dir or model.name", o.artifact))
+		return tserr.BadInput(fmt.Errorf("output %q would overwrite the input model: choose another output.dir or model.name", o.artifact))
 	}
 	return nil
 }
@@ -310,10 +310,10 @@ func commit(dir, stage string, moves []move, retire []string) (err error) {
 			continue
 		}
 		if st.IsDir() {
-			return exitcode.New(exitcode.Usage, fmt.Errorf("output %q is a folder: remove or rename it; nothing was written", m.to))
+			return tserr.BadInput(fmt.Errorf("output %q is a folder: remove or rename it; nothing was written", m.to))
 		}
 		if m.exclusive {
-			return exitcode.New(exitcode.Usage, fmt.Errorf("output %q appeared while this run worked (another run into the same folder?): nothing was written; remove it or set output.overwrite: true (--overwrite)", m.to))
+			return tserr.BadInput(fmt.Errorf("output %q appeared while this run worked (another run into the same folder?): nothing was written; remove it or set output.overwrite: true (--overwrite)", m.to))
 		}
 	}
 	aside := filepath.Join(stage, replacedDir)
@@ -356,7 +356,7 @@ func commit(dir, stage string, moves []move, retire []string) (err error) {
 		if m.exclusive {
 			if err := os.Link(m.from, m.to); err != nil {
 				if errors.Is(err, os.ErrExist) {
-					return exitcode.New(exitcode.Usage, fmt.Errorf("output %q appeared while this run worked (another run into the same folder?): nothing was written; remove it or set output.overwrite: true (--overwrite)", m.to))
+					return tserr.BadInput(fmt.Errorf("output %q appeared while this run worked (another run into the same folder?): nothing was written; remove it or set output.overwrite: true (--overwrite)", m.to))
 				}
 				return fmt.Errorf("output %q: %w; nothing was changed", m.to, err)
 			}

@@ -12,12 +12,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/torchspeed/torchspeed/internal/exitcode"
 	"github.com/torchspeed/torchspeed/internal/fixtures"
 	"github.com/torchspeed/torchspeed/internal/safefile"
 	"github.com/torchspeed/torchspeed/internal/schemacheck"
 	"github.com/torchspeed/torchspeed/pkg/config"
 	"github.com/torchspeed/torchspeed/pkg/report"
+	"github.com/torchspeed/torchspeed/pkg/tserr"
 )
 
 // listing is a folder's entries with each file's content size, for before/after comparisons.
@@ -58,14 +58,15 @@ func sameListing(t *testing.T, what string, a, b map[string]string) {
 	}
 }
 
-func wantCode(t *testing.T, err error, code int, msg ...string) {
+// wantClass checks that err is of the failure class class (a tserr sentinel, as a library user
+// matches it) and that its message holds every msg.
+func wantClass(t *testing.T, err error, class error, msg ...string) {
 	t.Helper()
 	if err == nil {
-		t.Fatalf("no error, want exit %d", code)
+		t.Fatalf("no error, want %q", class)
 	}
-	got := exitcode.Of(err)
-	if got != code {
-		t.Errorf("exit %d (want %d): %v", got, code, err)
+	if !errors.Is(err, class) {
+		t.Errorf("error is not %q: %v", class, err)
 	}
 	for _, m := range msg {
 		if !strings.Contains(err.Error(), m) {
@@ -105,7 +106,7 @@ func TestOutputsAllOrNothing(t *testing.T) {
 		os.Mkdir(filepath.Join(out, "report.md"), 0o755)
 		before := listing(t, out)
 		_, err := Run(context.Background(), quickConfig(t, f, out), testOptions())
-		wantCode(t, err, exitcode.Usage, "report.md", "is a folder")
+		wantClass(t, err, tserr.ErrBadInput, "report.md", "is a folder")
 		sameListing(t, "after the refused run", before, listing(t, out))
 	})
 
@@ -116,7 +117,7 @@ func TestOutputsAllOrNothing(t *testing.T) {
 		}
 		before := listing(t, out)
 		rep, err := Run(context.Background(), failingConfig(t, f, out), testOptions())
-		wantCode(t, err, 3, "validation")
+		wantClass(t, err, tserr.ErrAccuracy, "validation")
 		after := listing(t, out)
 		for _, n := range []string{"digits.torchspeed.pt", "report.json", "report.md", "latency.png"} {
 			if after[n] != before[n] {
@@ -163,7 +164,7 @@ func TestOutputsAllOrNothing(t *testing.T) {
 			return 0
 		}
 		_, err := Run(context.Background(), cfg, opts)
-		wantCode(t, err, exitcode.Usage, "appeared while this run worked")
+		wantClass(t, err, tserr.ErrBadInput, "appeared while this run worked")
 		if b, _ := os.ReadFile(art); string(b) != "the other run's artifact" {
 			t.Errorf("the other run's artifact was replaced")
 		}
@@ -230,7 +231,7 @@ func TestOutputsAllOrNothing(t *testing.T) {
 		cfg := quickConfig(t, f, filepath.Join(dir, "out"))
 		cfg.Model.Path, cfg.Model.Name = model, "../digits"
 		_, err := Run(context.Background(), cfg, testOptions())
-		wantCode(t, err, exitcode.Usage, "model.name", "path separators")
+		wantClass(t, err, tserr.ErrBadInput, "model.name", "path separators")
 		if got, _ := os.ReadFile(model); string(got) != string(b) {
 			t.Error("input model changed")
 		}

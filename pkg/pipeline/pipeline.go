@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
-	"github.com/torchspeed/torchspeed/internal/exitcode"
 	"github.com/torchspeed/torchspeed/internal/safefile"
 	"github.com/torchspeed/torchspeed/pkg/bench"
 	"github.com/torchspeed/torchspeed/pkg/benchrun"
@@ -25,6 +24,7 @@ import (
 	"github.com/torchspeed/torchspeed/pkg/report"
 	"github.com/torchspeed/torchspeed/pkg/runenv"
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
+	"github.com/torchspeed/torchspeed/pkg/tserr"
 	"github.com/torchspeed/torchspeed/pkg/version"
 )
 
@@ -64,13 +64,16 @@ type Options struct {
 	written func(paths []string)
 }
 
-// ValidationError means the result failed its accuracy thresholds. Run returns it wrapped in an
-// exit-code error (exitcode.Validation, 3); errors.As finds it.
+// ValidationError means the result failed its accuracy thresholds: Run returns it with the
+// report. It is of the class tserr.ErrAccuracy (errors.Is); errors.As finds the failures.
 type ValidationError struct{ Failures []string }
 
 func (e *ValidationError) Error() string {
 	return "the optimized model failed validation: " + strings.Join(e.Failures, "; ")
 }
+
+// Is makes a validation failure match tserr.ErrAccuracy.
+func (e *ValidationError) Is(target error) bool { return target == tserr.ErrAccuracy }
 
 type run struct {
 	ctx context.Context
@@ -145,15 +148,15 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (*report.Report,
 
 // Preflight checks what the user gave that can be checked without the model: that its files
 // are there and that this libtorch has the quantized engine it names. Errors are bad input
-// (exit 2) and come before any model work, not after minutes of timing FP32 candidates.
+// (tserr.ErrBadInput) and come before any model work, not after minutes of timing FP32 candidates.
 // Run calls it; commands call it before setting up the runtime.
 func Preflight(cfg *config.Config) error {
 	if err := cfg.CheckFiles(); err != nil {
-		return exitcode.New(exitcode.Usage, err)
+		return tserr.BadInput(err)
 	}
 	if cfg.Quantize.Mode != "none" {
 		if err := quant.CheckEngine(cfg.Quantize.Engine); err != nil {
-			return exitcode.New(exitcode.Usage, err)
+			return tserr.BadInput(err)
 		}
 	}
 	return nil
@@ -188,7 +191,7 @@ func (r *run) steps(start time.Time, out *output) (*report.Report, error) {
 		return nil, err
 	}
 	if verr != nil {
-		return r.rep, exitcode.New(exitcode.Validation, verr)
+		return r.rep, verr
 	}
 	return r.rep, nil
 }
@@ -202,7 +205,7 @@ func (r *run) load() error {
 		return fmt.Errorf("model.path: %w", err)
 	}
 	if err := torchspeed.LoadOpLibraries(cfg.Model.OpLibraries); err != nil {
-		return exitcode.New(exitcode.Usage, fmt.Errorf("model.op_libraries: %w", err))
+		return tserr.BadInput(fmt.Errorf("model.op_libraries: %w", err))
 	}
 	t0 := time.Now()
 	m, err := torch.Load(cfg.Model.Path)
@@ -217,19 +220,7 @@ func (r *run) load() error {
 		return err
 	}
 	r.closes = append(r.closes, r.call.close)
-	var specs []string
-	var ins []report.InputSpec
-	for _, in := range cfg.Model.Inputs {
-		if !in.IsTensor() && in.Data != "" {
-			specs = append(specs, fmt.Sprintf("%s %s from %s", in.Name, in.Type, in.Data))
-			continue
-		} else if !in.IsTensor() {
-			specs = append(specs, fmt.Sprintf("%s %s = %v", in.Name, in.Type, in.Value))
-			continue
-		}
-		specs = append(specs, fmt.Sprintf("%s %s%v", in.Name, in.DType, in.Shape))
-		ins = append(ins, report.InputSpec{Name: in.Name, DType: in.DType, Shape: in.Shape})
-	}
+	specs, ins := describeInputs(cfg)
 	r.rep.Model = report.ModelInfo{Path: cfg.Model.Path, SHA256: sum, Bytes: size, Inputs: ins}
 	if orig, err := bench.MeasureModelSize(cfg.Model.Path); err != nil {
 		// libtorch loaded it: a directory archive/zip cannot read costs only this figure.
@@ -278,7 +269,7 @@ func (r *run) load() error {
 		r.logf("%s", d)
 	}
 	if r.ref, err = outputsOf(r.orig, r.checks); err != nil {
-		return exitcode.New(exitcode.Usage, fmt.Errorf("model %q rejects the configured inputs (model.inputs: %s): %w", cfg.Model.Path, strings.Join(specs, ", "), err))
+		return tserr.BadInput(fmt.Errorf("model %q rejects the configured inputs (model.inputs: %s): %w", cfg.Model.Path, strings.Join(specs, ", "), err))
 	}
 	if n := nonFiniteCount(r.ref); n > 0 {
 		r.warn(fmt.Sprintf("the original model's outputs hold %d NaN or infinite value(s) on the check inputs: candidates are held to the same values at the same places, and those figures are written as null", n))
@@ -295,6 +286,23 @@ func (r *run) load() error {
 		r.logf("%s", d)
 	}
 	return nil
+}
+
+// describeInputs is model.inputs in words for messages ("x float32[1 1 8 8]", "n int = 3") and
+// the tensor inputs as the report lists them.
+func describeInputs(cfg *config.Config) (specs []string, ins []report.InputSpec) {
+	for _, in := range cfg.Model.Inputs {
+		if !in.IsTensor() && in.Data != "" {
+			specs = append(specs, fmt.Sprintf("%s %s from %s", in.Name, in.Type, in.Data))
+			continue
+		} else if !in.IsTensor() {
+			specs = append(specs, fmt.Sprintf("%s %s = %v", in.Name, in.Type, in.Value))
+			continue
+		}
+		specs = append(specs, fmt.Sprintf("%s %s%v", in.Name, in.DType, in.Shape))
+		ins = append(ins, report.InputSpec{Name: in.Name, DType: in.DType, Shape: in.Shape})
+	}
+	return specs, ins
 }
 
 // maxStreamCalls caps the calls of a model.inputs sequence the checks replay.
@@ -447,10 +455,10 @@ func (r *run) inputSpecs(src calib.Source) ([]calib.InputSpec, error) {
 			continue
 		}
 		if d, ok := in.Batch(); !ok || d != 0 {
-			return nil, exitcode.New(exitcode.Usage, fmt.Errorf("model.inputs %s has no batch dimension 0 (batch_dim: %s), so its data cannot be split into samples: give the data as an ordered sequence of calls (sequence: true)", in.Name, in.BatchDim))
+			return nil, tserr.BadInput(fmt.Errorf("model.inputs %s has no batch dimension 0 (batch_dim: %s), so its data cannot be split into samples: give the data as an ordered sequence of calls (sequence: true)", in.Name, in.BatchDim))
 		}
 		if len(in.Shape) == 0 {
-			return nil, exitcode.New(exitcode.Usage, fmt.Errorf("model.inputs %s has no shape: give its shape to read calibration or validation data for it", in.Name))
+			return nil, tserr.BadInput(fmt.Errorf("model.inputs %s has no shape: give its shape to read calibration or validation data for it", in.Name))
 		}
 		shape := append([]int64{-1}, in.Shape[1:]...)
 		specs = append(specs, calib.InputSpec{Name: in.Name, Shape: shape, DType: in.DType})

@@ -8,10 +8,10 @@ import (
 	"time"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
-	"github.com/torchspeed/torchspeed/internal/exitcode"
 	"github.com/torchspeed/torchspeed/pkg/calib"
 	"github.com/torchspeed/torchspeed/pkg/quant"
 	"github.com/torchspeed/torchspeed/pkg/report"
+	"github.com/torchspeed/torchspeed/pkg/tserr"
 	"github.com/torchspeed/torchspeed/pkg/validate"
 )
 
@@ -20,25 +20,48 @@ import (
 // against the best FP32 candidate; INT8 is kept only when it quantized something, passed, and
 // is faster (or forced).
 func (r *run) quantize() error {
-	q := r.cfg.Quantize
-	mode := q.Mode
+	mode, instead := r.quantizeMode()
+	if instead != nil {
+		return instead()
+	}
+	in, err := r.quantInputs(mode)
+	if err != nil {
+		return err
+	}
+	th := r.thresholds()
+	name := "INT8 " + mode
+	c, qrep, qerr := r.buildINT8(mode, in, th)
+	if c != nil && total(quant.AddedOps(r.orig.quantizedOps, c.quantizedOps)) == 0 {
+		return r.quantizedNoLayer(c, name)
+	}
+	if c == nil || c.status != stCandidate {
+		return r.int8Failed(c, qerr, mode, in)
+	}
+	return r.measureINT8(c, qrep, in.val, th)
+}
+
+// quantizeMode resolves quantize.mode for this model (auto: static for convolutions with
+// calibration data, dynamic otherwise). Where nothing is to be quantized, it returns the step
+// that takes quantization's place instead.
+func (r *run) quantizeMode() (mode string, instead func() error) {
+	mode = r.cfg.Quantize.Mode
 	if r.orig.precision != "fp32" && mode != quant.ModeStatic && mode != quant.ModeDynamic {
 		// Quantizing a quantized model again adds nothing (its layers are quantized:: ops the
 		// passes do not see as layers); what it can still gain are the INT8 passes.
 		if mode == "auto" {
 			r.rep.Decisions = append(r.rep.Decisions, fmt.Sprintf("quantize.mode auto: not quantized again, the input model is %s already", r.orig.precision))
 		}
-		return r.int8Input()
+		return "", r.int8Input
 	}
 	if mode == "none" {
-		return r.validateFP32()
+		return "", r.validateFP32
 	}
 	if r.call.method != "forward" {
 		// The graph-mode passes insert observers into, and rewrite, forward alone.
 		why := fmt.Sprintf("INT8 skipped: quantization rewrites forward only, and model.method is %s", r.call.method)
 		r.skip("INT8 "+mode, kindINT8, nil, why)
 		r.warn(why)
-		return r.validateFP32()
+		return "", r.validateFP32
 	}
 	if mode == "auto" {
 		mode = quant.ModeDynamic
@@ -48,35 +71,56 @@ func (r *run) quantize() error {
 		}
 		r.rep.Decisions = append(r.rep.Decisions, fmt.Sprintf("quantize.mode auto: %s (%d convolutions, calibration data %s)", mode, convs, orNone(r.cfg.Calibration.Path)))
 	}
-	var calibB, valB validate.Batches
-	var valDesc string
-	var synthetic bool
+	return mode, nil
+}
+
+// quantInputs is the data INT8 is calibrated and validated on.
+type quantInputs struct {
+	calib, val validate.Batches
+	// valDesc says where the validation data came from; synthetic is set when calibration or
+	// validation used generated data.
+	valDesc   string
+	synthetic bool
+}
+
+// quantInputs opens the calibration data (static mode) and the validation data, warning when
+// either is random.
+func (r *run) quantInputs(mode string) (*quantInputs, error) {
+	in := &quantInputs{}
 	if mode == quant.ModeStatic {
 		specs, err := r.inputSpecs(r.cfg.Calibration)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		ds, err := calib.Open(r.cfg.Calibration, specs)
 		if err != nil {
-			return exitcode.New(exitcode.Usage, fmt.Errorf("calibration data: %w", err))
+			return nil, tserr.BadInput(fmt.Errorf("calibration data: %w", err))
 		}
 		if err := r.checkCalibration(ds, specs); err != nil {
-			return err
+			return nil, err
 		}
-		calibB = r.batches(ds, r.cfg.Calibration.Sequence)
-		synthetic = ds.Synthetic()
-		if synthetic {
+		in.calib = r.batches(ds, r.cfg.Calibration.Sequence)
+		in.synthetic = ds.Synthetic()
+		if in.synthetic {
 			r.warn("calibration used random data: the INT8 result is unverified on real inputs")
 		}
 	}
-	valB, valDesc, synth, random, err := r.validationBatches()
+	val, desc, synth, random, err := r.validationBatches()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	synthetic = synthetic || synth
+	in.val, in.valDesc, in.synthetic = val, desc, in.synthetic || synth
 	if random {
 		r.warn("no validation data: INT8 was checked on random inputs only; set validation.data for a real check")
 	}
+	return in, nil
+}
+
+// buildINT8 quantizes the unfrozen model as the INT8 candidate (validated, with per-layer FP32
+// fallback) and records what quantization did in the report. The candidate is nil, or not
+// stCandidate, when it failed; qerr is the quantizer's error.
+func (r *run) buildINT8(mode string, in *quantInputs, th validate.Thresholds) (c *candidate, qrep *quant.Outcome, qerr error) {
+	q := r.cfg.Quantize
 	opts := quant.Options{
 		Mode: mode, Engine: q.Engine, Observer: q.Observer, Percentile: q.Percentile,
 		PerChannel: q.PerChannel, ReduceRange: string(q.ReduceRange), Skip: q.Skip, Preserve: r.call.preserve,
@@ -87,7 +131,6 @@ func (r *run) quantize() error {
 	if r.opts.Progress != nil {
 		opts.Progress = func(done, total int) { r.opts.Progress("calibration", done, total) }
 	}
-	th := r.thresholds()
 	fb := quant.FallbackOptions{
 		Thresholds: th, MaxFP32Layers: q.MaxFallbackLayers, SensitivityBatches: 4,
 		Latency: r.latency(2, max(5, r.cfg.Bench.StageRuns)),
@@ -96,13 +139,9 @@ func (r *run) quantize() error {
 		fb.MaxFP32Layers = -1
 	}
 	r.logf("quantizing (%s, engine %s, observer %s)", mode, q.Engine, q.Observer)
-	var (
-		qrep *quant.Outcome
-		qerr error
-	)
 	name := "INT8 " + mode
-	c := r.addCandidate(name, kindINT8, append(append([]string{}, r.unfrozenSteps...), "quantize_"+mode), func() (*candidate, error) {
-		m, rep, err := quant.QuantizeChecked(r.ctx, r.unfrozen, calibB, valB, opts, fb)
+	c = r.addCandidate(name, kindINT8, append(append([]string{}, r.unfrozenSteps...), "quantize_"+mode), func() (*candidate, error) {
+		m, rep, err := quant.QuantizeChecked(r.ctx, r.unfrozen, in.calib, in.val, opts, fb)
 		qrep, qerr = rep, err
 		if err != nil {
 			return nil, err
@@ -114,67 +153,80 @@ func (r *run) quantize() error {
 			r.warn(qrep.Warnings[len(qrep.Warnings)-1])
 		}
 		r.rep.Quantize = quantizeInfo(qrep)
-		v := validationOf(qrep, valDesc, synthetic, cosineMeaningful(r.ref))
+		v := validationOf(qrep, in.valDesc, in.synthetic, cosineMeaningful(r.ref))
 		v.Checked, v.CheckedPrecision = name, "int8-"+mode
 		r.rep.Validation = v
 	}
-	if c != nil && total(quant.AddedOps(r.orig.quantizedOps, c.quantizedOps)) == 0 {
-		// Quantization added no quantized operator (a model that was INT8 already keeps its own,
-		// which are not this step's work): what it built is not torchspeed's INT8, whatever it
-		// passed.
-		c.status, c.precision, c.engine = stRejected, r.orig.precision, r.orig.engine
-		c.reason = "no layer quantized: the graph holds no quantized operator (every layer stayed FP32)"
-		if r.orig.precision != "fp32" {
-			c.reason = fmt.Sprintf("no layer quantized: quantization added no quantized operator to the %s the input model holds already (%s)",
-				report.Plural(total(r.orig.quantizedOps), "quantized operator"), r.orig.precision)
+	return c, qrep, qerr
+}
+
+// quantizedNoLayer rejects an INT8 candidate that added no quantized operator (a model that was
+// INT8 already keeps its own, which are not this step's work): what it built is not
+// torchspeed's INT8, whatever it passed.
+func (r *run) quantizedNoLayer(c *candidate, name string) error {
+	c.status, c.precision, c.engine = stRejected, r.orig.precision, r.orig.engine
+	c.reason = "no layer quantized: the graph holds no quantized operator (every layer stayed FP32)"
+	if r.orig.precision != "fp32" {
+		c.reason = fmt.Sprintf("no layer quantized: quantization added no quantized operator to the %s the input model holds already (%s)",
+			report.Plural(total(r.orig.quantizedOps), "quantized operator"), r.orig.precision)
+	}
+	r.warn(fmt.Sprintf("%s quantized no layer: %s; the result is not used. %s", name, strings.TrimPrefix(c.reason, "no layer quantized: "), r.noLayerAdvice()))
+	if r.orig.precision != "fp32" {
+		return r.int8Input()
+	}
+	return r.validateFP32()
+}
+
+// int8Failed handles an INT8 candidate that failed to build or to validate: the FP32 result
+// stands with a warning, unless quantize.force requires INT8.
+func (r *run) int8Failed(c *candidate, qerr error, mode string, in *quantInputs) error {
+	q := r.cfg.Quantize
+	name := "INT8 " + mode
+	valDesc, synthetic := in.valDesc, in.synthetic
+	var te *quant.ThresholdError
+	last := r.cands[len(r.cands)-1]
+	if (errors.As(qerr, &te) || (c != nil && c.status == stRejected)) && !q.Force {
+		// Validation failed even with fallback, but the FP32 chain passed its own checks:
+		// the FP32 result stands (exit 0), as when INT8 is not faster, and the warning says
+		// what INT8 missed. The attempts stay in the report's quantize section.
+		why := last.reason
+		if r.rep.Validation != nil && len(r.rep.Validation.Failures) > 0 {
+			why = strings.Join(r.rep.Validation.Failures, "; ")
 		}
-		r.warn(fmt.Sprintf("%s quantized no layer: %s; the result is not used. %s", name, strings.TrimPrefix(c.reason, "no layer quantized: "), r.noLayerAdvice()))
-		if r.orig.precision != "fp32" {
-			return r.int8Input()
+		if c != nil {
+			c.status = stRejected
 		}
+		r.warn(fmt.Sprintf("%s failed validation on %s (%s): the artifact stays FP32 (the best FP32 result). Set quantize.force to require INT8 (the run then fails with exit 3), or raise quantize.max_fallback_layers, or try another quantize.observer", name, valDesc, why))
 		return r.validateFP32()
 	}
-	if c == nil || c.status != stCandidate {
-		var te *quant.ThresholdError
-		last := r.cands[len(r.cands)-1]
-		if (errors.As(qerr, &te) || (c != nil && c.status == stRejected)) && !q.Force {
-			// Validation failed even with fallback, but the FP32 chain passed its own checks:
-			// the FP32 result stands (exit 0), as when INT8 is not faster, and the warning says
-			// what INT8 missed. The attempts stay in the report's quantize section.
-			why := last.reason
-			if r.rep.Validation != nil && len(r.rep.Validation.Failures) > 0 {
-				why = strings.Join(r.rep.Validation.Failures, "; ")
-			}
-			if c != nil {
-				c.status = stRejected
-			}
-			r.warn(fmt.Sprintf("%s failed validation on %s (%s): the artifact stays FP32 (the best FP32 result). Set quantize.force to require INT8 (the run then fails with exit 3), or raise quantize.max_fallback_layers, or try another quantize.observer", name, valDesc, why))
-			return r.validateFP32()
+	if errors.As(qerr, &te) || (c != nil && c.status == stRejected) {
+		// INT8 is required (quantize.force) and failed validation even with fallback: the
+		// run fails (tserr.ErrAccuracy), reports written.
+		if r.rep.Validation == nil {
+			r.rep.Validation = &report.Validation{Data: valDesc, Synthetic: synthetic, Checked: name, CheckedPrecision: "int8-" + mode}
 		}
-		if errors.As(qerr, &te) || (c != nil && c.status == stRejected) {
-			// INT8 is required (quantize.force) and failed validation even with fallback: the
-			// run fails (exit 3), reports written.
-			if r.rep.Validation == nil {
-				r.rep.Validation = &report.Validation{Data: valDesc, Synthetic: synthetic, Checked: name, CheckedPrecision: "int8-" + mode}
-			}
-			r.rep.Validation.Passed = false
-			if len(r.rep.Validation.Failures) == 0 {
-				r.rep.Validation.Failures = []string{last.reason}
-			}
-			return nil
+		r.rep.Validation.Passed = false
+		if len(r.rep.Validation.Failures) == 0 {
+			r.rep.Validation.Failures = []string{last.reason}
 		}
-		// A quantizer failure (libtorch's passes or engines reject some graphs) comes after the
-		// FP32 candidates are built and measured: unless INT8 is required (quantize.force), the
-		// FP32 result stands, with the reason in words a user can act on.
-		why := quantizeFailure(name, r.quantEngine(q.Engine), last.reason)
-		if q.Force {
-			return fmt.Errorf("quantize: %s; quantize.force requires INT8, so nothing is written: drop force (or use quantize.mode none) to keep the FP32 result", why)
-		}
-		r.warn(fmt.Sprintf("%s; the artifact stays FP32 (quantize.mode %s)", why, q.Mode))
-		return r.validateFP32()
+		return nil
 	}
-	// Guard: INT8 must beat the best FP32 model on this machine; INT8 + optimize_for_inference,
-	// when built, runs in the same measurement.
+	// A quantizer failure (libtorch's passes or engines reject some graphs) comes after the
+	// FP32 candidates are built and measured: unless INT8 is required (quantize.force), the
+	// FP32 result stands, with the reason in words a user can act on.
+	why := quantizeFailure(name, r.quantEngine(q.Engine), last.reason)
+	if q.Force {
+		return fmt.Errorf("quantize: %s; quantize.force requires INT8, so nothing is written: drop force (or use quantize.mode none) to keep the FP32 result", why)
+	}
+	r.warn(fmt.Sprintf("%s; the artifact stays FP32 (quantize.mode %s)", why, q.Mode))
+	return r.validateFP32()
+}
+
+// measureINT8 measures the INT8 candidate, its optimize_for_inference, fast_qdq and
+// fuse_conv_add variants and the best FP32 candidate in the same rounds, and decides whether
+// INT8 stands: it must beat the best FP32 model on this machine.
+func (r *run) measureINT8(c *candidate, qrep *quant.Outcome, valB validate.Batches, th validate.Thresholds) error {
+	q := r.cfg.Quantize
 	fp32 := r.best()
 	ofi, match := r.int8OFI(c)
 	if err := r.chooseINT8Threads(c, ofi); err != nil {
@@ -419,7 +471,7 @@ func (r *run) openValidation(src calib.Source) (validate.Batches, string, bool, 
 	}
 	ds, err := calib.Open(src, specs)
 	if err != nil {
-		return nil, "", false, exitcode.New(exitcode.Usage, fmt.Errorf("validation data: %w", err))
+		return nil, "", false, tserr.BadInput(fmt.Errorf("validation data: %w", err))
 	}
 	if err := r.checkLabels(ds, "validation data"); err != nil {
 		return nil, "", false, err

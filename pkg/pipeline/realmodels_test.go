@@ -9,6 +9,7 @@ import (
 	"github.com/torchspeed/torchspeed/internal/fixtures"
 	"github.com/torchspeed/torchspeed/pkg/report"
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
+	"github.com/torchspeed/torchspeed/pkg/tserr"
 )
 
 // hasLine reports whether one of lines holds every one of subs.
@@ -176,7 +177,7 @@ func TestFallbackListsOnlyLayersItChanged(t *testing.T) {
 				t.Errorf("no warning that mlp.0 changed nothing: %q", rep.Warnings)
 			}
 			if force {
-				wantCode(t, err, 3, "validation")
+				wantClass(t, err, tserr.ErrAccuracy, "validation")
 				if rep.Artifact != nil {
 					t.Errorf("artifact %s written though forced INT8 failed", *rep.Artifact)
 				}

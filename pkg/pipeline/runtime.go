@@ -32,8 +32,8 @@ const (
 	// controlName is the second group of processes with libtorch's defaults.
 	controlName = "default (second group)"
 	// runtimeProcesses is how many processes time each candidate (and each group of the
-	// defaults): processes of the same settings differ by themselves, by up to 1.8x at p50
-	// measured on a quiet 2-vCPU VM, so one process per candidate decides nothing.
+	// defaults): processes of the same settings differ by themselves, by up to 1.8x at p50 on a
+	// quiet VM (docs/architecture.md), so one process per candidate decides nothing.
 	runtimeProcesses = 2
 )
 

@@ -7,12 +7,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/torchspeed/torchspeed/internal/exitcode"
 	"github.com/torchspeed/torchspeed/internal/fixtures"
 	"github.com/torchspeed/torchspeed/internal/fixtures/streamref"
 	"github.com/torchspeed/torchspeed/pkg/config"
 	"github.com/torchspeed/torchspeed/pkg/report"
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
+	"github.com/torchspeed/torchspeed/pkg/tserr"
 )
 
 // streamingConfig optimizes the streaming fixture as a user would configure it: x from the
@@ -259,7 +259,7 @@ func TestOptimizeTypedBadInput(t *testing.T) {
 			c := streamingConfig(t, f, out, "none")
 			tc.edit(c, t.TempDir())
 			_, err := Run(context.Background(), c, testOptions())
-			wantCode(t, err, exitcode.Usage, tc.want...)
+			wantClass(t, err, tserr.ErrBadInput, tc.want...)
 			assertEmpty(t, parent)
 		})
 	}

@@ -102,64 +102,14 @@ func QuantizeChecked(ctx context.Context, m *torch.Module, calib, val validate.B
 	if err != nil {
 		return nil, nil, err
 	}
-	var attempts []Attempt
-	var passing []candidate
-	var best *candidate // best failing candidate, by cosine, for the error report
-	defer func() {
-		for _, c := range passing {
-			c.model.Close()
-		}
-		if best != nil {
-			best.model.Close()
-		}
-	}()
+	s := &fallbackSearch{ctx: ctx, m: m, calib: calib, opts: opts, fb: fb, ref: ref}
+	defer s.close()
 
-	try := func(skip []string) (*candidate, bool, error) {
-		o := opts
-		o.Skip = append(slices.Clone(opts.Skip), skip...)
-		q, rep, err := Quantize(ctx, m, calib, o)
-		if err != nil {
-			return nil, false, err
-		}
-		res, err := ref.Compare(ctx, q)
-		if err != nil {
-			q.Close()
-			return nil, false, err
-		}
-		nodes, err := q.NodeCounts()
-		if err != nil {
-			q.Close()
-			return nil, false, err
-		}
-		failed, unchecked := fb.Thresholds.Check(res)
-		rep.Validation, rep.Failures, rep.Unchecked = res, failed, unchecked
-		attempts = append(attempts, Attempt{FP32Layers: o.Skip, Cosine: res.Cosine, Top1: res.Top1, Passed: len(failed) == 0, Failures: failed})
-		return &candidate{model: q, rep: rep, res: res, skip: slices.Clone(skip), nodes: nodes}, len(failed) == 0, nil
-	}
-	// unchanged are the layers whose exclusion left the quantized graph as it was: a layer
-	// inlined into its parent's graph (a scripted nn.Sequential the freeze folded away, say) is
-	// still quantized however it is named, and listing it as FP32 would be false.
-	var unchanged []string
-	keep := func(c *candidate, ok bool) {
-		if ok {
-			passing = append(passing, *c)
-			return
-		}
-		if best == nil || c.res.Cosine > best.res.Cosine {
-			if best != nil {
-				best.model.Close()
-			}
-			best = c
-			return
-		}
-		c.model.Close()
-	}
-
-	first, ok, err := try(nil)
+	first, ok, err := s.try(nil)
 	if err != nil {
 		return nil, nil, err
 	}
-	keep(first, ok)
+	s.keep(first, ok)
 	var table []LayerSensitivity
 	if (!ok && fb.MaxFP32Layers > 0) || fb.AlwaysSensitivity {
 		table, err = Sensitivity(ctx, m, calib, ref, opts, fb.SensitivityBatches, first.res)
@@ -168,102 +118,197 @@ func QuantizeChecked(ctx context.Context, m *torch.Module, calib, val validate.B
 		}
 	}
 	if !ok && fb.MaxFP32Layers > 0 {
-		var skip []string
-		prev := first.nodes
-		for _, row := range table {
-			// Layers that change nothing are not counted against the limit, but are not tried
-			// without end either.
-			if len(skip) >= fb.MaxFP32Layers || len(unchanged) >= fb.MaxFP32Layers {
-				break
-			}
-			c, pass, err := try(append(slices.Clone(skip), row.Layer))
-			if err != nil {
-				return nil, nil, err
-			}
-			if maps.Equal(c.nodes, prev) {
-				unchanged = append(unchanged, row.Layer)
-				attempts = attempts[:len(attempts)-1]
-				c.model.Close()
-				continue
-			}
-			skip, prev = append(skip, row.Layer), c.nodes
-			keep(c, pass)
-			if pass {
-				// The first passing set is not necessarily the fastest. The greedy order may have
-				// kept layers in FP32 that the last one made unnecessary: try dropping each
-				// earlier one. And an FP32 layer between INT8 neighbours costs a dequantize and
-				// a quantize; keeping the next most sensitive layer FP32 too can remove them:
-				// try that as well. Timing decides below.
-				var more [][]string
-				for i := 0; i < len(skip)-1; i++ {
-					more = append(more, slices.Delete(slices.Clone(skip), i, i+1))
-				}
-				if n := len(skip); n < fb.MaxFP32Layers && n < len(table) {
-					more = append(more, append(slices.Clone(skip), table[n].Layer))
-				}
-				for _, alt := range more {
-					c, pass, err := try(alt)
-					if err != nil {
-						return nil, nil, err
-					}
-					keep(c, pass)
-				}
-				break
-			}
+		if err := s.fallBack(first, table); err != nil {
+			return nil, nil, err
 		}
 	}
+	if len(s.passing) == 0 {
+		rep := s.best.rep
+		s.unchangedNote(rep)
+		rep.Sensitivity, rep.Attempts = table, s.attempts
+		return nil, rep, &ThresholdError{Failures: s.best.rep.Failures, Tried: len(s.attempts)}
+	}
+	chosen, err := s.choose()
+	if err != nil {
+		return nil, nil, err
+	}
+	c := s.passing[chosen]
+	s.passing = slices.Delete(s.passing, chosen, chosen+1) // close must not free it
+	s.unchangedNote(c.rep)
+	c.rep.Sensitivity, c.rep.Attempts = table, s.attempts
+	return c.model, c.rep, nil
+}
 
-	unchangedNote := func(rep *Outcome) {
-		if len(unchanged) == 0 {
-			return
-		}
-		it := "them"
-		if len(unchanged) == 1 {
-			it = "it"
-		}
-		rep.Unchanged = unchanged
-		rep.Warnings = append(rep.Warnings, fmt.Sprintf("keeping %s in FP32 left the quantized graph unchanged (same operators), so the fallback did not count %s: such a layer is inlined into its parent's graph (a scripted nn.Sequential, say) and stays INT8 whatever quantize.skip names; name the parent module, or keep the model FP32 (quantize.mode none)",
-			strings.Join(unchanged, ", "), it))
+// fallbackSearch is QuantizeChecked's state: the models it built and what each attempt gave.
+type fallbackSearch struct {
+	ctx   context.Context
+	m     *torch.Module
+	calib validate.Batches
+	opts  Options
+	fb    FallbackOptions
+	ref   *validate.Reference
+
+	attempts []Attempt
+	passing  []candidate
+	best     *candidate // best failing candidate, by cosine, for the error report
+	// unchanged are the layers whose exclusion left the quantized graph as it was: a layer
+	// inlined into its parent's graph (a scripted nn.Sequential the freeze folded away, say) is
+	// still quantized however it is named, and listing it as FP32 would be false.
+	unchanged []string
+}
+
+// close frees every model the search still holds.
+func (s *fallbackSearch) close() {
+	for _, c := range s.passing {
+		c.model.Close()
 	}
-	if len(passing) == 0 {
-		rep := best.rep
-		unchangedNote(rep)
-		rep.Sensitivity, rep.Attempts = table, attempts
-		return nil, rep, &ThresholdError{Failures: best.rep.Failures, Tried: len(attempts)}
+	if s.best != nil {
+		s.best.model.Close()
 	}
+}
+
+// try quantizes with skip kept in FP32 (besides opts.Skip), validates the result and records
+// the attempt; it reports whether the thresholds passed.
+func (s *fallbackSearch) try(skip []string) (*candidate, bool, error) {
+	o := s.opts
+	o.Skip = append(slices.Clone(s.opts.Skip), skip...)
+	q, rep, err := Quantize(s.ctx, s.m, s.calib, o)
+	if err != nil {
+		return nil, false, err
+	}
+	res, err := s.ref.Compare(s.ctx, q)
+	if err != nil {
+		q.Close()
+		return nil, false, err
+	}
+	nodes, err := q.NodeCounts()
+	if err != nil {
+		q.Close()
+		return nil, false, err
+	}
+	failed, unchecked := s.fb.Thresholds.Check(res)
+	rep.Validation, rep.Failures, rep.Unchecked = res, failed, unchecked
+	s.attempts = append(s.attempts, Attempt{FP32Layers: o.Skip, Cosine: res.Cosine, Top1: res.Top1, Passed: len(failed) == 0, Failures: failed})
+	return &candidate{model: q, rep: rep, res: res, skip: slices.Clone(skip), nodes: nodes}, len(failed) == 0, nil
+}
+
+// keep holds on to a passing candidate, or to the best failing one; it closes the rest.
+func (s *fallbackSearch) keep(c *candidate, ok bool) {
+	if ok {
+		s.passing = append(s.passing, *c)
+		return
+	}
+	if s.best == nil || c.res.Cosine > s.best.res.Cosine {
+		if s.best != nil {
+			s.best.model.Close()
+		}
+		s.best = c
+		return
+	}
+	c.model.Close()
+}
+
+// fallBack keeps the most sensitive layers (table's order) in FP32 one more at a time until the
+// thresholds pass or fb.MaxFP32Layers is reached; from the first passing set it also tries the
+// sets around it.
+func (s *fallbackSearch) fallBack(first *candidate, table []LayerSensitivity) error {
+	var skip []string
+	prev := first.nodes
+	for _, row := range table {
+		// Layers that change nothing are not counted against the limit, but are not tried
+		// without end either.
+		if len(skip) >= s.fb.MaxFP32Layers || len(s.unchanged) >= s.fb.MaxFP32Layers {
+			break
+		}
+		c, pass, err := s.try(append(slices.Clone(skip), row.Layer))
+		if err != nil {
+			return err
+		}
+		if maps.Equal(c.nodes, prev) {
+			s.unchanged = append(s.unchanged, row.Layer)
+			s.attempts = s.attempts[:len(s.attempts)-1]
+			c.model.Close()
+			continue
+		}
+		skip, prev = append(skip, row.Layer), c.nodes
+		s.keep(c, pass)
+		if pass {
+			return s.tryAround(skip, table)
+		}
+	}
+	return nil
+}
+
+// tryAround tries the sets near the first passing one, skip: the first passing set is not
+// necessarily the fastest. The greedy order may have kept layers in FP32 that the last one made
+// unnecessary: try dropping each earlier one. And an FP32 layer between INT8 neighbours costs a
+// dequantize and a quantize; keeping the next most sensitive layer FP32 too can remove them:
+// try that as well. Timing decides (choose).
+func (s *fallbackSearch) tryAround(skip []string, table []LayerSensitivity) error {
+	var more [][]string
+	for i := 0; i < len(skip)-1; i++ {
+		more = append(more, slices.Delete(slices.Clone(skip), i, i+1))
+	}
+	if n := len(skip); n < s.fb.MaxFP32Layers && n < len(table) {
+		more = append(more, append(slices.Clone(skip), table[n].Layer))
+	}
+	for _, alt := range more {
+		c, pass, err := s.try(alt)
+		if err != nil {
+			return err
+		}
+		s.keep(c, pass)
+	}
+	return nil
+}
+
+// unchangedNote records in rep the layers whose FP32 fallback changed nothing, with a warning.
+func (s *fallbackSearch) unchangedNote(rep *Outcome) {
+	if len(s.unchanged) == 0 {
+		return
+	}
+	it := "them"
+	if len(s.unchanged) == 1 {
+		it = "it"
+	}
+	rep.Unchanged = s.unchanged
+	rep.Warnings = append(rep.Warnings, fmt.Sprintf("keeping %s in FP32 left the quantized graph unchanged (same operators), so the fallback did not count %s: such a layer is inlined into its parent's graph (a scripted nn.Sequential, say) and stays INT8 whatever quantize.skip names; name the parent module, or keep the model FP32 (quantize.mode none)",
+		strings.Join(s.unchanged, ", "), it))
+}
+
+// choose returns the index of the passing candidate to keep: the fastest by fb.Latency (each
+// passing attempt gets its time), or without timing the one with the fewest FP32 layers, then
+// the highest cosine.
+func (s *fallbackSearch) choose() (int, error) {
 	chosen := 0
-	if len(passing) > 1 && fb.Latency != nil {
-		models := make([]*torch.Module, len(passing))
-		for i, c := range passing {
+	if len(s.passing) > 1 && s.fb.Latency != nil {
+		models := make([]*torch.Module, len(s.passing))
+		for i, c := range s.passing {
 			models[i] = c.model
 		}
-		lat, err := fb.Latency(ctx, models)
+		lat, err := s.fb.Latency(s.ctx, models)
 		if err != nil {
-			return nil, nil, fmt.Errorf("quantize: timing the passing candidates: %w", err)
+			return 0, fmt.Errorf("quantize: timing the passing candidates: %w", err)
 		}
-		for i := range passing {
-			for k := range attempts {
-				if attempts[k].Passed && slices.Equal(attempts[k].FP32Layers, passing[i].rep.FP32Layers) {
-					attempts[k].Latency = lat[i]
+		for i := range s.passing {
+			for k := range s.attempts {
+				if s.attempts[k].Passed && slices.Equal(s.attempts[k].FP32Layers, s.passing[i].rep.FP32Layers) {
+					s.attempts[k].Latency = lat[i]
 				}
 			}
 			if lat[i] < lat[chosen] {
 				chosen = i
 			}
 		}
-	} else {
-		for i, c := range passing {
-			if len(c.skip) < len(passing[chosen].skip) ||
-				(len(c.skip) == len(passing[chosen].skip) && c.res.Cosine > passing[chosen].res.Cosine) {
-				chosen = i
-			}
+		return chosen, nil
+	}
+	for i, c := range s.passing {
+		if len(c.skip) < len(s.passing[chosen].skip) ||
+			(len(c.skip) == len(s.passing[chosen].skip) && c.res.Cosine > s.passing[chosen].res.Cosine) {
+			chosen = i
 		}
 	}
-	c := passing[chosen]
-	passing = slices.Delete(passing, chosen, chosen+1) // the deferred Close must not free it
-	unchangedNote(c.rep)
-	c.rep.Sensitivity, c.rep.Attempts = table, attempts
-	return c.model, c.rep, nil
+	return chosen, nil
 }
 
 // Sensitivity measures each quantizable layer's share of the quantization error: for every

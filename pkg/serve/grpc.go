@@ -26,7 +26,8 @@ import (
 func (s *Server) NewGRPCServer() *grpc.Server {
 	limit := int(min(s.cfg.MaxRequestBytes, math.MaxInt32))
 	// Stream workers reuse goroutines instead of starting one per call (when all are busy, a
-	// call still gets a goroutine of its own): 15-40 us less per call at p50 on a 2-vCPU VM.
+	// call still gets a goroutine of its own), which took time off every call at p50
+	// (docs/architecture.md).
 	g := grpc.NewServer(grpc.MaxRecvMsgSize(limit), grpc.MaxSendMsgSize(math.MaxInt32),
 		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))
 	pb.RegisterGRPCInferenceServiceServer(g, &grpcService{s: s})

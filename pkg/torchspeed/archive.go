@@ -14,7 +14,7 @@ import (
 	"strings"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
-	"github.com/torchspeed/torchspeed/internal/exitcode"
+	"github.com/torchspeed/torchspeed/pkg/tserr"
 )
 
 // MaxManifestBytes bounds the manifest read from an archive: a manifest is a few kilobytes, and
@@ -47,7 +47,7 @@ func scanArchive(path string) (*archiveInfo, error) {
 	}
 	defer zr.Close()
 	if err := torch.CheckRecords(zr.File, path); err != nil {
-		return nil, exitcode.New(exitcode.Usage, err)
+		return nil, tserr.BadInput(err)
 	}
 	type rec struct {
 		name string
@@ -67,7 +67,7 @@ func scanArchive(path string) (*archiveInfo, error) {
 	for _, r := range recs {
 		if r.name == "extra/"+ManifestFile {
 			if r.f.UncompressedSize64 > MaxManifestBytes {
-				return nil, exitcode.New(exitcode.Usage, fmt.Errorf("load artifact %q: its manifest (%s) is %d bytes, more than the %d a manifest can be: the file was not written by torchspeed or was modified", path, ManifestFile, r.f.UncompressedSize64, MaxManifestBytes))
+				return nil, tserr.BadInput(fmt.Errorf("load artifact %q: its manifest (%s) is %d bytes, more than the %d a manifest can be: the file was not written by torchspeed or was modified", path, ManifestFile, r.f.UncompressedSize64, MaxManifestBytes))
 			}
 			b, err := readRecord(r.f, MaxManifestBytes, nil)
 			if err != nil {
@@ -196,13 +196,13 @@ func VerifyArchive(path string) (*Manifest, error) {
 		return nil, nil
 	}
 	refuse := func(what string) error {
-		return exitcode.New(exitcode.Usage, fmt.Errorf("load artifact %q: %s: it was modified after torchspeed wrote it: restore the file or run torchspeed optimize again", path, what))
+		return tserr.BadInput(fmt.Errorf("load artifact %q: %s: it was modified after torchspeed wrote it: restore the file or run torchspeed optimize again", path, what))
 	}
 	// The schema first: a field torchspeed would never write is named as such, digest or not.
 	man, err := ParseManifest(info.manifest)
 	if err != nil {
 		// A hand-made, damaged or tampered manifest is bad input, as a bad config value is.
-		return nil, exitcode.New(exitcode.Usage, fmt.Errorf("load artifact %q: %w", path, err))
+		return nil, tserr.BadInput(fmt.Errorf("load artifact %q: %w", path, err))
 	}
 	if what := modified(man, info); what != "" {
 		return nil, refuse(what)

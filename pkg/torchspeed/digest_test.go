@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/torchspeed/torchspeed/internal/exitcode"
 	"github.com/torchspeed/torchspeed/internal/fixtures"
+	"github.com/torchspeed/torchspeed/pkg/tserr"
 )
 
 // refusedAs loads p and wants a bad-input error (exit 2) that names the file and says each of want.
@@ -18,8 +18,8 @@ func refusedAs(t *testing.T, p string, want ...string) {
 		m.Close()
 		t.Fatal("loaded")
 	}
-	if code := exitcode.Of(err); code != exitcode.Usage {
-		t.Errorf("exit code %d, want %d: %v", code, exitcode.Usage, err)
+	if !errors.Is(err, tserr.ErrBadInput) {
+		t.Errorf("not bad input (tserr.ErrBadInput): %v", err)
 	}
 	for _, w := range append(want, p) {
 		if !strings.Contains(err.Error(), w) {
@@ -115,8 +115,7 @@ func TestHostileDigestEveryManifestByte(t *testing.T) {
 				return data
 			})
 			_, err := VerifyArchive(p)
-			var ec *exitcode.Error
-			if err == nil || !errors.As(err, &ec) || ec.Code != exitcode.Usage {
+			if !errors.Is(err, tserr.ErrBadInput) {
 				t.Fatalf("byte %d (%q) ^ %#x: %v", i, raw[i], flip, err)
 			}
 		}

@@ -48,7 +48,7 @@ func tamper(t *testing.T, path string) string {
 	target, _, _ := fixtures.LargestRecord(t, path)
 	return fixtures.RewriteZip(t, path, func(name string, data []byte) []byte {
 		if name == target {
-			// A float32 constant times 500, as in issue 14.
+			// A float32 constant times 500: such an artifact once loaded and answered 500x off.
 			v := math.Float32frombits(binary.LittleEndian.Uint32(data[:4]))
 			binary.LittleEndian.PutUint32(data[:4], math.Float32bits(v*500+1))
 		}
@@ -76,8 +76,8 @@ func TestHostile15SaveArtifactRecordsDigest(t *testing.T) {
 	}
 }
 
-// Issue 14: 4 bytes changed in a constant of an artifact loaded and answered 500x off; 23 of 80
-// corrupted copies of a plain model loaded. Now each is refused, naming the file.
+// 4 bytes changed in a constant of an artifact once loaded and answered 500x off, and 23 of 80
+// corrupted copies of a plain model loaded. Each is refused, naming the file.
 func TestHostile15LoadRefusesCorruptedArchives(t *testing.T) {
 	art := saveWithManifest(t, goodManifest())
 	plain := fixtures.Load(t).Get(t, "digits").ModelPath()
@@ -179,8 +179,8 @@ func TestHostile03LoadClampsManifestThreads(t *testing.T) {
 	}
 }
 
-// Issue 14: an INT8 artifact's answers depended on the engine set before Load, because weights
-// are packed while loading. Load sets the manifest's engine first.
+// An INT8 artifact's answers depended on the engine set before Load, because weights are packed
+// while loading. Load sets the manifest's engine first.
 func TestHostile14LoadSetsEngineBeforeLoading(t *testing.T) {
 	for _, name := range []string{"digits", "resnet18", "lstm"} {
 		t.Run(name, func(t *testing.T) { checkEngineBeforeLoad(t, name) })
