@@ -29,6 +29,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <immintrin.h>
 #include <torch/library.h>
+#include <torch/version.h>
 
 #include <algorithm>
 #include <cmath>
@@ -38,6 +39,10 @@
 
 #include "fastq.h"
 #include "ops.h"
+
+#ifndef TORCH_VERSION_MAJOR
+#error "add_reproducible() reads TORCH_VERSION_MAJOR/MINOR: include torch/version.h"
+#endif
 
 using tsfast::aten_add;
 using tsfast::Isa;
