@@ -38,8 +38,9 @@ STATICCHECK := $(BUILD)/bin/staticcheck-$(STATICCHECK_VERSION)
 # Packages that must build without cgo on other systems: everything but the bindings and the
 # packages that run models through them.
 PUREGO_PKGS := ./pkg/bench ./pkg/calib ./pkg/config ./pkg/cpu ./pkg/export/tritonpb ./pkg/kernels ./pkg/launch \
+	./pkg/serve/inferencepb \
 	./pkg/npy ./pkg/plot ./pkg/report ./pkg/roofline ./pkg/runenv ./pkg/version \
-	./internal/exitcode ./internal/fixtures ./internal/int8check ./internal/refconv ./internal/safefile ./internal/schemacheck
+	./internal/exitcode ./internal/fixtures ./internal/int8check ./internal/memlimit ./internal/refconv ./internal/safefile ./internal/schemacheck
 
 $(STATICCHECK):
 	@mkdir -p $(BUILD)/bin
@@ -92,12 +93,17 @@ test-go:
 	go test -race -count=1 -timeout 40m ./...
 
 # The readers of untrusted files, fuzzed for a bounded time each (go test -fuzz takes one target
-# of one package per run); seed corpora in each package's testdata/fuzz.
-FUZZTIME ?= 20s
+# of one package per run); seed corpora in each package's testdata/fuzz. The fuzzer minimizes
+# every input that finds new code for up to -fuzzminimizetime (60 s by default) without counting
+# it: on the config loader (a few ms an input) that took the whole run, as if it had stalled;
+# 50 tries each leaves the run to finding inputs.
+FUZZTIME ?= 60s
+FUZZ := go test -run '^$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 50x -fuzz
 test-fuzz:
-	go test -run '^$$' -fuzz '^FuzzRead$$' -fuzztime $(FUZZTIME) ./pkg/npy
-	go test -run '^$$' -fuzz '^FuzzReadNPZ$$' -fuzztime $(FUZZTIME) ./pkg/npy
-	go test -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime $(FUZZTIME) ./pkg/config
+	$(FUZZ) '^FuzzRead$$' ./pkg/npy
+	$(FUZZ) '^FuzzReadNPZ$$' ./pkg/npy
+	$(FUZZ) '^FuzzLoad$$' ./pkg/config
+	$(FUZZ) '^FuzzVerifyArchive$$' ./pkg/torchspeed
 
 test: build fixtures lint test-purego test-go test-fuzz test-example check-isa
 
@@ -122,11 +128,15 @@ install: shim
 test-example: build fixtures
 	bash examples/serve/test.sh
 
-# Regenerate pkg/export/tritonpb from its .proto (protoc from Debian's protobuf-compiler;
-# protoc-gen-go at the version go.mod requires).
+# Regenerate pkg/export/tritonpb and pkg/serve/inferencepb from their .proto files (protoc from
+# Debian's protobuf-compiler; protoc-gen-go and protoc-gen-go-grpc at the versions go.mod
+# requires). kserve's grpc_predict_v2.proto is kept as published: its Go package comes from M.
+INFERENCEPB_M := Mpkg/serve/inferencepb/grpc_predict_v2.proto=github.com/torchspeed/torchspeed/pkg/serve/inferencepb
 proto:
-	GOBIN=$(CURDIR)/$(BUILD)/bin go install google.golang.org/protobuf/cmd/protoc-gen-go
+	GOBIN=$(CURDIR)/$(BUILD)/bin go install google.golang.org/protobuf/cmd/protoc-gen-go google.golang.org/grpc/cmd/protoc-gen-go-grpc
 	PATH=$(CURDIR)/$(BUILD)/bin:$$PATH protoc --go_out=. --go_opt=paths=source_relative pkg/export/tritonpb/model_config.proto
+	PATH=$(CURDIR)/$(BUILD)/bin:$$PATH protoc --go_out=. --go_opt=paths=source_relative,$(INFERENCEPB_M) \
+		--go-grpc_out=. --go-grpc_opt=paths=source_relative,$(INFERENCEPB_M) pkg/serve/inferencepb/grpc_predict_v2.proto
 
 demo: build fixtures
 	$(BIN) optimize -c configs/demo.yaml
@@ -143,9 +153,10 @@ PEERS_ARGS ?=
 bench-peers: build $(if $(TORCHSPEED_FIXTURES),,fixtures)
 	bash scripts/peers/setup.sh
 	go build -o $(BUILD)/peers/goworker ./scripts/peers/goworker
+	go build -o $(BUILD)/peers/peerstats ./scripts/peers/peerstats
 	$(CC) -O2 -Wall -Wextra -Werror -fopenmp -o $(BUILD)/peers/floor_worker scripts/peers/floor_worker.c
 	/usr/bin/python3 scripts/peers/bench_peers.py --torchspeed $(BIN) --goworker $(BUILD)/peers/goworker \
-		--floor-worker $(BUILD)/peers/floor_worker $(PEERS_ARGS)
+		--peerstats $(BUILD)/peers/peerstats --floor-worker $(BUILD)/peers/floor_worker $(PEERS_ARGS)
 
 # Build and test against libtorch 2.6 in a Debian 13 chroot (not part of make test; see the script).
 check-libtorch2:

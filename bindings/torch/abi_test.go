@@ -211,6 +211,7 @@ func TestHostile04NoPanicOnBadArguments(t *testing.T) {
 			_, errs["QuantDynamic"] = m.QuantDynamic(torch.QuantConfig{}, "")
 			_, errs["QuantLayers"] = m.QuantLayers()
 			_, _, errs["OpFLOPs"] = m.OpFLOPs()
+			_, errs["OpProfile"] = m.OpProfile()
 			_, _, errs["FuseConvAdd"] = m.FuseConvAdd()
 			for fn, err := range errs {
 				if err == nil {

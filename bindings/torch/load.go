@@ -18,6 +18,8 @@ import (
 	"strconv"
 	"strings"
 	"unsafe"
+
+	"github.com/torchspeed/torchspeed/internal/memlimit"
 )
 
 var zipMagic = []byte("PK\x03\x04")
@@ -138,6 +140,9 @@ func checkArchive(r io.ReaderAt, size int64, name string) error {
 	if err != nil {
 		return loadErr(name, Corrupt, "truncated or corrupt archive (%v): copy or export it again", err)
 	}
+	if err := CheckRecords(zr.File, name); err != nil {
+		return err
+	}
 	var version *zip.File
 	hasData, hasCode := false, false
 	for _, f := range zr.File {
@@ -177,6 +182,34 @@ func checkArchive(r io.ReaderAt, size int64, name string) error {
 	}
 	if maxv := MaxFileFormatVersion(); v > maxv {
 		return loadErr(name, Unsupported, "written by a newer PyTorch (file format version %d; this libtorch %s reads up to %d): save it with an older PyTorch or run torchspeed with a newer libtorch", v, Version(), maxv)
+	}
+	return nil
+}
+
+// MaxExtraBytes bounds an archive's extra files (its extra/NAME records) together: libtorch
+// reads every one into memory when it loads the archive, and the module keeps them.
+const MaxExtraBytes = 32 << 20
+
+// CheckRecords checks what an archive's records declare before anything reads them: their
+// number, each record's sizes (a zip bomb, or a size deflate cannot produce), the extra files
+// against MaxExtraBytes, and all records together against the memory available. The error is
+// an InvalidArgument *Error naming the archive and the sizes.
+func CheckRecords(files []*zip.File, name string) error {
+	total, err := memlimit.CheckRecords(files)
+	if err != nil {
+		return loadErr(name, InvalidArgument, "%v: export the model again with torch.jit.save", err)
+	}
+	var extra uint64
+	for _, f := range files {
+		if _, rec, ok := strings.Cut(f.Name, "/"); ok && strings.HasPrefix(rec, "extra/") {
+			extra += min(f.UncompressedSize64, 1<<40) // at most 65536 records: no overflow
+		}
+	}
+	if extra > MaxExtraBytes {
+		return loadErr(name, InvalidArgument, "its extra files (extra/ records) declare %s together, more than the %s allowed: keep large data beside the model, not inside it", memlimit.FormatBytes(extra), memlimit.FormatBytes(uint64(MaxExtraBytes)))
+	}
+	if err := memlimit.CheckFits("its records", total, 1); err != nil {
+		return loadErr(name, InvalidArgument, "%v: free memory, or load it on a larger machine", err)
 	}
 	return nil
 }

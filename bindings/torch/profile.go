@@ -89,3 +89,66 @@ func (m *Module) DefineOps(source string) error {
 	defer C.free(unsafe.Pointer(cs))
 	return statusErr(C.ts_module_define_ops(m.c, cs))
 }
+
+// OpTime is one top-level dispatched op of a forward: its name (aten::conv2d,
+// torchspeed::fast_linear, quantized::conv2d), its tensor inputs' shapes, the dotted path of the
+// submodule whose code ran it ("layer1.0.conv1"; empty at the top level or when a graph rewrite
+// lost it) and how long it took.
+type OpTime struct {
+	Op     string `json:"op"`
+	NS     int64  `json:"ns"`
+	Shapes string `json:"shapes"`
+	Scope  string `json:"scope"`
+}
+
+// OpTiming is one profiled forward: its total time and its top-level ops in the order they
+// ran. Ops that do not go through the dispatcher (list and tuple construction, constants) are
+// not listed; their time is in TotalNS only.
+type OpTiming struct {
+	TotalNS int64    `json:"total_ns"`
+	Ops     []OpTime `json:"ops"`
+}
+
+// OpProfile runs forward once on the inference worker thread and times each top-level op it
+// dispatches (an op's callees are inside its time). Callbacks on every op make the forward
+// slower than an unprofiled one: compare ops with each other, and models profiled alike.
+func (m *Module) OpProfile(inputs ...*Tensor) (OpTiming, error) {
+	var err error
+	var t OpTiming
+	Do(func() { t, err = m.OpProfileOnThisThread(inputs...) })
+	return t, err
+}
+
+// OpProfileOnThisThread is OpProfile on the calling goroutine's OS thread: for a profiling loop
+// that runs, as timing loops do, on one goroutine locked with runtime.LockOSThread.
+func (m *Module) OpProfileOnThisThread(inputs ...*Tensor) (OpTiming, error) {
+	js, err := m.opProfileJSON(inputs)
+	if err != nil {
+		return OpTiming{}, err
+	}
+	var t OpTiming
+	if err := json.Unmarshal([]byte(js), &t); err != nil {
+		return OpTiming{}, fmt.Errorf("profile ops of %q: shim returned malformed JSON: %w", m.Name(), err)
+	}
+	return t, nil
+}
+
+func (m *Module) opProfileJSON(inputs []*Tensor) (string, error) {
+	if err := m.acquire(); err != nil {
+		return "", err
+	}
+	defer m.g.release()
+	if m.nin >= 0 && int64(len(inputs)) > m.nin {
+		return "", fmt.Errorf("profile ops of %q: model takes %d input(s), got %d: check the inputs in your config", m.Name(), m.nin, len(inputs))
+	}
+	arr, release, err := cInputs(inputs)
+	if err != nil {
+		return "", fmt.Errorf("profile ops of %q: %w", m.Name(), err)
+	}
+	defer release()
+	var p *C.char
+	if err := statusErr(C.ts_module_op_profile(m.c, arr, C.size_t(len(inputs)), &p)); err != nil {
+		return "", fmt.Errorf("profile ops of %q with inputs %s: %w", m.Name(), describeInputs(inputs), summarize(err))
+	}
+	return takeString(p), nil
+}

@@ -165,3 +165,101 @@ func TestDefineOps(t *testing.T) {
 		t.Error("syntax error: no error")
 	}
 }
+
+// TestOpProfile: on frozen CNNs every op of the graph goes through the dispatcher, so the
+// profile's count per op kind is the graph's node count of that kind, and the op times fit in
+// the forward's.
+func TestOpProfile(t *testing.T) {
+	man := fixtures.Load(t)
+	for _, name := range []string{"digits", "resnet18"} {
+		t.Run(name, func(t *testing.T) {
+			f := man.Get(t, name)
+			frozen, err := loadFixture(t, f).Freeze()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer frozen.Close()
+			inputs := tensorsOf(t, f.InputArrays(t))
+			graph, err := frozen.NodeCounts()
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]int{}
+			for kind, n := range graph {
+				if !strings.HasPrefix(kind, "prim::") {
+					want[kind] = n
+				}
+			}
+			// The profiling executor settles its graph in the first forwards: count the last.
+			var prof torch.OpTiming
+			for range 3 {
+				if prof, err = frozen.OpProfile(inputs...); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got := map[string]int{}
+			var sum int64
+			for _, op := range prof.Ops {
+				got[op.Op]++
+				sum += op.NS
+				if op.NS <= 0 || op.Shapes == "" {
+					t.Errorf("%s: %d ns, shapes %q: want a positive time and the input shapes", op.Op, op.NS, op.Shapes)
+				}
+			}
+			if len(got) != len(want) {
+				t.Errorf("profiled kinds %v, graph's %v", got, want)
+			}
+			for kind, n := range want {
+				if got[kind] != n {
+					t.Errorf("%s: profiled %d calls, the graph has %d nodes (profile %v)", kind, got[kind], n, got)
+				}
+			}
+			if sum > prof.TotalNS || prof.TotalNS <= 0 {
+				t.Errorf("ops took %d ns of a %d ns forward", sum, prof.TotalNS)
+			}
+			if first := prof.Ops[0]; first.Op != "aten::_convolution" || !strings.HasPrefix(first.Shapes, "[1,") {
+				t.Errorf("first op %+v: want the first convolution on a batch of 1", first)
+			}
+			// The call stack survives freezing: each op names the submodule that ran it.
+			scopes := map[string]bool{}
+			for _, op := range prof.Ops {
+				scopes[op.Scope] = true
+			}
+			want1 := map[string]string{"digits": "conv1", "resnet18": "conv1"}[name]
+			if prof.Ops[0].Scope != want1 {
+				t.Errorf("first op's module %q, want %q", prof.Ops[0].Scope, want1)
+			}
+			if name == "resnet18" && (!scopes["layer1.0.conv1"] || !scopes["layer4.1.conv2"] || !scopes["fc"]) {
+				t.Errorf("modules %v: want layer1.0.conv1, layer4.1.conv2 and fc among them", scopes)
+			}
+		})
+	}
+}
+
+// TestOpProfileBadInputs: wrong inputs are an error naming the model, with no profile left
+// installed (the next forward is an ordinary one).
+func TestOpProfileBadInputs(t *testing.T) {
+	f := fixtures.Load(t).Get(t, "digits")
+	m := loadFixture(t, f)
+	wrong, err := torch.NewTensor([]float32{1, 2, 3}, []int64{1, 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wrong.Close()
+	if _, err := m.OpProfile(wrong); err == nil || !strings.Contains(err.Error(), "profile ops of") {
+		t.Errorf("a [1,3] input to a conv net: error %v, want one saying what failed", err)
+	}
+	if _, err := m.OpProfile(wrong, wrong); err == nil {
+		t.Error("two inputs to a one-input model: want an error")
+	}
+	inputs := tensorsOf(t, f.InputArrays(t))
+	p, err := m.OpProfile(inputs...)
+	if err != nil || len(p.Ops) == 0 {
+		t.Fatalf("after failed profiles: %v, %d ops", err, len(p.Ops))
+	}
+	// A failed forward leaves no callback or profile behind: the next profile lists the first
+	// convolution at the top level, once.
+	if p.Ops[0].Op != "aten::_convolution" || len(p.Ops) != 11 {
+		t.Errorf("ops %v after a failed profile, want the 11 of the traced graph, aten::_convolution first", p.Ops)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/internal/exitcode"
@@ -44,6 +45,8 @@ type benchCmd struct {
 	plotDir  string
 	runtime  string // "torchspeed" (computed settings) or "default" (libtorch's own)
 	intrDur  time.Duration
+	profile  bool   // --profile: time every op of each model's forward
+	csvPath  string // --csv FILE ("-": stdout instead of the table)
 	// instances > 0 measures throughput with that many pinned processes (see runInstances).
 	instances int
 	// serve keeps the models loaded and times rounds on request (see benchrun.ServeRounds).
@@ -101,6 +104,7 @@ thread count when none is given.`,
 		Example: `  torchspeed bench -m resnet18.pt --input-shape 1x3x224x224 --threads 2 --runs 200
   torchspeed bench -m resnet18.pt --vs out/resnet18.torchspeed.pt --input-shape 1x3x224x224 \
       --duration 20s -o out
+  torchspeed bench -m out/resnet18.torchspeed.pt --profile --time 30s --csv resnet18.csv
   torchspeed bench -m resnet18.pt --input-shape 1x3x224x224 --instances 2 --runs 100
   torchspeed bench -m model.pt --input-shape 1x3x224x224 --sweep-batch 1,4 --sweep-threads 1,2 \
       --sweep-streams 1,2`,
@@ -117,7 +121,7 @@ thread count when none is given.`,
 	f.StringVar(&b.method, "method", "", "method to time (default: forward, or the artifact's)")
 	f.StringArray("op-library", nil, "shared library of custom operators the model calls, loaded before it (repeat; model.op_libraries)")
 	f.Int("runs", 200, "timed runs (per model; per stream in throughput mode) (bench.runs)")
-	f.Duration("duration", 0, "run for this long instead of a count, e.g. 10s (bench.duration)")
+	f.Duration("duration", 0, "run for this long instead of a count, e.g. 30s; --time is the same flag, as benchmark_app's -t (bench.duration)")
 	f.Int("warmup", 20, "untimed runs after the first inference (bench.warmup)")
 	f.Int("threads", 0, "intra-op threads per stream, 1 to the CPUs available (0: measured, or the artifact's; in throughput mode the CPUs / streams; with --instances the instance's cores) (runtime.threads)")
 	f.IntVar(&b.streams, "streams", 1, "concurrent streams for throughput mode")
@@ -130,6 +134,8 @@ thread count when none is given.`,
 	f.DurationVar(&b.intrDur, "interrupts", 300*time.Millisecond, "after latency runs, measure for at least this long (longer for slow models, up to 5s) what the machine takes from the CPUs in use, and report the p95/p50 that alone gives fixed work as long as each model's p50 (0: skip; 10ms to 1m)")
 	f.Uint64("seed", 1, "seed for random inputs, shuffled order and the bootstrap (bench.seed)")
 	f.BoolVar(&b.asJSON, "json", false, "print the report as JSON instead of a table")
+	f.BoolVar(&b.profile, "profile", false, "after the timed runs, time every op of each model's forward (as many forwards as the timed runs, at most 1000) and print the time per op kind side by side and per op in the order run; an artifact alone is profiled beside its original when that file is next to it")
+	f.StringVar(&b.csvPath, "csv", "", "also write the results as CSV to this file (\"-\": print CSV instead of the table); with --profile, the ops go to FILE_ops.csv (columns: docs/bench.md)")
 	f.StringVar(&b.benchfmt, "benchfmt", "", "also write the Go benchmark format (for benchstat) to this file")
 	f.StringVar(&b.plotDir, "plot", "", "also write latency (and sweep) plots as PNG and SVG into this folder")
 	f.StringVarP(&b.outDir, "output", "o", "", "write bench.json, bench.txt (benchfmt) and bench_*.png/svg plots into this folder (output.dir)")
@@ -143,6 +149,7 @@ thread count when none is given.`,
 	// differ between processes, since the runtime reads them at start.
 	f.BoolVar(&b.serve, "serve", false, "read \"run K\" lines on stdin; answer each with \"ns\" and K latencies")
 	_ = f.MarkHidden("serve")
+	f.SetNormalizeFunc(timeAlias)
 	completeEnums(c, map[string][]string{
 		"order": {"interleaved", "shuffled"}, "runtime": {runtimeTorchspeed, runtimeDefault},
 		"allocator": allocators, "mode": modes, "dtype": dtypes,
@@ -254,7 +261,18 @@ func (b *benchCmd) run(c *cobra.Command) error {
 	if err := b.measure(rep, models, specs, ins, plans, sweepCfg, log); err != nil {
 		return err
 	}
+	if err := measureMemory(rep, specs); err != nil {
+		return err
+	}
 	return b.write(c.OutOrStdout(), log, rep, outs)
+}
+
+// timeAlias makes --time the same flag as --duration: benchmark_app users know it as -t/--time.
+func timeAlias(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+	if name == "time" {
+		name = "duration"
+	}
+	return pflag.NormalizedName(name)
 }
 
 // hashModels records the SHA-256 of each model file, by name.

@@ -4,12 +4,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
+	"github.com/torchspeed/torchspeed/internal/exitcode"
 	"github.com/torchspeed/torchspeed/pkg/bench"
 	"github.com/torchspeed/torchspeed/pkg/benchrun"
 	"github.com/torchspeed/torchspeed/pkg/callargs"
@@ -34,6 +37,9 @@ func (b *benchCmd) measure(rep *bench.RunReport, models []*benchrun.Loaded, spec
 		fmt.Fprintf(log, "bench: %s: %d streams x %d threads...\n", models[0].Spec.Name, b.streams, b.threads)
 		rep.Throughput, err = benchrun.RunStreams(models[0], ins, 0, b.threads, b.streams, opts, b.seed)
 		return err
+	}
+	if b.profile && plans != nil {
+		return exitcode.Usagef("bench: --profile times the forward of tensor inputs (--input-shape, or an artifact's own); these inputs are typed values or data: give --input-shape to profile")
 	}
 	inputs, err := benchrun.MakeInputs(ins, 0, b.seed)
 	if err != nil {
@@ -76,6 +82,11 @@ func (b *benchCmd) measure(rep *bench.RunReport, models []*benchrun.Loaded, spec
 			fmt.Fprintln(log, "bench: warning: the machine's interruptions were not measured:", err)
 		}
 	}
+	if b.profile {
+		if rep.Profiles, err = b.profileModels(models, inputs, opts, log); err != nil {
+			return err
+		}
+	}
 	if plans != nil {
 		for i, r := range rep.LatencyResults() {
 			r.Load = models[i].LoadTime
@@ -95,6 +106,68 @@ func (b *benchCmd) measure(rep *bench.RunReport, models []*benchrun.Loaded, spec
 	rep.Roofline = benchrun.Rooflines(timed, inputs, rep.Environment.Threads, func(name string, err error) {
 		fmt.Fprintf(log, "bench: no roofline for %s: %v\n", name, err)
 	})
+	return nil
+}
+
+// profileModels profiles each model's ops, and an artifact measured alone beside its original
+// (the manifest's source file, when it sits next to the artifact with the recorded digest).
+func (b *benchCmd) profileModels(models []*benchrun.Loaded, inputs []*torch.Tensor, o bench.Options, log io.Writer) ([]*bench.OpProfile, error) {
+	all := models
+	if len(models) == 1 && models[0].IsArtifact() {
+		orig, why := originalBeside(models[0], log)
+		if orig != nil {
+			defer orig.Model.Close()
+			all = []*benchrun.Loaded{orig, models[0]}
+		} else {
+			fmt.Fprintf(log, "bench: --profile: %s; give it with --vs ORIGINAL to profile both\n", why)
+		}
+	}
+	var out []*bench.OpProfile
+	for _, l := range all {
+		fmt.Fprintf(log, "bench: profiling the ops of %s...\n", l.Spec.Name)
+		p, err := benchrun.ProfileOps(l, inputs, o)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// originalBeside loads the model an artifact was made from when it is next to the artifact
+// and has the digest the manifest records; otherwise it says why not.
+func originalBeside(art *benchrun.Loaded, log io.Writer) (*benchrun.Loaded, string) {
+	man := art.Model.Manifest
+	if man.SourceName == "" {
+		return nil, "the artifact does not name its original"
+	}
+	path := filepath.Join(filepath.Dir(art.Spec.Path), filepath.Base(man.SourceName))
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Sprintf("its original %s is not next to it", man.SourceName)
+	}
+	if man.SourceSHA256 != "" {
+		if h, err := bench.HashFile(path); err != nil || h != man.SourceSHA256 {
+			return nil, fmt.Sprintf("%s next to it is not the original it was made from (another SHA-256)", path)
+		}
+	}
+	l, err := benchrun.LoadModel(benchrun.ModelSpec{Path: path, Name: filepath.Base(path)}, log)
+	if err != nil {
+		return nil, fmt.Sprintf("its original %s does not load: %v", path, err)
+	}
+	return l, ""
+}
+
+// measureMemory records the process's peak resident set and each model's size.
+func measureMemory(rep *bench.RunReport, specs []benchrun.ModelSpec) error {
+	m := &bench.Memory{PeakRSSBytes: bench.PeakRSS(), Models: map[string]bench.ModelSize{}}
+	for _, s := range specs {
+		sz, err := bench.MeasureModelSize(s.Path)
+		if err != nil {
+			return err
+		}
+		m.Models[s.Name] = sz
+	}
+	rep.Memory = m
 	return nil
 }
 
@@ -221,6 +294,20 @@ func (b *benchCmd) write(stdout, log io.Writer, rep *bench.RunReport, o outputs)
 			fmt.Fprintln(log, "wrote", o.jsonPath)
 		}
 	}
+	if o.csvPath != "" && o.csvPath != "-" {
+		if err := bench.WriteFileAtomic(o.csvPath, rep.WriteCSV); err != nil {
+			errs = append(errs, err)
+		} else {
+			fmt.Fprintln(log, "wrote", o.csvPath)
+		}
+	}
+	if o.opsCSV != "" && len(rep.Profiles) > 0 {
+		if err := bench.WriteFileAtomic(o.opsCSV, rep.WriteOpsCSV); err != nil {
+			errs = append(errs, err)
+		} else {
+			fmt.Fprintln(log, "wrote", o.opsCSV)
+		}
+	}
 	if o.benchfmt != "" {
 		if err := bench.WriteFileAtomic(o.benchfmt, rep.WriteBenchfmt); err != nil {
 			errs = append(errs, err)
@@ -238,9 +325,12 @@ func (b *benchCmd) write(stdout, log io.Writer, rep *bench.RunReport, o outputs)
 		}
 	}
 	var err error
-	if b.asJSON {
+	switch {
+	case b.asJSON:
 		err = rep.WriteJSON(stdout)
-	} else {
+	case o.csvPath == "-":
+		err = rep.WriteCSV(stdout)
+	default:
 		err = rep.WriteTable(stdout)
 	}
 	return errors.Join(append([]error{err}, errs...)...)

@@ -3,8 +3,10 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -103,6 +105,15 @@ func (b *benchCmd) validate(c *cobra.Command) error {
 	n := len(b.models) + len(b.vs)
 	if n > 1 && (b.streams > 1 || b.sweeping()) {
 		return exitcode.Usagef("bench: throughput mode (--streams) and sweeps measure one model; compare models without them, or run bench once per model")
+	}
+	if b.asJSON && b.csvPath == "-" {
+		return exitcode.Usagef("bench: --json and --csv - both print the report on stdout; choose one, or give --csv a file")
+	}
+	if b.profile && b.csvPath == "-" && b.outDir == "" {
+		return exitcode.Usagef("bench: --profile with --csv -: stdout holds one CSV table, the results; give --csv a file (the ops go to FILE_ops.csv) or -o DIR (bench_ops.csv)")
+	}
+	if b.profile && (b.streams > 1 || b.sweeping() || b.instances > 0 || b.serve) {
+		return exitcode.Usagef("bench: --profile times one model's forward at a time; drop --streams, --instances and the sweeps, or profile in a separate run")
 	}
 	if b.sweeping() && f.Changed("streams") {
 		return exitcode.Usagef("bench: --streams and --sweep-streams both given; use --sweep-streams 1,%d", b.streams)
@@ -204,6 +215,8 @@ type outputs struct {
 	benchfmt string   // file
 	plotDirs []string // folders for plots
 	jsonPath string   // report.json
+	csvPath  string   // results as CSV; "-" is stdout
+	opsCSV   string   // the op profiles as CSV (with --profile)
 }
 
 func (b *benchCmd) outputs() (outputs, error) {
@@ -212,6 +225,15 @@ func (b *benchCmd) outputs() (outputs, error) {
 	if b.benchfmt != "" {
 		o.benchfmt = b.benchfmt
 		dirs[filepath.Dir(b.benchfmt)] = true
+	}
+	if b.csvPath != "" {
+		o.csvPath = b.csvPath
+		if b.csvPath != "-" {
+			if fi, err := os.Stat(b.csvPath); err == nil && fi.IsDir() {
+				return o, exitcode.Usagef("bench: --csv %s is a folder; give a file name, e.g. %s", b.csvPath, filepath.Join(b.csvPath, "bench.csv"))
+			}
+			dirs[filepath.Dir(b.csvPath)] = true
+		}
 	}
 	if b.plotDir != "" {
 		o.plotDirs = append(o.plotDirs, b.plotDir)
@@ -228,9 +250,26 @@ func (b *benchCmd) outputs() (outputs, error) {
 		if b.plotDir == "" {
 			o.plotDirs = append(o.plotDirs, b.outDir)
 		}
+		if o.csvPath == "" {
+			o.csvPath = filepath.Join(b.outDir, "bench.csv")
+		}
+	}
+	if b.profile && o.csvPath != "" {
+		if o.csvPath == "-" {
+			// One CSV table per stream: the ops go to the folder's file when there is one.
+			if b.outDir != "" {
+				o.opsCSV = filepath.Join(b.outDir, "bench_ops.csv")
+			}
+		} else {
+			o.opsCSV = strings.TrimSuffix(o.csvPath, filepath.Ext(o.csvPath)) + "_ops.csv"
+		}
 	}
 	written := named("--benchfmt", o.benchfmt)
 	written = append(written, named("the bench report", o.jsonPath)...)
+	if o.csvPath != "-" {
+		written = append(written, named("--csv", o.csvPath)...)
+	}
+	written = append(written, named("the op profile CSV", o.opsCSV)...)
 	for _, d := range o.plotDirs {
 		written = append(written, named("a plot", benchPlotFiles(d)...)...)
 	}

@@ -4,6 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -22,6 +25,7 @@ type exportFlags struct {
 	overwrite bool
 	measure   bool
 	runs      int
+	duration  time.Duration
 	asJSON    bool
 }
 
@@ -36,6 +40,8 @@ func (f *exportFlags) bind(c *cobra.Command) {
 	fl.BoolVar(&f.overwrite, "overwrite", false, "replace files an earlier export wrote")
 	fl.BoolVar(&f.measure, "measure", true, "time the artifact as the server loads it, against torchspeed.Load")
 	fl.IntVar(&f.runs, "runs", 100, "interleaved rounds for --measure")
+	fl.DurationVar(&f.duration, "duration", 0, "time --measure for this long instead of --runs rounds, e.g. 30s (--time is the same flag)")
+	fl.SetNormalizeFunc(timeAlias)
 	fl.BoolVar(&f.asJSON, "json", false, "print JSON")
 }
 
@@ -45,6 +51,9 @@ func (f *exportFlags) check(cmd string) error {
 	}
 	if f.runs < 1 {
 		return exitcode.Usagef("export %s: --runs %d: give 1 or more", cmd, f.runs)
+	}
+	if f.duration < 0 {
+		return exitcode.Usagef("export %s: --duration %v: give a positive duration, e.g. 30s", cmd, f.duration)
 	}
 	if err := safefile.CheckInputFile(f.model); err != nil {
 		return exitcode.Usagef("export %s: --model: %v", cmd, err)
@@ -60,9 +69,9 @@ func (f *exportFlags) check(cmd string) error {
 func newExportCmd(u *ui) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "export",
-		Short: "Write what production servers load: a Triton model repository or TorchServe files",
+		Short: "Write what production servers load: Triton, TorchServe or KServe files",
 	}
-	c.AddCommand(newExportTritonCmd(u), newExportTorchServeCmd(u))
+	c.AddCommand(newExportTritonCmd(u), newExportTorchServeCmd(u), newExportKServeCmd(u))
 	return c
 }
 
@@ -119,7 +128,7 @@ func (t exportTarget) run(c *cobra.Command, u *ui, f *exportFlags, count int, sw
 	}
 	cost := e.cost
 	if f.measure && cost == nil {
-		if cost, err = export.MeasureCost(a, e.served, e.optimizedSaved, export.CostOptions{Runs: f.runs, Server: t.server}); err != nil {
+		if cost, err = export.MeasureCost(a, e.served, e.optimizedSaved, export.CostOptions{Runs: f.runs, Duration: f.duration, Server: t.server}); err != nil {
 			return err
 		}
 	}
@@ -151,7 +160,7 @@ func newExportTritonCmd(u *ui) *cobra.Command {
 		write: func(a *export.Artifact, s *bench.SweepResult) (exported, error) {
 			o.Name, o.Overwrite, o.BatchSweep, o.Keep = f.name, f.overwrite, s, []string{sweep}
 			if f.measure {
-				o.Measure = &export.CostOptions{Runs: f.runs, Params: measureParams}
+				o.Measure = &export.CostOptions{Runs: f.runs, Duration: f.duration, Params: measureParams}
 			}
 			e, err := export.WriteTriton(a, f.out, o)
 			if err != nil {
@@ -217,6 +226,86 @@ func newExportTorchServeCmd(u *ui) *cobra.Command {
 	c.Flags().StringVar(&sweep, "batch-sweep", "", "JSON report of torchspeed bench -m ARTIFACT --sweep-batch 1,2,4,8 --json;\nwrites batchSize and maxBatchDelay when it shows batching pays")
 	c.Flags().IntVar(&o.Workers, "workers", 0, "workers per model, as measured with torchspeed bench --instances\n(0: not measured, write 1)")
 	return c
+}
+
+type exportKServeOutput struct {
+	*export.KServeExport
+}
+
+func newExportKServeCmd(u *ui) *cobra.Command {
+	var f exportFlags
+	var o export.KServeOptions
+	var sweep, memory string
+	t := exportTarget{cmd: "kserve", server: "KServe", loads: "torchspeed serve", countFlag: "instances",
+		write: func(a *export.Artifact, s *bench.SweepResult) (exported, error) {
+			o.Name, o.Overwrite, o.BatchSweep, o.Keep = f.name, f.overwrite, s, []string{sweep}
+			e, err := export.WriteKServe(a, f.out, o)
+			if err != nil {
+				return exported{}, err
+			}
+			var lines []string
+			for _, p := range e.Files {
+				lines = append(lines, "wrote "+p)
+			}
+			lines = append(lines, fmt.Sprintf("then: kubectl apply -f %s -f %s", e.Files[1], e.Files[2]))
+			return exported{served: e.Files[0], notes: e.Notes, lines: lines,
+				json: func(*export.Cost) any { return exportKServeOutput{e} }}, nil
+		}}
+	c := &cobra.Command{
+		Use:   "kserve -m ART -o DIR [--instances N] [--image IMAGE] [--storage-uri URI]",
+		Short: "Write a KServe ServingRuntime (torchspeed serve) and an InferenceService",
+		Long: `kserve writes DIR/NAME.torchspeed.pt (the artifact, which torchspeed serve loads with its
+load-time passes), DIR/servingruntime.yaml (torchspeed serve on the Open Inference Protocol v2:
+REST on 8080, gRPC on 9000) and DIR/inferenceservice.yaml (CPU request and limit = the artifact's
+threads x --instances, memory, and the runtime environment optimize measured).`,
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if memory != "" {
+				b, err := parseQuantity(memory)
+				if err != nil {
+					return exitcode.Usagef("export kserve: --memory %q: %v", memory, err)
+				}
+				o.MemoryBytes = b
+			}
+			// serve runs the artifact with torchspeed's loader: there is no plain-loading cost
+			// to measure.
+			f.measure = false
+			return t.run(c, u, &f, o.Instances, sweep)
+		},
+	}
+	f.bind(c)
+	_ = c.Flags().MarkHidden("measure")
+	_ = c.Flags().MarkHidden("runs")
+	c.Flags().StringVar(&sweep, "batch-sweep", "", "JSON report of torchspeed bench -m ARTIFACT --sweep-batch 1,2,4,8 --json;\nadds --max-batch and --batch-delay when it shows batching pays")
+	c.Flags().IntVar(&o.Instances, "instances", 0, "serve instances, as measured with torchspeed bench --instances (0: not measured, 1)")
+	c.Flags().StringVar(&o.Image, "image", "", "container image with torchspeed (default "+export.DefaultKServeImage+", built by docker/Dockerfile)")
+	c.Flags().StringVar(&o.StorageURI, "storage-uri", "", "where KServe fetches the folder with NAME.torchspeed.pt (s3://, gs://, pvc://, https://)")
+	c.Flags().StringVar(&memory, "memory", "", "memory request and limit, a Kubernetes quantity such as 1Gi or 512Mi (default: measured)")
+	return c
+}
+
+// parseQuantity reads a memory size as Kubernetes writes it: bytes, or a number with Ki, Mi,
+// Gi, Ti (or k, M, G, T).
+func parseQuantity(s string) (int64, error) {
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"Ki", 1 << 10}, {"Mi", 1 << 20}, {"Gi", 1 << 30}, {"Ti", 1 << 40}, {"k", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12}, {"", 1}}
+	for _, u := range units {
+		num, ok := strings.CutSuffix(s, u.suffix)
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseInt(num, 10, 64)
+		if err != nil || n <= 0 || n > (1<<50)/u.mult {
+			break
+		}
+		if n*u.mult < 64<<20 {
+			return 0, fmt.Errorf("under 64Mi: libtorch alone needs more")
+		}
+		return n * u.mult, nil
+	}
+	return 0, fmt.Errorf("give a whole number of bytes or of Ki, Mi, Gi, Ti (e.g. 2Gi)")
 }
 
 func printExportNotes(w io.Writer, notes []string, cost *export.Cost) {

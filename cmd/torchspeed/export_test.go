@@ -40,6 +40,10 @@ func TestCLIExport(t *testing.T) {
 		{"plain TorchScript", []string{"export", "triton", "-m", fx + "/digits.pt", "-o", repo}, 1, "no torchspeed manifest"},
 		{"params without measuring", []string{"export", "triton", "-m", artifact, "-o", repo, "--measure=false", "--measure-params"}, 2, "--measure-params"},
 		{"sweep of nothing", []string{"export", "triton", "-m", artifact, "-o", repo, "--batch-sweep", cfg}, 2, "not a `torchspeed bench --json` report"},
+		{"kserve memory not a quantity", []string{"export", "kserve", "-m", artifact, "-o", repo, "--memory", "2GB"}, 2, `--memory "2GB"`},
+		{"kserve name not a Kubernetes name", []string{"export", "kserve", "-m", artifact, "-o", repo, "--name", "Digits_1"}, 2, "not a Kubernetes resource name"},
+		{"kserve negative instances", []string{"export", "kserve", "-m", artifact, "-o", repo, "--instances", "-1"}, 2, "--instances -1"},
+		{"kserve plain TorchScript", []string{"export", "kserve", "-m", fx + "/digits.pt", "-o", repo}, 1, "no torchspeed manifest"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -188,7 +188,7 @@ func TestHostileResults(t *testing.T) {
 			}
 			return data
 		})
-		runs(t, p, 1, "digits.torchspeed.pt", "do not match the digest")
+		runs(t, p, exitcode.Usage, "digits.torchspeed.pt", "do not match the digest")
 	})
 
 	t.Run("15 a plain model with 4 damaged bytes is refused", func(t *testing.T) {
@@ -228,7 +228,7 @@ func TestHostileResults(t *testing.T) {
 		if err := m.Save(p, map[string][]byte{torchspeed.ManifestFile: raw}); err != nil {
 			t.Fatal(err)
 		}
-		runs(t, p, 1, "huge.torchspeed.pt", "more than the")
+		runs(t, p, exitcode.Usage, "huge.torchspeed.pt", "more than the")
 	})
 
 	t.Run("16 a manifest thread count past int64", func(t *testing.T) {

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -40,6 +42,7 @@ var optimizeKeys = map[string]string{
 	"engine":          "quantize.engine",
 	"calibration":     "calibration.path",
 	"runs":            "bench.runs",
+	"duration":        "bench.duration",
 	"quiet":           "output.quiet",
 	"overwrite":       "output.overwrite",
 	"op-library":      "model.op_libraries",
@@ -75,6 +78,7 @@ the config file (-c), then defaults; without a file, -m and --input-shape are en
 	f.String("engine", "", "quantized engine: auto, x86, fbgemm, onednn or qnnpack (quantize.engine)")
 	f.String("calibration", "", "calibration data for --quantize static: .npy, .npz or an image folder (calibration.path)")
 	f.Int("runs", 0, "final benchmark rounds (bench.runs)")
+	f.Duration("duration", 0, "run the final benchmark for this long instead of a count of rounds, e.g. 30s; --time is the same flag (bench.duration)")
 	f.String("allocator", "", "default, jemalloc or tcmalloc (runtime.allocator)")
 	f.String("measure-runtime", "", "time OpenMP wait policies and allocators against libtorch's defaults, each in its own process, and keep a winner: auto, true or false (runtime.measure; auto: when --runs >= 100)")
 	f.Bool("overwrite", false, "replace an existing artifact (output.overwrite)")
@@ -85,10 +89,14 @@ the config file (-c), then defaults; without a file, -m and --input-shape are en
 	return c
 }
 
-// outAlias keeps --out, the old spelling of --output, working without listing it.
+// outAlias keeps --out, the old spelling of --output, working without listing it, and takes
+// --time for --duration as bench does.
 func outAlias(_ *pflag.FlagSet, name string) pflag.NormalizedName {
-	if name == "out" {
+	switch name {
+	case "out":
 		name = "output"
+	case "time":
+		name = "duration"
 	}
 	return pflag.NormalizedName(name)
 }
@@ -126,6 +134,10 @@ func (o *optimizeCmd) run(c *cobra.Command) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	opts.Stop = &pipeline.Stop{}
+	finished := make(chan struct{})
+	defer close(finished)
+	go stopAfterGrace(ctx, finished, opts.Stop, stderr)
 	rep, err := pipeline.Run(ctx, cfg, opts)
 	if err != nil && rep == nil {
 		if errors.Is(err, context.Canceled) {
@@ -142,6 +154,29 @@ func (o *optimizeCmd) run(c *cobra.Command) error {
 		return terr
 	}
 	return err
+}
+
+// interruptGrace is how long optimize waits, after SIGINT or SIGTERM, for the pipeline to stop
+// at its next check before ending the process: a model call in flight cannot be interrupted.
+const interruptGrace = time.Second
+
+// stopAfterGrace ends the process with exit 130 when ctx is canceled (a signal) and the run has
+// not finished interruptGrace later: stop waits for a commit in progress and removes what the
+// run staged, so nothing half-written is left.
+func stopAfterGrace(ctx context.Context, finished <-chan struct{}, stop *pipeline.Stop, stderr io.Writer) {
+	select {
+	case <-finished:
+		return
+	case <-ctx.Done():
+	}
+	select {
+	case <-finished:
+		return
+	case <-time.After(interruptGrace):
+	}
+	stop.Now()
+	fmt.Fprintln(stderr, "optimize: interrupted during a model call: stopped; no output is left half-written")
+	os.Exit(exitcode.Interrupt)
 }
 
 // config merges flags, TORCHSPEED_* variables, the file and the defaults; --input-shape
@@ -167,6 +202,12 @@ func (o *optimizeCmd) config(c *cobra.Command) (*config.Config, error) {
 			}
 			cfg.Model.Inputs = append(cfg.Model.Inputs, in)
 		}
+	}
+	if cfg.Bench.Duration > 0 {
+		if cfg.Given("bench.runs") && cfg.Bench.Runs > 0 {
+			return nil, exitcode.Usagef("optimize: bench.runs (--runs) %d and bench.duration (--duration) %v both given; choose one", cfg.Bench.Runs, cfg.Bench.Duration)
+		}
+		cfg.Bench.Runs = 0 // a duration replaces the default count
 	}
 	if err := cfg.Validate(); err != nil {
 		if len(o.shapes) > 0 {

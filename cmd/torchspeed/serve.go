@@ -15,8 +15,8 @@ import (
 func newServeCmd(_ *ui) *cobra.Command {
 	var o serve.Options
 	c := &cobra.Command{
-		Use:   "serve -m ARTIFACT [--name NAME] [--http 127.0.0.1:8000] [--instances N]",
-		Short: "Serve an artifact over the Open Inference Protocol (KServe v2 REST), as Triton does",
+		Use:   "serve -m ARTIFACT [--http HOST:PORT] [--grpc HOST:PORT] [--instances N]",
+		Short: "Serve an artifact over the Open Inference Protocol (KServe v2), as Triton does",
 		Long: `serve loads an artifact (with its load-time passes and measured threads) and answers the Open
 Inference Protocol's REST endpoints, so that clients and load generators written for Triton or
 KServe work unchanged:
@@ -26,6 +26,11 @@ KServe work unchanged:
   GET  /v2/models/NAME/ready
   POST /v2/models/NAME/infer      JSON tensors in, JSON tensors out
   GET  /metrics                   Prometheus text: requests, latency, queue time, in flight
+
+With --grpc, the same over gRPC (inference.GRPCInferenceService from KServe's
+grpc_predict_v2.proto): ServerLive, ServerReady, ModelReady, ServerMetadata, ModelMetadata,
+ModelInfer (raw_input_contents or typed contents). A full queue answers RESOURCE_EXHAUSTED, a
+malformed request INVALID_ARGUMENT, a draining server UNAVAILABLE.
 
 Each of --instances runs on its own OS thread with its own OpenMP pool; requests wait in one
 queue of --max-queue, beyond which they are answered 429. --max-batch N joins requests that
@@ -45,6 +50,14 @@ in flight are answered, exit 0.`,
 			if err := config.CheckThreads("serve: --threads", o.Threads, "the artifact's"); err != nil {
 				return exitcode.New(exitcode.Usage, err)
 			}
+			for _, a := range []struct{ flag, addr string }{{"--http", o.Addr}, {"--grpc", o.GRPCAddr}} {
+				if a.addr == "" && a.flag == "--grpc" {
+					continue
+				}
+				if err := serve.CheckAddr(a.addr); err != nil {
+					return exitcode.Usagef("serve: %s %q: %v", a.flag, a.addr, err)
+				}
+			}
 			if o.Name == "" {
 				o.Name = serve.NameOf(o.Model)
 			}
@@ -60,6 +73,7 @@ in flight are answered, exit 0.`,
 	f.StringVarP(&o.Model, "model", "m", "", "artifact written by torchspeed optimize (or a TorchScript file)")
 	f.StringVar(&o.Name, "name", "", "model name in URLs (default: the file name without .torchspeed.pt)")
 	f.StringVar(&o.Addr, "http", "127.0.0.1:8000", "HTTP listen address, host:port (port 0: any free port)")
+	f.StringVar(&o.GRPCAddr, "grpc", "", "gRPC listen address, host:port (port 0: any free port; default: no gRPC)")
 	f.IntVar(&o.Instances, "instances", 1, "model instances answering side by side, each on its own OS thread")
 	f.IntVar(&o.Threads, "threads", 0, "intra-op threads per instance (0: the artifact's measured count)")
 	f.IntVar(&o.MaxQueue, "max-queue", serve.DefaultMaxQueue, "requests that may wait for an instance; more are answered 429 (-1: none wait)")

@@ -3,17 +3,25 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
 	"github.com/torchspeed/torchspeed/pkg/runenv"
+	pb "github.com/torchspeed/torchspeed/pkg/serve/inferencepb"
 )
 
 // startServe runs `torchspeed serve` on a free loopback port and returns the process, its base
@@ -37,7 +45,7 @@ func startServe(t *testing.T, args ...string) (*exec.Cmd, string, *syncBuffer) {
 		for sc.Scan() {
 			line := sc.Text()
 			log.WriteString(line + "\n")
-			if u, ok := strings.CutPrefix(line, "listening on "); ok {
+			if u, ok := strings.CutPrefix(line, "listening on "); ok && strings.HasPrefix(u, "http://") {
 				urls <- u
 			}
 		}
@@ -174,10 +182,98 @@ func TestCLIServeUsage(t *testing.T) {
 		{[]string{"serve", "-m", "/nonexistent.pt"}, `model "/nonexistent.pt"`},
 		{[]string{"serve", "-m", digits(t), "--name", "a/b"}, `model name "a/b"`},
 		{[]string{"serve", "-m", digits(t), "--instances", "-1"}, "instances -1"},
+		{[]string{"serve", "-m", digits(t), "--grpc", "9000"}, `--grpc "9000": not host:port`},
+		{[]string{"serve", "-m", digits(t), "--http", "127.0.0.1:99999"}, `port "99999"`},
 	} {
 		_, stderr, code := runBin(t, bin, tc.args...)
 		if code != 2 || !strings.Contains(stderr, tc.msg) {
 			t.Errorf("%v: exit %d %q, want 2 with %q", tc.args, code, stderr, tc.msg)
 		}
+	}
+}
+
+// grpcAddrOf is the address serve's log says it serves gRPC on.
+func grpcAddrOf(t *testing.T, log *syncBuffer) string {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		for _, line := range strings.Split(log.String(), "\n") {
+			if a, ok := strings.CutPrefix(line, "listening on grpc://"); ok {
+				return a
+			}
+		}
+	}
+	t.Fatalf("serve never said it listens for gRPC:\n%s", log)
+	return ""
+}
+
+// SIGTERM in the middle of a gRPC load: calls made before it are answered (OK, or UNAVAILABLE
+// once the drain began), none is lost or cut, and the process exits 0.
+func TestCLIServeGRPCDrainsOnSIGTERM(t *testing.T) {
+	art := measuredArtifact(t, runenv.Candidate{Name: "default"})
+	cmd, _, log := startServe(t, "-m", art, "--name", "digits", "--instances", "1", "--grpc", "127.0.0.1:0")
+	conn, err := grpc.NewClient(grpcAddrOf(t, log), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := pb.NewGRPCInferenceServiceClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if md, err := c.ModelMetadata(ctx, &pb.ModelMetadataRequest{Name: "digits"}); err != nil || len(md.Inputs) != 1 || !slices.Equal(md.Inputs[0].Shape, []int64{-1, 1, 8, 8}) {
+		t.Fatalf("ModelMetadata: %v %v", md, err)
+	}
+	req := &pb.ModelInferRequest{ModelName: "digits", Inputs: []*pb.ModelInferRequest_InferInputTensor{
+		{Name: "x", Datatype: "FP32", Shape: []int64{1, 1, 8, 8}, Contents: &pb.InferTensorContents{Fp32Contents: make([]float32, 64)}},
+	}}
+	type answer struct {
+		sent time.Time
+		code codes.Code
+	}
+	var mu sync.Mutex
+	var answers []answer
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 0; n < 5000; n++ {
+				a := answer{sent: time.Now()}
+				_, err := c.ModelInfer(ctx, req)
+				a.code = status.Code(err)
+				mu.Lock()
+				answers = append(answers, a)
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+	time.Sleep(500 * time.Millisecond)
+	signalled := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("serve still running 30 s after SIGTERM:\n%s", log)
+	}
+	wg.Wait()
+	if err != nil {
+		t.Fatalf("serve exited with %v after SIGTERM, want 0:\n%s", err, log)
+	}
+	count := map[codes.Code]int{}
+	for _, a := range answers {
+		if a.sent.Before(signalled) && a.code != codes.OK && a.code != codes.Unavailable {
+			t.Errorf("a call made before SIGTERM got %v", a.code)
+		}
+		count[a.code]++
+	}
+	t.Logf("answers by code: %v\n%s", count, log)
+	if count[codes.OK] == 0 || !strings.Contains(log.String(), "serve: drained") {
+		t.Errorf("no successful answers, or no drain logged")
 	}
 }

@@ -64,11 +64,12 @@ extern "C" {
  * 19: ts_measure_gaps.
  * 20: ts_set_num_threads_here.
  * 21: ts_module_clone_state, ts_load_library.
- * 22: removed the test hooks ts_tensor_quantize_per_tensor, _dequantize, _qadd, _linear,
+ * 22: ts_module_op_profile.
+ * 23: removed the test hooks ts_tensor_quantize_per_tensor, _dequantize, _qadd, _linear,
  *     _linear_pack, _linear_packed, _conv2d, _qconv2d_add (now ts_test_* in ts_testing.h), and
  *     ts_module_fast_qdq (its behaviour had changed to _v2's), ts_quant_convert and
  *     ts_quant_dynamic (no caller; use the _v2 functions). */
-#define TS_API_VERSION 22
+#define TS_API_VERSION 23
 
 typedef struct ts_status ts_status;
 typedef struct ts_module ts_module;
@@ -416,6 +417,15 @@ TS_EXPORT ts_status* ts_module_op_flops(const ts_module* m /* borrowed */, ts_te
  * any registered operator (ops.quantized.linear, ops.quantized.conv2d_unpack, ...); `torch.<op>`
  * is aten as in ts_module_define. Dtypes are written as integer codes (torch.quint8 is 13). */
 TS_EXPORT ts_status* ts_module_define_ops(ts_module* m, const char* source /* borrowed */) TS_NOEXCEPT TS_MUST_CHECK;
+/* Runs forward once on inputs (borrowed) and writes a JSON object of the time each top-level
+ * dispatched op took, in the order they ran: {"total_ns": 812345, "ops": [{"op":
+ * "aten::conv2d", "ns": 90123, "shapes": "[1,3,224,224] [64,3,7,7]", "scope": "layer1.0.conv1"},
+ * ...]}; scope is the submodule whose code dispatched it, "" when not known. Top level: ops an
+ * op calls (aten::conv2d's aten::_convolution) are inside their caller's time, not listed apart;
+ * ops that do not go through the dispatcher (prim::ListConstruct, constants) are not listed and
+ * their time is in total_ns only. The forward runs on the calling thread. */
+TS_EXPORT ts_status* ts_module_op_profile(const ts_module* m /* borrowed */, ts_tensor* const* inputs /* borrowed */,
+                                          size_t n, char** json /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
 /* ---- end of profiling and inspection ---- */
 
 /* ---- TorchScript values, method calls, schemas and state (csrc/abi/value.cpp; API version 7) ----

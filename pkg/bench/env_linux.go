@@ -17,3 +17,14 @@ func affinityCPUs() []int {
 	}
 	return cpus
 }
+
+// PeakRSS is the most resident memory this process has held so far (getrusage's ru_maxrss, in
+// kilobytes on Linux), in bytes; nil when it cannot be read.
+func PeakRSS() *int64 {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		return nil
+	}
+	b := ru.Maxrss * 1024
+	return &b
+}

@@ -36,6 +36,10 @@ type RunReport struct {
 	// Interruptions is what the machine took from the CPUs in use, measured just before the
 	// timed runs; its Floors include one at each latency result's p50 (AddResultFloors).
 	Interruptions *cpu.Interruptions `json:"interruptions,omitempty"`
+	// Profiles are the op profiles of the models (bench --profile), in the order given.
+	Profiles []*OpProfile `json:"profiles,omitempty"`
+	// Memory is the run's peak resident set and the models' sizes; nil when not measured.
+	Memory *Memory `json:"memory,omitempty"`
 }
 
 // AddResultFloors adds to r.Interruptions the p95/p50 its gaps alone give fixed work as long
@@ -206,6 +210,18 @@ func (r *RunReport) WriteTable(w io.Writer) error {
 			fmt.Fprintf(bw, "roofline %s: %s\n", rf.Model, rf.Summary())
 		}
 	}
+	if m := r.Memory; m != nil {
+		fmt.Fprintln(bw)
+		fmt.Fprintln(bw, m.line(r.LatencyResults()))
+	}
+	if len(r.Profiles) > 0 {
+		if err := bw.Flush(); err != nil {
+			return err
+		}
+		if err := writeOpTables(w, r.Profiles); err != nil {
+			return err
+		}
+	}
 	for _, m := range warnings {
 		fmt.Fprintln(bw, "warning:", m)
 	}
@@ -237,6 +253,8 @@ type reportJSON struct {
 	Sweep         *SweepResult         `json:"sweep"`
 	Roofline      []*roofline.Roofline `json:"roofline"`
 	Interruptions *cpu.Interruptions   `json:"interruptions"`
+	Profiles      []*OpProfile         `json:"profiles"`
+	Memory        *Memory              `json:"memory"`
 }
 
 type comparisonJSON struct {
@@ -249,7 +267,8 @@ type comparisonJSON struct {
 // MarshalJSON writes bench.json (see reportJSON).
 func (r RunReport) MarshalJSON() ([]byte, error) {
 	out := reportJSON{SchemaVersion: SchemaVersion, Environment: r.Environment, Settings: settingsJSON(r.Settings),
-		Models: []json.RawMessage{}, Throughput: r.Throughput, Sweep: r.Sweep, Roofline: r.Roofline, Interruptions: r.Interruptions}
+		Models: []json.RawMessage{}, Throughput: r.Throughput, Sweep: r.Sweep, Roofline: r.Roofline, Interruptions: r.Interruptions,
+		Profiles: r.Profiles, Memory: r.Memory}
 	if out.Roofline == nil {
 		out.Roofline = []*roofline.Roofline{}
 	}
@@ -279,7 +298,8 @@ func (r *RunReport) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &in); err != nil {
 		return err
 	}
-	*r = RunReport{Environment: in.Environment, Throughput: in.Throughput, Sweep: in.Sweep, Roofline: in.Roofline, Interruptions: in.Interruptions}
+	*r = RunReport{Environment: in.Environment, Throughput: in.Throughput, Sweep: in.Sweep, Roofline: in.Roofline, Interruptions: in.Interruptions,
+		Profiles: in.Profiles, Memory: in.Memory}
 	if len(in.Settings) > 0 && string(in.Settings) != "null" {
 		dec := json.NewDecoder(bytes.NewReader(in.Settings))
 		dec.UseNumber()

@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+
+	"github.com/torchspeed/torchspeed/internal/memlimit"
 )
 
 // The checks every place that builds inputs or sets thread counts shares: a size a user gives
@@ -58,7 +60,7 @@ const copiesPerInput = 2
 // AvailableMemory is the memory this process may still allocate, in bytes, and where the
 // figure comes from: the smaller of MemAvailable (/proc/meminfo) and the cgroup's limit less
 // its usage. 0 when unknown (then only overflow is checked). A variable so tests can set it.
-var AvailableMemory = availableMemory
+var AvailableMemory = memlimit.Available
 
 // InputSpec is an input to check: a name for messages, a shape and a dtype name.
 type InputSpec struct {
@@ -118,18 +120,7 @@ func describeInputs(ins []InputSpec) string {
 }
 
 // FormatBytes writes a byte count in binary units, e.g. "1.5 GiB".
-func FormatBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	f, i := float64(n), 0
-	for f >= unit && i < 6 {
-		f /= unit
-		i++
-	}
-	return fmt.Sprintf("%.1f %ciB", f, "KMGTPE"[i-1])
-}
+func FormatBytes(n int64) string { return memlimit.FormatBytes(n) }
 
 // ParseShape reads a shape written "1x3x224x224" (also "1,3,224,224"). Every dimension is a
 // whole number >= 0 that fits an int64.

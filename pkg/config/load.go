@@ -61,6 +61,9 @@ func loadValues(path string, text []byte, flags *pflag.FlagSet, aliases map[stri
 	var keys []string
 	setDefaults(v, "", reflect.ValueOf(def), &keys)
 	if path != "" {
+		if err := checkYAMLSize(text); err != nil {
+			return nil, fmt.Errorf("config %q: %w", path, err)
+		}
 		if err := v.ReadConfig(bytes.NewReader(text)); err != nil {
 			return nil, fmt.Errorf("config %q: not valid YAML: %w", path, err)
 		}

@@ -17,6 +17,8 @@ type CostOptions struct {
 	Runs int
 	// Warmup rounds before timing; 0 means 10.
 	Warmup int
+	// Duration times interleaved rounds for this long instead of Runs of them.
+	Duration time.Duration
 	// Server names the server in the sentence ("Triton", "TorchServe").
 	Server string
 	// Params also times the plainly loaded model under each of Triton's executor settings
@@ -55,8 +57,11 @@ type Cost struct {
 // torchspeed.Load, interleaved in shuffled rounds, at the manifest's thread count; with
 // o.Params, also under each of Triton's executor settings.
 func MeasureCost(a *Artifact, served string, optimizedSaved bool, o CostOptions) (*Cost, error) {
-	if o.Runs <= 0 {
+	if o.Runs <= 0 && o.Duration <= 0 {
 		o.Runs = 100
+	}
+	if o.Duration > 0 {
+		o.Runs = 0
 	}
 	if o.Warmup <= 0 {
 		o.Warmup = 10
@@ -103,7 +108,7 @@ func MeasureCost(a *Artifact, served string, optimizedSaved bool, o CostOptions)
 		&loaderTarget{name: "torchspeed.Load", run: func() ([]torch.Output, error) { return tsm.Predict(ins...) }},
 	}, plain...)
 	cmp, err := bench.Compare(targets, bench.CompareOptions{
-		Options: bench.Options{Runs: o.Runs, Warmup: o.Warmup}, Order: bench.Shuffled, Seed: 1,
+		Options: bench.Options{Runs: o.Runs, Duration: o.Duration, Warmup: o.Warmup}, Order: bench.Shuffled, Seed: 1,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("timing %q both ways: %w", a.Path, err)

@@ -11,6 +11,8 @@ import (
 	"os"
 	"unsafe"
 
+	"github.com/torchspeed/torchspeed/internal/exitcode"
+	"github.com/torchspeed/torchspeed/internal/memlimit"
 	"github.com/torchspeed/torchspeed/internal/safefile"
 )
 
@@ -125,6 +127,11 @@ func read(r io.Reader, name string, size int64) (*Array, error) {
 	}
 	if avail >= 0 && avail < need {
 		return nil, truncated(avail)
+	}
+	if need > trustedAlloc {
+		if err := memlimit.CheckFits(fmt.Sprintf("its array (%s %s)", ShapeString(h.shape), dtype), uint64(need), 1); err != nil {
+			return nil, exitcode.New(exitcode.Usage, fail("%v: use a smaller array, or free memory", err))
+		}
 	}
 	data, got, err := readPayload(r, dtype, count, need, avail >= need || need <= trustedAlloc)
 	if err != nil {

@@ -5,9 +5,12 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strings"
 
+	"github.com/torchspeed/torchspeed/internal/exitcode"
+	"github.com/torchspeed/torchspeed/internal/memlimit"
 	"github.com/torchspeed/torchspeed/internal/safefile"
 )
 
@@ -35,6 +38,9 @@ func DecodeNPZ(r io.ReaderAt, size int64, name string) (map[string]*Array, []str
 	zr, err := zip.NewReader(r, size)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read %s: not a .npz (zip) archive: %v", path, err)
+	}
+	if len(zr.File) > memlimit.MaxRecords {
+		return nil, nil, exitcode.New(exitcode.Usage, fmt.Errorf("read %s: %d members, more than the %d a .npz may hold here: split the arrays into several files", path, len(zr.File), memlimit.MaxRecords))
 	}
 	arrays := make(map[string]*Array, len(zr.File))
 	order := make([]string, 0, len(zr.File))
@@ -64,16 +70,19 @@ func DecodeNPZ(r io.ReaderAt, size int64, name string) (map[string]*Array, []str
 
 func readMember(f *zip.File, path string, archiveSize int64) (*Array, error) {
 	name := fmt.Sprintf("%s member %q", path, f.Name)
+	if err := memlimit.CheckRecord(f); err != nil {
+		return nil, exitcode.New(exitcode.Usage, fmt.Errorf("read %s: %v (np.savez writes one)", path, err))
+	}
 	rc, err := f.Open()
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %v", name, err)
 	}
 	defer rc.Close()
-	// The sizes in a zip's directory are only trustworthy for stored members that fit in
-	// the archive; for deflated ones let read grow its buffer as data arrives.
+	// A member's declared size bounds what it inflates to (archive/zip stops there), and
+	// CheckRecord bounds the declared size by the compressed bytes the archive holds: read checks
+	// the .npy header against it and the memory available before allocating anything.
 	size := int64(-1)
-	if f.Method == zip.Store && archiveSize >= 0 && f.UncompressedSize64 == f.CompressedSize64 &&
-		f.CompressedSize64 <= uint64(archiveSize) {
+	if archiveSize >= 0 && f.CompressedSize64 <= uint64(archiveSize) && f.UncompressedSize64 <= math.MaxInt64 {
 		size = int64(f.UncompressedSize64)
 	}
 	return read(bufio.NewReaderSize(rc, 1<<16), name, size)

@@ -2,6 +2,10 @@ package npy
 
 import (
 	"archive/zip"
+	"bytes"
+	"compress/flate"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -117,6 +121,94 @@ func TestNPZErrors(t *testing.T) {
 		}
 		if _, err := os.Stat(path); !os.IsNotExist(err) {
 			t.Errorf("WriteNPZ wrote %s despite the error", path)
+		}
+	}
+}
+
+// An .npz member is inflated only when what it declares is bounded: a deflated .npy of zeros
+// (kilobytes that inflate to 128 MiB here, 1 GiB in the CLI's matrix) is refused as a zip bomb
+// from the zip directory, a member that declares more than deflate can produce is corrupt, and a
+// header that claims more than its member holds is truncated, all before the array is allocated.
+func TestHostileNPZBounds(t *testing.T) {
+	dir := t.TempDir()
+	header := func(n int64) []byte {
+		var b bytes.Buffer
+		if err := Write(&b, &Array{Shape: []int64{0}, DType: Float32, Data: []float32{}}); err != nil {
+			t.Fatal(err)
+		}
+		return bytes.Replace(b.Bytes(), []byte("(0,)"), []byte(fmt.Sprintf("(%d,)", n)), 1)
+	}
+	write := func(name string, add func(zw *zip.Writer)) string {
+		p := filepath.Join(dir, name)
+		f, err := os.Create(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		zw := zip.NewWriter(f)
+		add(zw)
+		if err := zw.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	zeros := func(w io.Writer, n int64) {
+		buf := make([]byte, 1<<20)
+		for ; n > 0; n -= int64(len(buf)) {
+			if _, err := w.Write(buf[:min(n, int64(len(buf)))]); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	const n = 32 << 20 // float32s: 128 MiB
+	bomb := write("bomb.npz", func(zw *zip.Writer) {
+		w, err := zw.CreateHeader(&zip.FileHeader{Name: "x.npy", Method: zip.Deflate})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Write(header(n))
+		zeros(w, 4*n)
+	})
+	// The same member with its directory entry claiming 1 TiB from a few compressed bytes.
+	var deflated bytes.Buffer
+	fw, _ := flate.NewWriter(&deflated, flate.BestSpeed)
+	fw.Write(header(4))
+	fw.Write(make([]byte, 16))
+	fw.Close()
+	liar := write("liar.npz", func(zw *zip.Writer) {
+		w, err := zw.CreateRaw(&zip.FileHeader{Name: "x.npy", Method: zip.Deflate, CompressedSize64: uint64(deflated.Len()), UncompressedSize64: 1 << 40})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Write(deflated.Bytes())
+	})
+	// A header that claims 1 GiB in a member of 128 bytes, stored.
+	short := write("short.npz", func(zw *zip.Writer) {
+		w, err := zw.CreateHeader(&zip.FileHeader{Name: "x.npy", Method: zip.Store})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Write(header(1 << 28))
+		w.Write(make([]byte, 64))
+	})
+	for _, c := range []struct {
+		path string
+		want []string
+	}{
+		{bomb, []string{"bomb.npz", `"x.npy"`, "zip bomb", "128.0 MiB"}},
+		{liar, []string{"liar.npz", `"x.npy"`, "more than deflate can produce"}},
+		{short, []string{"short.npz", `"x.npy"`, "1073741824 bytes, file has"}},
+	} {
+		_, _, err := ReadNPZ(c.path)
+		if err == nil {
+			t.Fatalf("%s: read", c.path)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: %v\nwant %q", c.path, err, w)
+			}
 		}
 	}
 }

@@ -32,7 +32,11 @@ func (r *run) finalBench() error {
 		Options: bench.Options{Runs: r.cfg.Bench.Runs, Duration: r.cfg.Bench.Duration, Warmup: r.cfg.Bench.Warmup},
 		Order:   bench.Shuffled, Seed: r.cfg.Bench.Seed,
 	}
-	r.logf("final benchmark: original vs %s, %d interleaved rounds", final.name, r.cfg.Bench.Runs)
+	if r.cfg.Bench.Duration > 0 {
+		r.logf("final benchmark: original vs %s, interleaved rounds for %v", final.name, r.cfg.Bench.Duration)
+	} else {
+		r.logf("final benchmark: original vs %s, %d interleaved rounds", final.name, r.cfg.Bench.Runs)
+	}
 	opt := *final
 	opt.name, opt.meas = "optimized", nil
 	m, err := r.measure("final", []*candidate{&opt}, opts)

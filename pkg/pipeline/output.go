@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/torchspeed/torchspeed/internal/exitcode"
 	"github.com/torchspeed/torchspeed/internal/safefile"
+	"github.com/torchspeed/torchspeed/pkg/bench"
 	"github.com/torchspeed/torchspeed/pkg/config"
 	"github.com/torchspeed/torchspeed/pkg/report"
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
@@ -190,6 +192,10 @@ func (o *output) write(r *run, final *candidate, passed bool) (err error) {
 		return fmt.Errorf("output.dir %q: %w", o.dir, err)
 	}
 	defer os.RemoveAll(stage)
+	if !r.opts.Stop.stage(stage, true) {
+		return fmt.Errorf("optimize interrupted: %w (nothing was written)", context.Canceled)
+	}
+	defer r.opts.Stop.stage(stage, false)
 	var moves []move
 	name := filepath.Base(o.artifact)
 	jsonName, mdName, plot := reportJSON, reportMD, plotBase
@@ -219,6 +225,9 @@ func (o *output) write(r *run, final *candidate, passed bool) (err error) {
 			return err
 		}
 		r.rep.Artifact, r.rep.Manifest = strp(o.artifact), raw
+		if sz, err := bench.MeasureModelSize(staged); err == nil && r.rep.Memory != nil {
+			r.rep.Memory.Artifact = &sz
+		}
 		moves = append(moves, move{from: staged, to: o.artifact, exclusive: !o.overwrite})
 	} else {
 		r.rep.Outcome = report.OutcomeValidationFailed
@@ -230,6 +239,9 @@ func (o *output) write(r *run, final *candidate, passed bool) (err error) {
 		for _, f := range files {
 			moves = append(moves, move{from: f, to: filepath.Join(o.dir, filepath.Base(f)), exclusive: !o.overwrite})
 		}
+	}
+	if r.rep.Memory != nil {
+		r.rep.Memory.PeakRSSBytes = bench.PeakRSS()
 	}
 	var js, md bytes.Buffer
 	if err := r.rep.WriteJSON(&js); err != nil {
@@ -251,7 +263,13 @@ func (o *output) write(r *run, final *candidate, passed bool) (err error) {
 		retire = []string{filepath.Join(o.dir, failedReportJSON), filepath.Join(o.dir, failedReportMD),
 			filepath.Join(o.dir, failedPlotBase+".png"), filepath.Join(o.dir, failedPlotBase+".svg")}
 	}
-	if err := commit(o.dir, stage, moves, retire); err != nil {
+	unlock, ok := r.opts.Stop.commitLock()
+	if !ok {
+		return fmt.Errorf("optimize interrupted: %w (nothing was written)", context.Canceled)
+	}
+	err = commit(o.dir, stage, moves, retire)
+	unlock()
+	if err != nil {
 		return err
 	}
 	if r.opts.written != nil {

@@ -52,6 +52,8 @@ type Options struct {
 	// benchrun.ServeRounds' protocol, before its flags (`torchspeed bench --serve`): the
 	// runtime settings are measured in such processes (runtime.measure). nil: not measured.
 	Serve []string
+	// Stop, when set, lets the caller end the run while a model call holds it (see Stop).
+	Stop *Stop
 
 	// slow simulates a load change in one measurement (tests).
 	slow slowRound
@@ -133,6 +135,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) (*report.Report,
 	if err != nil {
 		return nil, err
 	}
+	opts.Stop.track(out)
 	rep, err := r.steps(start, out)
 	if err != nil && rep == nil {
 		out.abandon()
@@ -228,6 +231,12 @@ func (r *run) load() error {
 		ins = append(ins, report.InputSpec{Name: in.Name, DType: in.DType, Shape: in.Shape})
 	}
 	r.rep.Model = report.ModelInfo{Path: cfg.Model.Path, SHA256: sum, Bytes: size, Inputs: ins}
+	if orig, err := bench.MeasureModelSize(cfg.Model.Path); err != nil {
+		// libtorch loaded it: a directory archive/zip cannot read costs only this figure.
+		r.rep.Warnings = append(r.rep.Warnings, fmt.Sprintf("model size not measured: %v", err))
+	} else {
+		r.rep.Memory = &report.Memory{Original: orig}
+	}
 	if r.inputs, err = r.makeInputs(cfg.Bench.Seed); err != nil {
 		return err
 	}

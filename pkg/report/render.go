@@ -218,6 +218,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintf(w, "validation of %s (%s, %s%s): %s  %s\n", v.Checked, v.CheckedPrecision, v.samplesData(),
 			synth(v.Synthetic), passWord(v.Passed), metricLine(v.Metrics))
 	}
+	if m := r.Memory; m != nil {
+		fmt.Fprintln(w, strings.TrimSuffix(m.Line(), "."))
+	}
 	for _, warn := range r.Warnings {
 		fmt.Fprintf(w, "warning: %s\n", warn)
 	}
@@ -305,6 +308,9 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		ins = append(ins, fmt.Sprintf("%s %s%v", in.Name, in.DType, in.Shape))
 	}
 	p("Model: `%s` (%d bytes, sha256 `%.16s…`), inputs %s, %d graph nodes.\n\n", r.Model.Path, r.Model.Bytes, r.Model.SHA256, strings.Join(ins, ", "), r.Model.Nodes)
+	if m := r.Memory; m != nil {
+		p("%s\n\n", m.Line())
+	}
 	p("## What each step bought\n\n")
 	p("Each row's figures come from one measurement, in which the original ran interleaved with the stage (shuffled rounds, one process); speedup = original p50 / p50 of that row.\n\n")
 	p("| stage | status | precision | threads | p50 ms | p95 ms | original p50 ms | speedup [95%% CI] | max abs err / cosine | measurement | graph nodes | node changes |\n")

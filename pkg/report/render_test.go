@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/torchspeed/torchspeed/internal/schemacheck"
+	"github.com/torchspeed/torchspeed/pkg/bench"
 	"github.com/torchspeed/torchspeed/pkg/config"
 	"github.com/torchspeed/torchspeed/pkg/cpu"
 )
@@ -37,6 +38,8 @@ func sample() *Report {
 		Bench: &Bench{Runs: 100, Threads: 2, Precision: "fp32", Optimized: "freeze", OriginalP50: 2, OptimizedP50: 1.3, OptimizedP95: 1.8, Speedup: 2 / 1.3,
 			SpeedupLo: 1.5, SpeedupHi: 1.6, UTestP: 0.001, Significant: true, Verdict: "optimized is 53.8% faster"},
 		Artifact: s("out/m.torchspeed.pt"),
+		Memory: &Memory{PeakRSSBytes: new(int64(221065216)), Original: bench.ModelSize{FileBytes: 170282, TensorBytes: 153912},
+			Artifact: &bench.ModelSize{FileBytes: 158789, TensorBytes: 153128}},
 		Warnings: []string{"noisy"},
 		Settings: Settings{Threads: 2, Env: []EnvVar{{Name: "GOMP_SPINCOUNT", Value: "3000"}}},
 	}
@@ -62,11 +65,15 @@ func TestRenderings(t *testing.T) {
 		"- **freeze + optimize_for_inference**: boom",
 		"**FAIL**", "- failed: cosine 0.97 < 0.99", "Speedup: optimized is 53.8% faster; throughput",
 		"| environment GOMP_SPINCOUNT | 3000 |",
-		"Artifact: `out/m.torchspeed.pt`", "- noisy", "**ofi**", "**U test**", "**roofline**", "superseded",
+		"Artifact: `out/m.torchspeed.pt`", "- noisy",
+		"Memory: the original 170.3 kB file, 153.9 kB of tensors; the artifact 158.8 kB file, 153.1 kB of tensors; optimize's peak resident memory 221.1 MB.", "**ofi**", "**U test**", "**roofline**", "superseded",
 	} {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md.String())
 		}
+	}
+	if !strings.Contains(tbl.String(), "Memory: the original 170.3 kB file") {
+		t.Errorf("table lacks the memory line:\n%s", tbl.String())
 	}
 	if !strings.Contains(tbl.String(), "validation of freeze (fp32, 16 samples: calib.npy): FAIL") {
 		t.Errorf("table:\n%s", tbl.String())

@@ -5,8 +5,10 @@ package report
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
 
+	"github.com/torchspeed/torchspeed/pkg/bench"
 	"github.com/torchspeed/torchspeed/pkg/config"
 	"github.com/torchspeed/torchspeed/pkg/cpu"
 	"github.com/torchspeed/torchspeed/pkg/roofline"
@@ -60,11 +62,39 @@ type Report struct {
 	// pkg/torchspeed); null when no artifact was written.
 	Manifest json.RawMessage `json:"manifest"`
 	Warnings []string        `json:"warnings"`
+	// Memory is optimize's peak resident set and the model's size before and after; null when
+	// optimize did not get that far.
+	Memory *Memory `json:"memory"`
 	// Plot is the latency plot's file name, next to the report; null when none was drawn.
 	Plot *string `json:"plot"`
 	// NonFinite lists the figures (JSON paths) that were NaN or infinite: they are written as
 	// null, and this list says so.
 	NonFinite []string `json:"non_finite"`
+}
+
+// Memory is what optimize held and what the model weighs before and after it.
+type Memory struct {
+	// PeakRSSBytes is optimize's peak resident set: the original, every candidate it built and
+	// measured, and libtorch (nil: not read).
+	PeakRSSBytes *int64          `json:"peak_rss_bytes"`
+	Original     bench.ModelSize `json:"original"`
+	// Artifact is null when no artifact was written.
+	Artifact *bench.ModelSize `json:"artifact"`
+}
+
+// Line says it in a sentence for report.md.
+func (m *Memory) Line() string {
+	size := func(z bench.ModelSize) string {
+		return fmt.Sprintf("%s file, %s of tensors", bench.FormatBytes(z.FileBytes), bench.FormatBytes(z.TensorBytes))
+	}
+	s := "Memory: the original " + size(m.Original)
+	if a := m.Artifact; a != nil {
+		s += "; the artifact " + size(*a)
+	}
+	if m.PeakRSSBytes != nil {
+		s += fmt.Sprintf("; optimize's peak resident memory %s", bench.FormatBytes(*m.PeakRSSBytes))
+	}
+	return s + "."
 }
 
 // ModelInfo describes the input model.

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/torchspeed/torchspeed/bindings/torch"
 )
 
 // Handler serves the protocol's REST endpoints and GET /metrics.
@@ -266,24 +268,66 @@ func (s *Server) inputValues(reqs []RequestInput, bin []byte) ([]tensorData, err
 	if bin != nil && off != int64(len(bin)) {
 		return nil, badRequest("%d bytes follow the JSON, the inputs' binary_data_size add up to %d: send each input's bytes once, in input order", len(bin), off)
 	}
+	ins := make([]wireInput, len(reqs))
+	for i, in := range reqs {
+		ins[i] = wireInput{name: in.Name, datatype: in.Datatype, shape: in.Shape, decode: func(dt torch.DType, n int64) (any, error) {
+			return decodeJSON(in, binOf[in.Name], dt, n)
+		}}
+	}
+	return s.matchInputs(ins)
+}
+
+// wireInput is an input as a request gives it, with a way to read its elements; the REST and
+// gRPC front ends build them, and one check (matchInputs) holds them against the model's.
+type wireInput struct {
+	name, datatype string
+	shape          []int64
+	// decode reads n elements of dt, the datatype and shape being checked already.
+	decode func(dt torch.DType, n int64) (any, error)
+}
+
+// matchInputs matches a request's inputs to the model's by name, checks each one's datatype and
+// shape, and decodes them in the model's order.
+func (s *Server) matchInputs(ins []wireInput) ([]tensorData, error) {
+	decode := func(in wireInput) (tensorData, error) {
+		dt, err := dtypeOf(in.datatype)
+		if err != nil {
+			return tensorData{}, badRequest("input %s: %v", clip(in.name), err)
+		}
+		n, err := numel(in.shape)
+		if err != nil {
+			return tensorData{}, badRequest("input %s: %v", clip(in.name), err)
+		}
+		d, err := in.decode(dt, n)
+		if err != nil {
+			return tensorData{}, badRequest("input %s: %v", clip(in.name), err)
+		}
+		return tensorData{d, in.shape}, nil
+	}
 	if len(s.inputs) == 0 {
 		// A plain TorchScript file: no names to check, the inputs go in the order given.
 		var vals []tensorData
-		for _, in := range reqs {
-			d, err := decodeInput(in, binOf[in.Name])
+		for _, in := range ins {
+			v, err := decode(in)
 			if err != nil {
-				return nil, badRequest("input %s: %v", clip(in.Name), err)
+				return nil, err
 			}
-			vals = append(vals, tensorData{d, in.Shape})
+			vals = append(vals, v)
 		}
 		return vals, nil
 	}
-	byName := make(map[string]RequestInput, len(reqs))
-	for _, in := range reqs {
-		if !slices.ContainsFunc(s.inputs, func(sp inputSpec) bool { return sp.name == in.Name }) {
-			return nil, badRequest("model %s has no input %q: its inputs are %s", s.cfg.Name, clip(in.Name), s.inputNames())
+	byName := make(map[string]wireInput, len(ins))
+	for i, in := range ins {
+		if in.name == "" {
+			return nil, badRequest("input %d has no name: name it as the model metadata does (%s)", i, s.inputNames())
 		}
-		byName[in.Name] = in
+		if _, ok := byName[in.name]; ok {
+			return nil, badRequest("input %s is given twice: give each input once", clip(in.name))
+		}
+		if !slices.ContainsFunc(s.inputs, func(sp inputSpec) bool { return sp.name == in.name }) {
+			return nil, badRequest("model %s has no input %q: its inputs are %s", s.cfg.Name, clip(in.name), s.inputNames())
+		}
+		byName[in.name] = in
 	}
 	vals := make([]tensorData, 0, len(s.inputs))
 	for _, sp := range s.inputs {
@@ -291,17 +335,17 @@ func (s *Server) inputValues(reqs []RequestInput, bin []byte) ([]tensorData, err
 		if !ok {
 			return nil, badRequest("input %s is missing: model %s takes %s", sp.name, s.cfg.Name, s.inputNames())
 		}
-		if in.Datatype != sp.datatype {
-			return nil, badRequest("input %s: datatype %q, the model takes %s", sp.name, clip(in.Datatype), sp.datatype)
+		if in.datatype != sp.datatype {
+			return nil, badRequest("input %s: datatype %q, the model takes %s", sp.name, clip(in.datatype), sp.datatype)
 		}
-		if err := sp.checkShape(in.Shape); err != nil {
+		if err := sp.checkShape(in.shape); err != nil {
 			return nil, badRequest("input %s: %v", sp.name, err)
 		}
-		d, err := decodeInput(in, binOf[sp.name])
+		v, err := decode(in)
 		if err != nil {
-			return nil, badRequest("input %s: %v", sp.name, err)
+			return nil, err
 		}
-		vals = append(vals, tensorData{d, in.Shape})
+		vals = append(vals, v)
 	}
 	return vals, nil
 }

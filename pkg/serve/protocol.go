@@ -139,18 +139,10 @@ func numel(shape []int64) (int64, error) {
 	return n, nil
 }
 
-// decodeInput reads the elements an input describes into a []T of its datatype, checking its
-// data (JSON, or bin for the binary tensor data extension) against its shape before anything
+// decodeJSON reads the n elements of datatype dt a REST input holds into a []T, from its JSON
+// data or from bin (the binary tensor data extension), checking the count before anything
 // reaches libtorch.
-func decodeInput(in RequestInput, bin []byte) (any, error) {
-	dt, err := dtypeOf(in.Datatype)
-	if err != nil {
-		return nil, err
-	}
-	n, err := numel(in.Shape)
-	if err != nil {
-		return nil, err
-	}
+func decodeJSON(in RequestInput, bin []byte, dt torch.DType, n int64) (any, error) {
 	if bin != nil {
 		if len(in.Data) > 0 {
 			return nil, errors.New(`both "data" and binary_data_size: send the elements one way`)

@@ -8,8 +8,11 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
+
+	"google.golang.org/grpc"
 
 	"github.com/torchspeed/torchspeed/pkg/config"
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
@@ -27,11 +30,25 @@ type Options struct {
 	Threads int
 	// Addr is the HTTP listen address (host:port; port 0 picks a free one).
 	Addr string
+	// GRPCAddr, when set, is the gRPC listen address (host:port; port 0 picks a free one).
+	GRPCAddr string
 	// DrainTimeout bounds the shutdown (0: DefaultDrainTimeout).
 	DrainTimeout time.Duration
 	// OpLibraries are custom operator libraries the model calls, loaded before it.
 	OpLibraries []string
 	Config
+}
+
+// CheckAddr refuses a listen address that is not host:port with a port from 0 to 65535.
+func CheckAddr(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("not host:port (%v): give e.g. 127.0.0.1:8000, or 0.0.0.0:8000 for every interface", err)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+		return fmt.Errorf("port %q: give a number from 0 (any free port) to 65535", port)
+	}
+	return nil
 }
 
 // NameOf is the model name a file is served under by default: its file name without
@@ -48,8 +65,8 @@ func NameOf(path string) string {
 
 // Run loads the model, serves it on opts.Addr until ctx ends, then drains: readiness turns
 // false, new requests are refused, requests in flight are answered, and Run returns nil. Lines
-// for people (warnings, the address, the drain) go to log; the first is "listening on
-// http://ADDR".
+// for people (warnings, the addresses, the drain) go to log; the first is "listening on
+// http://ADDR", then, with GRPCAddr, "listening on grpc://ADDR".
 func Run(ctx context.Context, opts Options, log io.Writer) error {
 	if opts.Name == "" {
 		opts.Name = NameOf(opts.Model)
@@ -83,10 +100,23 @@ func Run(ctx context.Context, opts Options, log io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("serve: listen on %s: %w: give a free host:port with --http", opts.Addr, err)
 	}
+	var gln net.Listener
+	if opts.GRPCAddr != "" {
+		if gln, err = net.Listen("tcp", opts.GRPCAddr); err != nil {
+			ln.Close()
+			return fmt.Errorf("serve: listen on %s: %w: give a free host:port with --grpc", opts.GRPCAddr, err)
+		}
+	}
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
-	done := make(chan error, 1)
+	done := make(chan error, 2)
 	go func() { done <- srv.Serve(ln) }()
 	fmt.Fprintf(log, "listening on http://%s\n", ln.Addr())
+	var gsrv *grpc.Server
+	if gln != nil {
+		gsrv = s.NewGRPCServer()
+		go func() { done <- gsrv.Serve(gln) }()
+		fmt.Fprintf(log, "listening on grpc://%s\n", gln.Addr())
+	}
 	batching := "no dynamic batching"
 	if s.batches != nil {
 		batching = fmt.Sprintf("batches of up to %d within %v", s.cfg.MaxBatch, s.cfg.BatchDelay)
@@ -108,11 +138,26 @@ func Run(ctx context.Context, opts Options, log io.Writer) error {
 	derr := s.Shutdown(dctx)
 	// Answers already written reach their clients; idle keep-alive connections are closed.
 	herr := srv.Shutdown(dctx)
+	if gsrv != nil {
+		stopGRPC(dctx, gsrv)
+	}
 	if err := errors.Join(derr, herr); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
 	fmt.Fprintln(log, "serve: drained")
 	return nil
+}
+
+// stopGRPC lets the answers in flight reach their clients, and cuts them off when ctx ends.
+func stopGRPC(ctx context.Context, g *grpc.Server) {
+	stopped := make(chan struct{})
+	go func() { g.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		g.Stop()
+		<-stopped
+	}
 }
 
 func threadsOf(m *torchspeed.Model, override int) int {

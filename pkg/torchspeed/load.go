@@ -115,6 +115,8 @@ func Load(path string, opts ...LoadOptions) (*Model, error) {
 	model.Manifest = man
 	if man.RecordsSHA256 == "" {
 		model.Warnings = append(model.Warnings, fmt.Sprintf("artifact %q records no digest (written by an older torchspeed): its integrity cannot be checked: run torchspeed optimize again", path))
+	} else if man.ManifestSHA256 == "" {
+		model.Warnings = append(model.Warnings, fmt.Sprintf("artifact %q records no digest of its manifest (written by an older torchspeed): changes to the manifest cannot be detected: run torchspeed optimize again", path))
 	}
 	model.Warnings = append(model.Warnings, man.CPUWarnings(path, CPUOf(here))...)
 	if have := torch.Version(); majorMinor(have) != majorMinor(man.Libtorch) {

@@ -94,6 +94,16 @@ type Manifest struct {
 	// RecordsSHA256 is ArchiveDigest of the archive it was saved in (SaveArtifact); Load refuses
 	// an archive whose records no longer match it. Empty in manifests written before it existed.
 	RecordsSHA256 string `json:"records_sha256,omitempty"`
+	// RecordSHA256 is the SHA-256 of each record RecordsSHA256 covers, by name inside the
+	// archive ("constants.pkl", "data/0", "extra/vocab.txt"), so that Load can name what
+	// changed. Absent in format 1 manifests, and for archives of more than MaxManifestList
+	// records.
+	RecordSHA256 map[string]string `json:"record_sha256,omitempty"`
+	// ManifestSHA256 is the SHA-256 of this manifest's bytes as stored in the archive, with
+	// this value itself read as 64 zeros (see manifestDigest): with RecordsSHA256 it puts every
+	// byte torchspeed reads back under a digest. Required in format 2 manifests that record
+	// RecordsSHA256.
+	ManifestSHA256 string `json:"manifest_sha256,omitempty"`
 	// CPU is the processor the artifact was optimized and measured on (nil in manifests of
 	// older torchspeeds).
 	CPU *CPU `json:"cpu,omitempty"`

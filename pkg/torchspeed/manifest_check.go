@@ -71,6 +71,12 @@ func checkManifest(m *Manifest) error {
 	c.text("source_name", m.SourceName, MaxManifestString)
 	c.digest("source_sha256", m.SourceSHA256)
 	c.digest("records_sha256", m.RecordsSHA256)
+	c.digest("manifest_sha256", m.ManifestSHA256)
+	c.list("record_sha256", len(m.RecordSHA256))
+	for _, k := range sortedKeys(m.RecordSHA256) {
+		c.text("record_sha256 key", k, MaxManifestString)
+		c.digest("record_sha256."+torch.Clip(k), m.RecordSHA256[k])
+	}
 	c.text("precision", m.Precision, MaxManifestName)
 	c.oneOf("qengine", m.QEngine, manifestQEngines)
 	c.list("inputs", len(m.Inputs))

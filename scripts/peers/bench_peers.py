@@ -34,14 +34,18 @@ Contenders:
       Its p95/p50 is the spread the machine alone gives a call of that length (interrupts, the
       hypervisor taking a vCPU, a slow CPU at a barrier)
 
-p95/p50 is given with a 95% bootstrap interval over rounds (whole rounds: a slow stretch of the
-machine lands on whole blocks), and each torchspeed contender's p95/p50 minus the best peer's
-with an interval from the same rounds resampled in pairs.
+Every figure comes from peerstats (scripts/peers/peerstats, pkg/bench's statistics): this
+script writes each model's raw latencies (per contender, process and round) to
+WORK/samples/MODEL.json and formats what peerstats computes from them. p95/p50 is given with a
+95% bootstrap interval over rounds (whole rounds: a slow stretch of the machine lands on whole
+blocks), each torchspeed contender's p95/p50 minus the best peer's with an interval from the
+same rounds resampled in pairs, and its ratio to the best peer with an interval that resamples
+rounds and processes (pkg/bench.ProcessRatioCI).
 
 For each block it reads /proc/stat and the CPU time of its own process tree: what other
 processes used during the block is reported, and a warning is printed when it is more than
 --noise-cpu CPUs. Prints median/p95 per contender and each torchspeed contender's ratio to the
-best peer (with a 95% interval over rounds), and writes JSON and Markdown.
+best peer (with a 95% interval over rounds and processes), and writes JSON and Markdown.
 """
 
 import argparse
@@ -60,7 +64,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 PY = "/usr/bin/python3"
 DEFAULT_MODELS = "resnet18,resnet50,mobilenet_v2,transformer_traced,transformer_scripted,digits"
-SCHEMA_VERSION = 1
+# 2: figures from peerstats; ratio_to_best is ProcessRatioCI's (levels over processes), no
+# ratio_rounds_median; p50_ci95 and above_floor added.
+SCHEMA_VERSION = 2
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -167,24 +173,19 @@ def tree_jiffies(pids):
 # ---------------------------------------------------------------- statistics
 
 
-def quantile(xs, q):
-    s = sorted(xs)
-    if not s:
-        return math.nan
-    pos = q * (len(s) - 1)
-    lo = int(math.floor(pos))
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
-
-
-def median_ci(xs):
-    """Distribution-free 95% interval for the median of xs (order statistics)."""
-    s = sorted(xs)
-    n = len(s)
-    if n < 6:
-        return (math.nan, math.nan)
-    k = max(0, int(math.floor(n / 2 - 0.98 * math.sqrt(n))))
-    return (s[k], s[n - 1 - k])
+def peer_stats(args, name, raw):
+    """Writes one model's raw latencies to WORK/samples/NAME.json and returns what peerstats
+    (pkg/bench's statistics) computes from them."""
+    d = os.path.join(args.work, "samples")
+    os.makedirs(d, exist_ok=True)
+    path = os.path.join(d, f"{name}.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(raw, f)
+    os.replace(path + ".tmp", path)
+    r = subprocess.run([args.peerstats, path], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"peerstats {path} failed (rc {r.returncode}): {r.stderr.strip()[-600:]}")
+    return json.loads(r.stdout)
 
 
 # ---------------------------------------------------------------- workers
@@ -442,15 +443,15 @@ def weight_bytes(args, entry, ts_info, contender):
 def floor_targets(args, live, procs, kinds, medians):
     """(name, target ns, threads, contender) of the floor contenders: fixed work lasting as long
     as a call of ts-bench (at its threads) and of the fastest peer (at --threads), by their
-    medians in the first round."""
+    medians (ns) in the first round."""
     out = []
     if medians.get("ts-bench"):
         thr = int((procs["ts-bench"][0].ready or {}).get("threads") or args.threads)
-        out.append(("floor@ts-bench", medians["ts-bench"][0], max(1, thr), "ts-bench"))
+        out.append(("floor@ts-bench", medians["ts-bench"], max(1, thr), "ts-bench"))
     peers = [c for c in live if kinds[c] == "peer" and medians.get(c)]
     if peers:
-        fast = min(peers, key=lambda c: medians[c][0])
-        out.append((f"floor@{fast}", medians[fast][0], args.threads, fast))
+        fast = min(peers, key=lambda c: medians[c])
+        out.append((f"floor@{fast}", medians[fast], args.threads, fast))
     return out
 
 
@@ -473,46 +474,6 @@ def start_floor(args, model, name, target_ns, threads, nbytes, logs, workers, sk
         started.append(w)
     log(f"{model}: {name} ready {json.dumps(started[0].ready)}")
     return started
-
-
-def _tail_ratio(arrays, idx):
-    import numpy as np
-    v = np.concatenate([arrays[i] for i in idx])
-    p50, p95 = np.percentile(v, [50, 95])
-    return float(p95 / p50) if p50 > 0 else math.nan
-
-
-def tail_ci(rounds, rng, n=400):
-    """95% bootstrap interval of p95/p50 over rounds (whole rounds resampled: a slow stretch of
-    the machine lands on whole blocks, so samples within a round are not independent)."""
-    import numpy as np
-    arrays = [np.asarray(r, dtype=float) for r in rounds if r]
-    if len(arrays) < 4:
-        return [math.nan, math.nan]
-    g = np.random.default_rng(rng.randrange(2**32))
-    k = len(arrays)
-    b = sorted(_tail_ratio(arrays, g.integers(0, k, k)) for _ in range(n))
-    return [b[int(0.025 * n)], b[int(0.975 * n) - 1]]
-
-
-def tail_vs(a_rounds, b_rounds, rng, n=400):
-    """a's p95/p50 minus b's, with a 95% bootstrap interval over rounds resampled in pairs (the
-    same rounds for both: they ran side by side); worse when the whole interval is above 0."""
-    import numpy as np
-    pairs = [(np.asarray(a, dtype=float), np.asarray(b, dtype=float)) for a, b in zip(a_rounds, b_rounds) if a and b]
-    if len(pairs) < 4:
-        return {"diff": math.nan, "ci95": [math.nan, math.nan], "worse": False, "better": False}
-    A, B = [p[0] for p in pairs], [p[1] for p in pairs]
-    k = len(pairs)
-    obs = _tail_ratio(A, range(k)) - _tail_ratio(B, range(k))
-    g = np.random.default_rng(rng.randrange(2**32))
-    d = []
-    for _ in range(n):
-        idx = g.integers(0, k, k)
-        d.append(_tail_ratio(A, idx) - _tail_ratio(B, idx))
-    d.sort()
-    lo, hi = d[int(0.025 * n)], d[int(0.975 * n) - 1]
-    return {"diff": obs, "ci95": [lo, hi], "worse": bool(lo > 0), "better": bool(hi < 0)}
 
 
 # ---------------------------------------------------------------- timing
@@ -564,10 +525,8 @@ def bench_model(args, entry, rng):
             # whatever --processes is.
             per = args.block_s / est / len(procs[c])
             ks[c] = int(min(args.max_block, max(args.min_block, per)))
-        samples = {c: [] for c in live}
-        proc_samples = {c: [[] for _ in procs[c]] for c in live}
-        round_medians = {c: [] for c in live}
-        round_samples = {c: [] for c in live}
+        # blocks[c][process][round]: the latencies (ns) that process timed in that round.
+        blocks = {c: [[] for _ in procs[c]] for c in live}
         other = {c: [] for c in live}
         me = os.getpid()
         for r in range(args.rounds):
@@ -607,65 +566,42 @@ def bench_model(args, entry, rng):
                 break
             for c in live:
                 for i, ns in got[c]:
-                    samples[c].extend(ns)
-                    proc_samples[c][i].extend(ns)
-                pooled = [x for _, ns in got[c] for x in ns]
-                round_medians[c].append(quantile(pooled, 0.5))
-                round_samples[c].append(pooled)
+                    blocks[c][i].append(ns)
             log(f"{name}: round {r + 1}/{args.rounds} done (load {loadavg()[0]:.2f})")
             if r == 0 and args.floor and args.rounds > 1:
                 # The floors join from round 2, calibrated to the first round's medians.
-                for c, target, thr, of in floor_targets(args, live, procs, kinds, round_medians):
+                first = peer_stats(args, f"{name}.round1", raw_samples(args, live, kinds, blocks, other))
+                medians = {st["contender"]: st["p50_ms"] * 1e6 for st in first["contenders"]}
+                for c, target, thr, of in floor_targets(args, live, procs, kinds, medians):
                     fl = start_floor(args, name, c, target, thr, weight_bytes(args, entry, ts_info, of),
                                      logs, workers, skipped)
                     if fl:
                         kinds[c], procs[c] = "floor", fl
                         live.append(c)
                         ks[c] = int(min(args.max_block, max(args.min_block, args.block_s / (target / 1e9) / len(fl))))
-                        samples[c], proc_samples[c], other[c] = [], [[] for _ in fl], []
-                        round_medians[c], round_samples[c] = [], []
+                        blocks[c], other[c] = [[] for _ in fl], []
     finally:
         for w in workers:
             w.close()
 
     result["interrupted"] = interrupted
-    stats = {}
-    for c in live:
-        if not samples[c]:
-            continue
-        s = [x / 1e6 for x in samples[c]]
-        oc = [o["cpus"] for o in other[c]]
-        pp50 = [quantile([x / 1e6 for x in ps], 0.5) for ps in proc_samples[c] if ps]
-        stats[c] = {
-            "contender": c, "kind": kinds[c], "runs": len(s), "block": ks[c],
-            "rounds": len(round_medians[c]), "processes": len(procs[c]),
-            "p50_ms": quantile(s, 0.5), "p95_ms": quantile(s, 0.95), "p99_ms": quantile(s, 0.99),
-            "min_ms": min(s), "mean_ms": sum(s) / len(s),
-            "p95_over_p50": quantile(s, 0.95) / quantile(s, 0.5),
-            "p95_over_p50_ci95": tail_ci(round_samples[c], rng),
-            "process_p50_ms": pp50,
-            "process_spread": max(pp50) / min(pp50) if pp50 and min(pp50) > 0 else float("nan"),
-            "other_cpu_median": quantile(oc, 0.5), "other_cpu_max": max(oc),
-            "noisy_blocks": sum(1 for x in oc if x > args.noise_cpu), "blocks": len(oc),
-            "ready": procs[c][0].ready,
-        }
-    peers = [n for n in stats if stats[n]["kind"] == "peer"]
-    best = min(peers, key=lambda n: stats[n]["p50_ms"]) if peers else None
-    for n, st in stats.items():
-        if best and st["kind"] in ("torchspeed", "diagnostic"):
-            ratios = [a / b for a, b in zip(round_medians[n], round_medians[best])]
-            lo, hi = median_ci(ratios)
-            st["ratio_to_best"] = st["p50_ms"] / stats[best]["p50_ms"]
-            st["ratio_rounds_median"] = quantile(ratios, 0.5)
-            st["ratio_ci95"] = [lo, hi]
-            st["tail_vs_best"] = tail_vs(round_samples[n], round_samples[best], rng)
-        if st["kind"] == "floor":
-            st["floor_for"] = st["contender"].split("@", 1)[1]
+    figures = peer_stats(args, name, raw_samples(args, live, kinds, blocks, other))
+    for st in figures["contenders"]:
+        c = st["contender"]
+        st["block"], st["ready"] = ks[c], procs[c][0].ready
         result["contenders"].append(st)
-    result["best_peer"] = best
-    if best:
-        result["best_peer_p95_over_p50"] = stats[best]["p95_ms"] / stats[best]["p50_ms"]
+    result["best_peer"] = figures.get("best_peer")
+    if result["best_peer"]:
+        result["best_peer_p95_over_p50"] = figures["best_peer_p95_over_p50"]
     return result
+
+
+def raw_samples(args, live, kinds, blocks, other):
+    """What peerstats reads: every contender's latencies by process and round."""
+    return {"seed": args.seed, "noise_cpu": args.noise_cpu,
+            "contenders": [{"contender": c, "kind": kinds[c],
+                            "floor_for": c.split("@", 1)[1] if kinds[c] == "floor" else "",
+                            "blocks": blocks[c], "other_cpu": [o["cpus"] for o in other[c]]} for c in live]}
 
 
 # ---------------------------------------------------------------- output
@@ -705,20 +641,21 @@ def markdown(doc):
     tails = tail_lines(doc)
     if tails:
         lines += ["", "## p95/p50 against the best peer's, and the machine's floor", ""] + tails
-    lines += ["", "Ratios: torchspeed contender p50 / best peer p50 over all runs; the CI is over per-round "
-              "ratios. 'p50 per process': each contender runs in several processes that take separate turns; "
-              "their spread is noise no single-process figure shows. 'others' CPU' is what processes outside "
-              "this benchmark used during the contender's "
-              "blocks (CPUs); warnings below name blocks above the threshold."]
+    lines += ["", "Ratios: torchspeed contender over best peer, each side's level the median over its processes of "
+              "each process's median block median; the CI resamples rounds (paired) and each side's processes "
+              "(pkg/bench ProcessRatioCI, computed by peerstats from WORK/samples). 'p50 per process': each "
+              "contender runs in several processes that take separate turns; their spread is noise no "
+              "single-process figure shows. 'others' CPU' is what processes outside this benchmark used during "
+              "the contender's blocks (CPUs); warnings below name blocks above the threshold."]
     if doc["warnings"]:
         lines += [""] + [f"- warning: {w}" for w in doc["warnings"]]
     return "\n".join(lines) + "\n"
 
 
 def tail_cell(c):
-    ci = c.get("p95_over_p50_ci95") or [math.nan, math.nan]
-    r = c["p95_ms"] / c["p50_ms"]
-    return f"{r:.2f} [{fmt(ci[0], 2)}, {fmt(ci[1], 2)}]" if not math.isnan(ci[0]) else f"{r:.2f}"
+    ci = c.get("p95_over_p50_ci95")
+    r = c["p95_over_p50"]
+    return f"{r:.2f} [{fmt(ci[0], 2)}, {fmt(ci[1], 2)}]" if ci else f"{r:.2f}"
 
 
 def tail_lines(doc):
@@ -739,8 +676,8 @@ def tail_lines(doc):
             verdict = ("worse (the whole interval is above 0)" if tv["worse"] else
                        "better (the whole interval is below 0)" if tv["better"] else
                        "no difference the rounds can show")
-            line = (f"- {r['model']} {c['contender']}: p95/p50 {c['p95_ms'] / c['p50_ms']:.2f} vs {best['contender']} "
-                    f"{best['p95_ms'] / best['p50_ms']:.2f}: difference {tv['diff']:+.2f} "
+            line = (f"- {r['model']} {c['contender']}: p95/p50 {c['p95_over_p50']:.2f} vs {best['contender']} "
+                    f"{best['p95_over_p50']:.2f}: difference {tv['diff']:+.2f} "
                     f"[{fmt(tv['ci95'][0], 2)}, {fmt(tv['ci95'][1], 2)}], {verdict}")
             fl = floors.get(c["contender"]) if c["contender"] == "ts-bench" else None
             ts_floor = floors.get("ts-bench")
@@ -749,19 +686,19 @@ def tail_lines(doc):
             def floor_part(f, lead):
                 rd = f.get("ready") or {}
                 return (f"{lead}{f['p50_ms']:.3f} ms ({rd.get('threads', '?')} thr, "
-                        f"{rd.get('weight_bytes', 0) / 1e6:.1f} MB read) {f['p95_ms'] / f['p50_ms']:.2f}")
+                        f"{rd.get('weight_bytes', 0) / 1e6:.1f} MB read) {f['p95_over_p50']:.2f}")
             if fl:
                 parts.append(floor_part(fl, "fixed work at "))
             if peer_floor:
                 parts.append(floor_part(peer_floor, "at "))
             if parts:
                 line += "; the machine's floor: " + ", ".join(parts)
-            if ts_floor and peer_floor and c["contender"] in ("ts-bench", "ts-go"):
+            ex_ts, ex_peer = c.get("above_floor"), best.get("above_floor")
+            if ts_floor and peer_floor and ex_ts and ex_peer and c["contender"] in ("ts-bench", "ts-go"):
                 # How much each adds to what the machine gives a call of its own length: a
                 # faster call has the higher floor, so the plain difference can favour the slower.
-                ex_ts = c["p95_ms"] / c["p50_ms"] - ts_floor["p95_ms"] / ts_floor["p50_ms"]
-                ex_peer = best["p95_ms"] / best["p50_ms"] - peer_floor["p95_ms"] / peer_floor["p50_ms"]
-                line += f"; above the floor at its own length: {ex_ts:+.2f}, {best['contender']} {ex_peer:+.2f}"
+                line += (f"; above the floor at its own length: {ex_ts['diff']:+.2f}, "
+                         f"{best['contender']} {ex_peer['diff']:+.2f}")
             out.append(line)
     if out:
         out += ["", "The difference's interval resamples whole rounds in pairs (both ran in the same rounds). "
@@ -810,6 +747,8 @@ def main():
     ap.add_argument("--torchspeed", default=os.path.join(ROOT, "build", "torchspeed"))
     ap.add_argument("--goworker", default=os.path.join(ROOT, "build", "peers", "goworker"))
     ap.add_argument("--floor-worker", default=os.path.join(ROOT, "build", "peers", "floor_worker"))
+    ap.add_argument("--peerstats", default=os.path.join(ROOT, "build", "peers", "peerstats"),
+                    help="the statistics (scripts/peers/peerstats): every published figure comes from it")
     ap.add_argument("--no-floor", dest="floor", action="store_false",
                     help="do not time the machine's floor "
                          "(fixed work as long as ts-bench's and the fastest peer's calls)")
@@ -826,7 +765,8 @@ def main():
     args = ap.parse_args()
     if args.processes < 1:
         sys.exit(f"bench-peers: --processes {args.processes}: want 1 or more")
-    tools = [(args.torchspeed, "make build"), (args.goworker, "make bench-peers builds it")]
+    tools = [(args.torchspeed, "make build"), (args.goworker, "make bench-peers builds it"),
+             (args.peerstats, "make bench-peers builds it")]
     if args.floor:
         tools.append((args.floor_worker, "make bench-peers builds it, or pass --no-floor"))
     for tool, hint in tools:
@@ -846,7 +786,7 @@ def main():
         os.sched_setaffinity(0, cpus[:args.threads])
         log(f"confined to CPUs {cpus[:args.threads]} (--threads {args.threads}, --thread-choice measured)")
     args.torchspeed, args.goworker = os.path.abspath(args.torchspeed), os.path.abspath(args.goworker)
-    args.floor_worker = os.path.abspath(args.floor_worker)
+    args.floor_worker, args.peerstats = os.path.abspath(args.floor_worker), os.path.abspath(args.peerstats)
     os.makedirs(args.work, exist_ok=True)
     args.fixtures = os.path.abspath(args.fixtures)
     man = load_manifest(args.fixtures)

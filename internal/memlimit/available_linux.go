@@ -1,4 +1,4 @@
-package config
+package memlimit
 
 import (
 	"bufio"
@@ -9,7 +9,10 @@ import (
 	"strings"
 )
 
-func availableMemory() (int64, string) {
+// Available is the memory this process may still allocate, in bytes, and where the figure
+// comes from: the smaller of MemAvailable (/proc/meminfo) and the cgroup's limit less its
+// usage. 0 when unknown.
+func Available() (int64, string) {
 	avail, source := memAvailable(), "MemAvailable in /proc/meminfo"
 	if c := cgroupMemoryLeft(); c > 0 && (avail <= 0 || c < avail) {
 		avail, source = c, "the cgroup's memory limit less its usage"

@@ -1,0 +1,80 @@
+#!/usr/bin/python3
+"""Recorded bench-peers samples and their reference figures for peerstats' tests.
+
+samples.json has the shape bench_peers.py writes (WORK/samples/MODEL.json): two peers, a
+torchspeed contender and a floor, each in two processes over eight rounds, with lognormal
+latencies in integer nanoseconds and one slow round. want.json holds what numpy and scipy
+compute from them independently of pkg/bench: percentiles (numpy's linear method), the median's
+95% interval from scipy's binomial distribution, per-process medians and p95/p50. The output is
+committed so the Go tests need no Python.
+
+Run with Debian's interpreter (python3-numpy, python3-scipy):
+    /usr/bin/python3 scripts/peers/peerstats/gen_testdata.py scripts/peers/peerstats/testdata
+"""
+import json
+import os
+import sys
+
+import numpy as np
+from scipy import stats
+
+ROUNDS, PROCS = 8, 2
+
+
+def contender(rng, name, kind, median, n, floor_for=""):
+    blocks = []
+    for p in range(PROCS):
+        level = median * (1 + 0.03 * p)  # the second process runs 3% slower
+        rounds = []
+        for r in range(ROUNDS):
+            slow = 1.3 if r == 5 else 1.0  # a slow stretch of the machine lands on a whole round
+            v = np.round(level * slow * np.exp(0.15 * rng.standard_normal(n)))
+            rounds.append([int(x) for x in v])
+        blocks.append(rounds)
+    other = [round(float(x), 3) for x in rng.uniform(0, 0.2, ROUNDS * PROCS)]
+    return {"contender": name, "kind": kind, "floor_for": floor_for, "blocks": blocks, "other_cpu": other}
+
+
+def median_ci(xs):
+    s = np.sort(xs)
+    n = len(s)
+    k = 0
+    for cand in range(1, (n + 1) // 2 + 1):
+        if 1 - 2 * stats.binom.cdf(cand - 1, n, 0.5) >= 0.95:
+            k = cand
+        else:
+            break
+    return [float(s[k - 1]) / 1e6, float(s[n - k]) / 1e6]
+
+
+def want(c, noise):
+    allv = np.asarray([x for p in c["blocks"] for b in p for x in b], dtype=float)
+    p50, p95, p99 = np.percentile(allv, [50, 95, 99])
+    procs = [float(np.percentile([x for b in p for x in b], 50)) / 1e6 for p in c["blocks"]]
+    oc = np.asarray(c["other_cpu"])
+    return {"runs": int(allv.size), "p50_ms": p50 / 1e6, "p95_ms": p95 / 1e6, "p99_ms": p99 / 1e6,
+            "min_ms": allv.min() / 1e6, "mean_ms": allv.mean() / 1e6, "p95_over_p50": p95 / p50,
+            "p50_ci95": median_ci(allv), "process_p50_ms": procs, "process_spread": max(procs) / min(procs),
+            "other_cpu_median": float(np.median(oc)), "other_cpu_max": float(oc.max()),
+            "noisy_blocks": int((oc > noise).sum())}
+
+
+def main():
+    out = sys.argv[1]
+    rng = np.random.default_rng(7)
+    noise = 0.1
+    samples = {"seed": 1, "noise_cpu": noise, "contenders": [
+        contender(rng, "py-jit", "peer", 2.0e6, 40),
+        contender(rng, "ort-fp32", "peer", 1.6e6, 40),
+        contender(rng, "ts-bench", "torchspeed", 1.2e6, 50),
+        contender(rng, "floor@ts-bench", "floor", 1.2e6, 50, floor_for="ts-bench"),
+    ]}
+    ref = {c["contender"]: want(c, noise) for c in samples["contenders"]}
+    with open(os.path.join(out, "samples.json"), "w") as f:
+        json.dump(samples, f)
+    with open(os.path.join(out, "want.json"), "w") as f:
+        json.dump(ref, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
