@@ -58,7 +58,8 @@ lint: $(STATICCHECK) setup lint-cpp
 	/usr/bin/python3 -m flake8 scripts
 	shellcheck $$(git ls-files '*.sh') .ci/run
 
-# C++: clang-tidy (checks in .clang-tidy) on every C++ file in csrc/, against the compile commands
+# C++: csrc's includes run one way (abi -> passes -> kernels: scripts/check-csrc-layers.sh), and
+# clang-tidy (checks in .clang-tidy) on every C++ file in csrc/, against the compile commands
 # of a configure-only CMake tree. A file takes 20 to 30 s of CPU (libtorch's headers), so each
 # passing file leaves a stamp and a rerun checks only the files that changed since, or that
 # include a changed header. The compile commands are GCC's, so clang gets two flags: -fno-openmp
@@ -73,12 +74,13 @@ $(TIDY_DIR)/cmake/compile_commands.json: CMakeLists.txt | setup
 	@mkdir -p $(@D)
 	cd $(@D) && cmake $(CURDIR) -DCMAKE_BUILD_TYPE=Release -DCMAKE_EXPORT_COMPILE_COMMANDS=ON >/dev/null
 
-$(TIDY_DIR)/tidy/%.ok: csrc/%.cpp $(wildcard csrc/*.h csrc/*.inc) .clang-tidy $(TIDY_DIR)/cmake/compile_commands.json
+$(TIDY_DIR)/tidy/%.ok: csrc/%.cpp $(wildcard csrc/*/*.h csrc/*/*.inc) .clang-tidy $(TIDY_DIR)/cmake/compile_commands.json
 	@mkdir -p $(@D)
 	clang-tidy -p $(TIDY_DIR)/cmake --quiet --extra-arg=-fno-openmp --extra-arg=-Wno-unknown-warning-option $<
 	@touch $@
 
 lint-cpp: setup
+	sh scripts/check-csrc-layers.sh
 	@$(MAKE) --no-print-directory -j$(JOBS) lint-cpp-files
 
 lint-cpp-files: $(TIDY_OK)

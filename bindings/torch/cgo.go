@@ -1,4 +1,4 @@
-// Package torch is torchspeed's only cgo package: Go types over the C ABI in csrc/torchspeed.h,
+// Package torch is torchspeed's only cgo package: Go types over the C ABI in csrc/abi/torchspeed.h,
 // which wraps libtorch. Every other package speaks the Go types here.
 //
 // The shim library is built by CMake into build/cmake (make shim). Programs built from this
@@ -9,7 +9,7 @@
 package torch
 
 /*
-#cgo !torchspeed_pkgconfig CFLAGS: -I${SRCDIR}/../../csrc
+#cgo !torchspeed_pkgconfig CFLAGS: -I${SRCDIR}/../../csrc/abi
 #cgo !torchspeed_pkgconfig LDFLAGS: -L${SRCDIR}/../../build/cmake -ltorchspeed -Wl,-rpath,${SRCDIR}/../../build/cmake -Wl,-rpath,$ORIGIN
 #cgo torchspeed_pkgconfig pkg-config: torchspeed
 #include <stdlib.h>
@@ -25,7 +25,7 @@ import (
 )
 
 // APIVersion is the shim ABI version these bindings were written for.
-const APIVersion = 22
+const APIVersion = 23
 
 // The libtorch releases torchspeed supports: 1.13 (Debian 12) through the 2.x releases that
 // still ship TorchScript and the graph-mode quantization passes (their removal is proposed

@@ -1,0 +1,182 @@
+// Small FP32 2-D (and 1-D) convolutions through torchspeed's GEMM: torchspeed::conv2d_gemm (the
+// graph pass that swaps it in for aten::_convolution / aten::convolution / aten::conv2d /
+// aten::conv1d with a constant weight, fusing a following relu, is passes/fastconv.cpp).
+//
+// Why: libtorch 1.13 runs a batch-1 float conv with a 3x3 kernel and fewer than 20480 input
+// elements as thnn_conv2d (_slow_conv2d_forward: im2col, then OpenBLAS's sgemm with Haswell's
+// kernels on Zen 5, and a per-call set-up cost that dominates at these sizes); the digits CNN
+// spent half its time there. Here the conv is im2col into rows = output positions (N*OH*OW rows,
+// K = kh*kw*IC in that order, channels innermost, so a channels-last input copies runs of kw*IC
+// floats; an NCHW one is made channels-last first), built a block of rows at a time into a
+// buffer that stays in cache, each block then multiplied by csrc/kernels/fastlinear.cpp's
+// register-blocked kernel against the weight packed once at pass time as [OC, kh, kw, IC], bias
+// and relu fused. The GEMM writes [N*OH*OW, OC], which is
+// the output [N, OC, OH, OW] in channels-last memory: the op returns it with those strides (the
+// next torchspeed conv reads it with no copy; ATen's pooling and elementwise ops have
+// channels-last kernels). A 1x1 conv with stride 1 and no padding on a channels-last input needs
+// no im2col: the input is the GEMM's left operand as it is.
+//
+// Anything it does not cover (autograd, other dtypes or devices, inputs that are not 4-D, shapes
+// that do not match, more output positions than the limits below, a CPU without AVX2+FMA) goes to
+// at::conv2d with the original weight (the op carries it beside the packed one), which gives
+// ATen's bits and ATen's own error for arguments it refuses. The pass leaves convs deeper than
+// kMaxK as they are.
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+#include "fastlinear.h"
+#include "fastq.h"
+#include "ops.h"
+
+namespace {
+
+// Output positions (N*OH*OW) and depth (IC*kh*kw) past which ATen's convolution runs instead:
+// below them this kernel beat ATen in BenchmarkConv2d (bindings/torch/fastconv_test.go; figures
+// in docs/architecture.md), above them it lost or could not be told apart. Small convs only.
+constexpr int64_t kMaxRows = 1024;
+constexpr int64_t kMaxDirectRows = 1024;  // 1x1, stride 1, no padding, channels-last input: no im2col
+constexpr int64_t kMaxK = tsimpl::kConvMaxDepth;
+constexpr int64_t kBlockFloats = 1 << 13;  // im2col rows built at once: 32 KB
+constexpr int64_t kTaskFlops = 1 << 21;    // FLOPs per parallel task, as csrc/kernels/fastlinear.cpp's
+
+bool plain_float(const at::Tensor& t) {
+  return t.defined() && t.device().is_cpu() && t.layout() == at::kStrided && t.scalar_type() == at::kFloat;
+}
+
+bool no_grad(const at::Tensor& t) { return !(t.requires_grad() && at::GradMode::is_enabled()); }
+
+// A conv parameter as a pair: ATen takes one value for both dimensions, or two.
+bool pair_of(at::IntArrayRef v, int64_t out[2]) {
+  if (v.size() == 1) {
+    out[0] = out[1] = v[0];
+    return true;
+  }
+  if (v.size() != 2) return false;
+  out[0] = v[0];
+  out[1] = v[1];
+  return true;
+}
+
+// Rows begin..end-1 of the im2col matrix into col ([end - begin, K]): row r = output position (n,
+// oh, ow), column (i, j, c) = x[n, c, oh*sh - ph + i*dh, ow*sw - pw + j*dw], 0 outside; x is a
+// 4-D float tensor whose channels are adjacent in memory (stride 1), any other strides.
+void im2col(const at::Tensor& x, int64_t kh, int64_t kw, const int64_t s[2], const int64_t p[2], const int64_t d[2],
+            int64_t OH, int64_t OW, int64_t begin, int64_t end, float* col) {
+  const int64_t C = x.size(1), H = x.size(2), W = x.size(3);
+  const int64_t sn = x.stride(0), sh = x.stride(2), sw = x.stride(3);
+  const int64_t K = C * kh * kw;
+  const float* src = x.data_ptr<float>();
+  // Channels-last with dilation 1 in width: a kernel row's kw x C values are one run in memory.
+  const bool runs = sw == C && d[1] == 1;
+  {
+    for (int64_t r = begin; r < end; r++) {
+      const int64_t n = r / (OH * OW), oh = (r / OW) % OH, ow = r % OW;
+      float* dst = col + (r - begin) * K;
+      const int64_t iw0 = ow * s[1] - p[1];
+      for (int64_t i = 0; i < kh; i++) {
+        const int64_t ih = oh * s[0] - p[0] + i * d[0];
+        if (runs && ih >= 0 && ih < H && iw0 >= 0 && iw0 + kw <= W) {
+          std::memcpy(dst, src + n * sn + ih * sh + iw0 * sw, kw * C * sizeof(float));
+          dst += kw * C;
+          continue;
+        }
+        for (int64_t j = 0; j < kw; j++, dst += C) {
+          const int64_t iw = ow * s[1] - p[1] + j * d[1];
+          if (ih < 0 || ih >= H || iw < 0 || iw >= W) {
+            std::memset(dst, 0, C * sizeof(float));
+            continue;
+          }
+          std::memcpy(dst, src + n * sn + ih * sh + iw * sw, C * sizeof(float));
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+at::Tensor tsimpl::conv2d_gemm_impl(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& packed,
+                            const c10::optional<at::Tensor>& bias, at::IntArrayRef stride, at::IntArrayRef padding,
+                            at::IntArrayRef dilation, bool relu, bool* fast) {
+  constexpr int64_t kNR = tsimpl::kLinearPanel;
+  TORCH_CHECK(weight.dim() == 4, "torchspeed::conv2d_gemm: the weight has ", weight.dim(), " dimensions, want 4");
+  const int64_t oc = weight.size(0), kh = weight.size(2), kw = weight.size(3), IC = weight.size(1), K = IC * kh * kw;
+  TORCH_CHECK(packed.dim() == 3 && packed.size(2) == kNR && packed.size(0) == (oc + kNR - 1) / kNR &&
+                  packed.size(1) == K && plain_float(packed) && packed.is_contiguous(),
+              "torchspeed::conv2d_gemm: the packed weight [", packed.sizes(), "] does not hold the weight [",
+              weight.sizes(), "] in panels of ", kNR);
+  const at::Tensor* b = bias.has_value() && bias->defined() ? &*bias : nullptr;
+  int64_t s[2], p[2], d[2];
+  bool ok = tsfast::cpu_isa() != tsfast::Isa::Scalar && plain_float(x) && x.dim() == 4 && x.size(1) == IC &&
+            no_grad(x) && no_grad(packed) && no_grad(weight) && kh > 0 && kw > 0 && pair_of(stride, s) && pair_of(padding, p) && pair_of(dilation, d) &&
+            s[0] > 0 && s[1] > 0 && d[0] > 0 && d[1] > 0 && p[0] >= 0 && p[1] >= 0 && K <= kMaxK && oc > 0;
+  if (ok && b != nullptr) ok = plain_float(*b) && b->dim() == 1 && b->size(0) == oc && b->is_contiguous() && no_grad(*b);
+  int64_t N = 0, OH = 0, OW = 0;
+  if (ok) {
+    N = x.size(0);
+    OH = (x.size(2) + 2 * p[0] - d[0] * (kh - 1) - 1) / s[0] + 1;
+    OW = (x.size(3) + 2 * p[1] - d[1] * (kw - 1) - 1) / s[1] + 1;
+    ok = N > 0 && OH > 0 && OW > 0 && x.size(2) + 2 * p[0] >= d[0] * (kh - 1) + 1 &&
+         x.size(3) + 2 * p[1] >= d[1] * (kw - 1) + 1 && K > 0;
+  }
+  const bool direct = ok && kh == 1 && kw == 1 && s[0] == 1 && s[1] == 1 && p[0] == 0 && p[1] == 0 &&
+                      x.is_contiguous(at::MemoryFormat::ChannelsLast);
+  if (ok) ok = N * OH * OW <= (direct ? kMaxDirectRows : kMaxRows);
+  if (!ok) {
+    *fast = false;
+    at::Tensor y = at::conv2d(x, weight, bias, stride, padding, dilation, 1);
+    return relu ? at::relu(y) : y;
+  }
+  const int64_t rows = N * OH * OW;
+  at::Tensor y = at::empty({N, oc, OH, OW}, x.options().memory_format(at::MemoryFormat::ChannelsLast));
+  const float* bp = b ? b->data_ptr<float>() : nullptr;
+  const float* pp = packed.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  if (direct) {
+    *fast = tsimpl::gemm_packed(x.data_ptr<float>(), K, rows, K, pp, bp, yp, oc, relu);
+  } else {
+    // im2col copies runs of channels: an NCHW input (more than one channel) is made channels-last
+    // first, in one vectorized pass, rather than gathered one float at a time.
+    at::Tensor xin = x.stride(1) == 1 || IC == 1 ? x : x.contiguous(at::MemoryFormat::ChannelsLast);
+    // Blocks of rows, each built into a buffer that stays in L1/L2 and multiplied at once.
+    const int64_t mb = std::clamp<int64_t>(kBlockFloats / K / 8 * 8, 8, 512);
+    const int64_t blocks = (rows + mb - 1) / mb;
+    const int64_t grain = std::max<int64_t>(1, kTaskFlops / std::max<int64_t>(1, 2 * mb * K * oc));
+    std::atomic<bool> ran{true};
+    at::parallel_for(0, blocks, grain, [&](int64_t b0, int64_t b1) {
+      std::vector<float> buf(mb * K);
+      for (int64_t blk = b0; blk < b1; blk++) {
+        const int64_t r0 = blk * mb, r1 = std::min(rows, r0 + mb);
+        im2col(xin, kh, kw, s, p, d, OH, OW, r0, r1, buf.data());
+        if (!tsimpl::gemm_packed(buf.data(), K, r1 - r0, K, pp, bp, yp + r0 * oc, oc, relu)) ran = false;
+      }
+    });
+    *fast = ran;
+  }
+  TORCH_INTERNAL_ASSERT(*fast, "torchspeed::conv2d_gemm: no GEMM kernel on this CPU");  // checked above
+  return y;
+}
+
+// The panels conv2d_gemm reads, from a weight [OC, IC, kh, kw]: rows of K = kh*kw*IC, channels
+// innermost (im2col's column order).
+at::Tensor tsimpl::pack_conv_weight(const at::Tensor& w) {
+  return tsimpl::pack_linear_weight(w.permute({0, 2, 3, 1}).reshape({w.size(0), -1}));
+}
+
+at::Tensor tsimpl::conv2d_gemm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& packed,
+                               const c10::optional<at::Tensor>& bias, at::IntArrayRef stride, at::IntArrayRef padding,
+                               at::IntArrayRef dilation, bool relu) {
+  bool fast = false;
+  return conv2d_gemm_impl(x, weight, packed, bias, stride, padding, dilation, relu, &fast);
+}
+
+void tsimpl::register_conv(torch::Library& m) {
+  m.def(
+      "conv2d_gemm(Tensor x, Tensor weight, Tensor packed, Tensor? bias, int[] stride, int[] padding, "
+      "int[] dilation, bool relu) -> Tensor",
+      &tsimpl::conv2d_gemm);
+}
