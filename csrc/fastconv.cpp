@@ -188,6 +188,8 @@ TORCH_LIBRARY_FRAGMENT(torchspeed, m) {
       &tsimpl::conv2d_gemm);
 }
 
+#ifndef TS_OPS_LIBRARY  // libtorchspeed_ops.so holds the ops above, not the passes and C ABI below
+
 namespace {
 
 using torch::jit::Node;
@@ -378,3 +380,5 @@ ts_status* ts_tensor_conv2d(const ts_tensor* x, const ts_tensor* w, const ts_ten
 }
 
 }  // extern "C"
+
+#endif  // TS_OPS_LIBRARY

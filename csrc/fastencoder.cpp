@@ -169,6 +169,8 @@ TORCH_LIBRARY_FRAGMENT(torchspeed, m) {
       &encoder_layer);
 }
 
+#ifndef TS_OPS_LIBRARY  // libtorchspeed_ops.so holds the ops above, not the passes and C ABI below
+
 int tsimpl::swap_encoder_layer(torch::jit::Node* node) {
   static const auto sym = c10::Symbol::fromQualString("torchspeed::transformer_encoder_layer");
   if (!node->matches(
@@ -198,3 +200,5 @@ int tsimpl::swap_encoder_layer(torch::jit::Node* node) {
   node->destroy();
   return use_gelu->toBool() ? 0 : 1;
 }
+
+#endif  // TS_OPS_LIBRARY

@@ -237,6 +237,8 @@ TORCH_LIBRARY_FRAGMENT(torchspeed, m) {
   m.def("linear_packed(Tensor x, Tensor packed, Tensor? bias, int n, bool relu) -> Tensor", &tsimpl::linear_packed);
 }
 
+#ifndef TS_OPS_LIBRARY  // libtorchspeed_ops.so holds the ops above, not the passes and C ABI below
+
 void tsimpl::for_each_method_graph(const torch::jit::Module& m, const std::function<void(torch::jit::Graph&)>& f) {
   std::set<torch::jit::Graph*> seen;
   for (const auto& sub : m.modules()) {
@@ -425,3 +427,5 @@ ts_status* ts_tensor_linear_packed(const ts_tensor* x, const ts_tensor* packed, 
 }
 
 }  // extern "C"
+
+#endif  // TS_OPS_LIBRARY

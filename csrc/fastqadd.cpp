@@ -297,6 +297,8 @@ TORCH_LIBRARY_FRAGMENT(torchspeed, m) {
   m.def("add_relu(Tensor qa, Tensor qb, float scale, int zero_point) -> Tensor qc", &fast_add_relu);
 }
 
+#ifndef TS_OPS_LIBRARY  // libtorchspeed_ops.so holds the ops above, not the passes and C ABI below
+
 bool tsfast::add_swappable() { return add_reproducible(); }
 
 extern "C" {
@@ -317,3 +319,5 @@ ts_status* ts_tensor_qadd(const ts_tensor* a, const ts_tensor* b, double scale, 
 }
 
 }  // extern "C"
+
+#endif  // TS_OPS_LIBRARY

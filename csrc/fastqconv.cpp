@@ -273,6 +273,8 @@ TORCH_LIBRARY_FRAGMENT(torchspeed, m) {
       &conv2d_add);
 }
 
+#ifndef TS_OPS_LIBRARY  // libtorchspeed_ops.so holds the ops above, not the passes and C ABI below
+
 at::Tensor tsimpl::conv2d_add_run(const at::Tensor& qx, const c10::IValue& packed, double conv_scale,
                                   int64_t conv_zero_point, const at::Tensor& residual, double scale, int64_t zero_point,
                                   bool relu, bool conv_first, bool* ran_fused) {
@@ -282,3 +284,5 @@ at::Tensor tsimpl::conv2d_add_run(const at::Tensor& qx, const c10::IValue& packe
   *ran_fused = tl_fused_calls != before;
   return r;
 }
+
+#endif  // TS_OPS_LIBRARY

@@ -221,6 +221,8 @@ TORCH_LIBRARY(torchspeed, m) {
   m.def("dequantize(Tensor self) -> Tensor", &fast_dequantize);
 }
 
+#ifndef TS_OPS_LIBRARY  // libtorchspeed_ops.so holds the ops above, not the passes and C ABI below
+
 namespace {
 
 // The swaps: an ATen op's schema, the torchspeed op that replaces it, which count it adds to.
@@ -350,3 +352,5 @@ ts_status* ts_tensor_dequantize(const ts_tensor* t, int32_t kernel, ts_tensor** 
 }
 
 }  // extern "C"
+
+#endif  // TS_OPS_LIBRARY
