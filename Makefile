@@ -71,7 +71,7 @@ $(TIDY_DIR)/cmake/compile_commands.json: CMakeLists.txt | setup
 	@mkdir -p $(@D)
 	cd $(@D) && cmake $(CURDIR) -DCMAKE_BUILD_TYPE=Release -DCMAKE_EXPORT_COMPILE_COMMANDS=ON >/dev/null
 
-$(TIDY_DIR)/tidy/%.ok: csrc/%.cpp $(wildcard csrc/*.h csrc/*.inc) .clang-tidy $(TIDY_DIR)/cmake/compile_commands.json
+$(TIDY_DIR)/tidy/%.ok: csrc/%.cpp $(wildcard csrc/*/*.h csrc/*/*.inc) .clang-tidy $(TIDY_DIR)/cmake/compile_commands.json
 	@mkdir -p $(@D)
 	clang-tidy -p $(TIDY_DIR)/cmake --quiet --extra-arg=-fno-openmp --extra-arg=-Wno-unknown-warning-option $<
 	@touch $@

@@ -9,7 +9,7 @@
 package torch
 
 /*
-#cgo !torchspeed_pkgconfig CFLAGS: -I${SRCDIR}/../../csrc
+#cgo !torchspeed_pkgconfig CFLAGS: -I${SRCDIR}/../../csrc/abi
 #cgo !torchspeed_pkgconfig LDFLAGS: -L${SRCDIR}/../../build/cmake -ltorchspeed -Wl,-rpath,${SRCDIR}/../../build/cmake -Wl,-rpath,$ORIGIN
 #cgo torchspeed_pkgconfig pkg-config: torchspeed
 #include <stdlib.h>
