@@ -183,12 +183,11 @@ func (c *Cost) sentence() string {
 	if c.Significant {
 		diff = fmt.Sprintf("plain loading takes %.2fx the time (95%% CI %.2f-%.2f)", c.Ratio, c.RatioLo, c.RatioHi)
 	}
-	server := c.Server
 	if c.OpLibrary {
-		server += " (with " + torch.OpsLibraryName + " loaded)"
+		diff = "with " + torch.OpsLibraryName + " loaded, " + diff
 	}
 	s := fmt.Sprintf("%s will run this model at p50 %.3f ms vs %.3f ms with torchspeed's loader (%s, %d intra-op thread(s), %d interleaved rounds): %s",
-		server, c.PlainP50Ms, c.TorchspeedP50Ms, diff, c.Threads, c.Rounds, why)
+		c.Server, c.PlainP50Ms, c.TorchspeedP50Ms, diff, c.Threads, c.Rounds, why)
 	if p := c.Params; p != nil && p.Chosen != DefaultTritonSetting {
 		s += fmt.Sprintf("; with the chosen backend parameters (%s) p50 %.3f ms", p.Chosen, p.byName(p.Chosen).P50Ms)
 	}
