@@ -110,7 +110,11 @@ int main(int argc, char** argv) {
         // RTLD_GLOBAL, as torch.ops.load_library does; never closed: its operators stay registered.
         if (dlopen(lib.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
           const char* why = dlerror();
-          throw std::runtime_error("cannot load op library " + lib + ": " + (why != nullptr ? why : "unknown error"));
+          std::string msg = "cannot load op library ";
+          msg += lib;
+          msg += ": ";
+          msg += why != nullptr ? why : "unknown error";
+          throw std::runtime_error(msg);
         }
       }
       else throw std::invalid_argument("unknown flag " + a);
