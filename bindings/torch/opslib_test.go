@@ -46,7 +46,7 @@ func TestOpsLibrary(t *testing.T) {
 	}
 	m := loadFixture(t, fixtures.Load(t).Get(t, "digits"))
 	// 0.25 and zero point 0 hold these values exactly; ScalarType 13 is quint8.
-	if err := m.Define("def ts_qdq(self, x):\n    return torch.ops.torchspeed.dequantize(torch.ops.torchspeed.quantize_per_tensor(x, 0.25, 0, 13))\n"); err != nil {
+	if err := m.DefineOps("def ts_qdq(self, x):\n    return ops.torchspeed.dequantize(ops.torchspeed.quantize_per_tensor(x, 0.25, 0, 13))\n"); err != nil {
 		t.Fatal(err)
 	}
 	x, err := torch.NewTensor([]float32{0.5, 1.25, 3}, []int64{3})
