@@ -56,7 +56,8 @@ lint: $(STATICCHECK) setup lint-cpp
 	/usr/bin/python3 -m flake8 scripts
 	shellcheck $$(git ls-files '*.sh') .ci/run
 
-# C++: clang-tidy (checks in .clang-tidy) on every C++ file in csrc/, against the compile commands
+# C++: csrc's includes run one way (abi -> passes -> kernels: scripts/check-csrc-layers.sh), and
+# clang-tidy (checks in .clang-tidy) on every C++ file in csrc/, against the compile commands
 # of a configure-only CMake tree. A file takes 20 to 30 s of CPU (libtorch's headers), so each
 # passing file leaves a stamp and a rerun checks only the files that changed since, or that
 # include a changed header. The compile commands are GCC's, so clang gets two flags: -fno-openmp
@@ -77,6 +78,7 @@ $(TIDY_DIR)/tidy/%.ok: csrc/%.cpp $(wildcard csrc/*/*.h csrc/*/*.inc) .clang-tid
 	@touch $@
 
 lint-cpp: setup
+	sh scripts/check-csrc-layers.sh
 	@$(MAKE) --no-print-directory -j$(JOBS) lint-cpp-files
 
 lint-cpp-files: $(TIDY_OK)

@@ -25,7 +25,7 @@ if [ "${ID}:${VERSION_ID:-}" = "debian:13" ]; then pkgs+=(libgoogle-perftools4t6
 case "${ID}:${VERSION_ID:-}" in
   debian:12*|debian:13*)
     pkgs+=(libtorch-dev python3-torch python3-torchvision python3-sklearn python3-scipy)
-    # The fused quantized conv + add (csrc/fastqconv.cpp) builds against the oneDNN 2 and ideep
+    # The fused quantized conv + add (csrc/kernels/fastqconv.cpp) builds against the oneDNN 2 and ideep
     # headers that Debian 12's libtorch 1.13 was built with; CMake skips it where they are absent.
     if [ "${ID}:${VERSION_ID:-}" = "debian:12" ]; then pkgs+=(libdnnl-dev libideep-dev libcpuinfo-dev); fi
     ;;

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -11,6 +13,7 @@ import (
 	"time"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
+	"github.com/torchspeed/torchspeed/bindings/torch/internal/kerneltest"
 	"github.com/torchspeed/torchspeed/internal/fixtures"
 )
 
@@ -239,9 +242,9 @@ func TestHostile04NoPanicOnBadArguments(t *testing.T) {
 			_, errs["Float"] = x.Float()
 			_, errs["ChannelsLast"] = x.ChannelsLast()
 			_, errs["QParams"] = x.QParams()
-			_, _, errs["QConv2dAdd"] = x.QConv2dAdd(x, torch.QConvAddArgs{Weight: x, WeightScales: x}, true)
-			_, _, errs["QConv2dAdd as residual"] = live0.QConv2dAdd(x, torch.QConvAddArgs{Weight: live0, WeightScales: live0}, false)
-			_, _, errs["QConv2dAdd nil weight"] = live0.QConv2dAdd(live0, torch.QConvAddArgs{Weight: x, WeightScales: live0}, false)
+			_, _, errs["QConv2dAdd"] = kerneltest.QConv2dAdd(x, x, kerneltest.QConvAddArgs{Weight: x, WeightScales: x}, kerneltest.Fast)
+			_, _, errs["QConv2dAdd as residual"] = kerneltest.QConv2dAdd(live0, x, kerneltest.QConvAddArgs{Weight: live0, WeightScales: live0}, kerneltest.ATen)
+			_, _, errs["QConv2dAdd nil weight"] = kerneltest.QConv2dAdd(live0, live0, kerneltest.QConvAddArgs{Weight: x, WeightScales: live0}, kerneltest.ATen)
 			for fn, err := range errs {
 				if err == nil {
 					t.Errorf("%s on a %s tensor: no error", fn, name)
@@ -413,5 +416,81 @@ func roundTrip[T torch.Element](t *testing.T, d []T, want torch.DType) {
 	}
 	if fmt.Sprint(back) != fmt.Sprint(d) || fmt.Sprint(anyBack) != fmt.Sprint(d) {
 		t.Errorf("round trip %v -> %v, %v", d, back, anyBack)
+	}
+}
+
+// The shim this test runs with is built from this tree: its API version is the bindings'.
+func TestShimAPIVersionMatchesBindings(t *testing.T) {
+	if got := torch.ShimAPIVersion(); got != torch.APIVersion {
+		t.Errorf("libtorchspeed.so has API version %d, the bindings %d", got, torch.APIVersion)
+	}
+}
+
+// exportedFunctions lists the ts_ functions a shared library exports (nm -D --defined-only).
+func exportedFunctions(t *testing.T, lib string) map[string]bool {
+	t.Helper()
+	if _, err := os.Stat(lib); err != nil {
+		t.Skipf("%s: %v (the library is checked where it is built)", lib, err)
+	}
+	out, err := exec.Command("nm", "-D", "--defined-only", lib).Output()
+	if err != nil {
+		t.Skipf("nm -D %s: %v", lib, err)
+	}
+	names := map[string]bool{}
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 3 && strings.HasPrefix(f[2], "ts_") {
+			names[f[2]] = true
+		}
+	}
+	return names
+}
+
+// declaredFunctions lists the functions a C header declares with an export macro.
+func declaredFunctions(t *testing.T, header, macro string) map[string]bool {
+	t.Helper()
+	src, err := os.ReadFile(header)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, m := range regexp.MustCompile(macro+`\b[^;(]*?\b(ts_[a-z0-9_]+)\(`).FindAllStringSubmatch(string(src), -1) {
+		names[m[1]] = true
+	}
+	if len(names) == 0 {
+		t.Fatalf("%s declares no %s function", header, macro)
+	}
+	return names
+}
+
+// libtorchspeed.so exports exactly the functions torchspeed.h declares, so no test hook (they
+// are in libtorchspeed_testing.so, which `make install` leaves out); that library exports only
+// the ts_test_ functions of ts_testing.h.
+func TestLibrariesExportTheirHeaders(t *testing.T) {
+	for _, c := range []struct{ lib, header, macro string }{
+		{"../../build/cmake/libtorchspeed.so", "../../csrc/abi/torchspeed.h", "TS_EXPORT"},
+		{"../../build/cmake/libtorchspeed_testing.so", "../../csrc/testing/ts_testing.h", "TS_TESTING_EXPORT"},
+	} {
+		exported := exportedFunctions(t, c.lib)
+		declared := declaredFunctions(t, c.header, c.macro)
+		for name := range exported {
+			if !declared[name] {
+				t.Errorf("%s exports %s, which %s does not declare", c.lib, name, c.header)
+			}
+		}
+		for name := range declared {
+			if !exported[name] {
+				t.Errorf("%s declares %s, which %s does not export", c.header, name, c.lib)
+			}
+		}
+	}
+	// The hooks the public library once had, whatever the header says.
+	public := exportedFunctions(t, "../../build/cmake/libtorchspeed.so")
+	for _, op := range []string{"quantize_per_tensor", "dequantize", "qadd", "linear", "linear_pack", "linear_packed", "conv2d", "qconv2d_add"} {
+		for _, name := range []string{"ts_tensor_" + op, "ts_test_" + op} {
+			if public[name] {
+				t.Errorf("libtorchspeed.so exports the test hook %s", name)
+			}
+		}
 	}
 }

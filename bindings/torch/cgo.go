@@ -1,4 +1,4 @@
-// Package torch is torchspeed's only cgo package: Go types over the C ABI in csrc/torchspeed.h,
+// Package torch is torchspeed's only cgo package: Go types over the C ABI in csrc/abi/torchspeed.h,
 // which wraps libtorch. Every other package speaks the Go types here.
 //
 // The shim library is built by CMake into build/cmake (make shim). Programs built from this
@@ -25,7 +25,7 @@ import (
 )
 
 // APIVersion is the shim ABI version these bindings were written for.
-const APIVersion = 21
+const APIVersion = 22
 
 // The libtorch releases torchspeed supports: 1.13 (Debian 12) through the 2.x releases that
 // still ship TorchScript and the graph-mode quantization passes (their removal is proposed

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
+	"github.com/torchspeed/torchspeed/bindings/torch/internal/kerneltest"
 	"github.com/torchspeed/torchspeed/internal/fixtures"
 	"github.com/torchspeed/torchspeed/pkg/quant"
 	"github.com/torchspeed/torchspeed/pkg/validate"
@@ -82,7 +83,7 @@ func makeConvAddData(t *testing.T, c convAddCase, seed uint64) *convAddData {
 			t.Fatal(err)
 		}
 		defer cl.Close()
-		q, err := cl.QuantizePerTensor(scale, zp, torch.QUint8, torch.QDQATen)
+		q, err := kerneltest.QuantizePerTensor(cl, scale, zp, torch.QUint8, kerneltest.ATen)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -208,13 +209,13 @@ func TestConvAddMatchesReferences(t *testing.T) {
 			c := c
 			c.relu = relu
 			d := makeConvAddData(t, c, uint64(ci))
-			args := torch.QConvAddArgs{Weight: d.w, WeightScales: d.ws, Bias: d.b, Stride: c.stride, Padding: c.pad, Dilation: 1,
+			args := kerneltest.QConvAddArgs{Weight: d.w, WeightScales: d.ws, Bias: d.b, Stride: c.stride, Padding: c.pad, Dilation: 1,
 				Groups: c.groups, ConvScale: c.sc, ConvZeroPoint: c.zc, Scale: c.s, ZeroPoint: c.z, Relu: c.relu, ResidualFirst: c.residualFirst}
-			pair, _, err := d.x.QConv2dAdd(d.r, args, false)
+			pair, _, err := kerneltest.QConv2dAdd(d.x, d.r, args, kerneltest.ATen)
 			if err != nil {
 				t.Fatalf("%s: ATen's pair: %v", c.name, err)
 			}
-			fused, ran, err := d.x.QConv2dAdd(d.r, args, true)
+			fused, ran, err := kerneltest.QConv2dAdd(d.x, d.r, args, kerneltest.Fast)
 			if err != nil {
 				t.Fatalf("%s: fused: %v", c.name, err)
 			}
@@ -458,7 +459,7 @@ func TestConvAddPassRefusesUnsafeResiduals(t *testing.T) {
 			t.Fatalf("after: element %d is %g, unfused %g", i, got[i], want[i])
 		}
 	}
-	rq, err := x.QuantizePerTensor(0.07, 3, torch.QUint8, torch.QDQATen)
+	rq, err := kerneltest.QuantizePerTensor(x, 0.07, 3, torch.QUint8, kerneltest.ATen)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -534,16 +535,16 @@ func TestConvAddConcurrentAndBadResiduals(t *testing.T) {
 
 	c := convAddCases[1]
 	d := makeConvAddData(t, c, 9)
-	args := torch.QConvAddArgs{Weight: d.w, WeightScales: d.ws, Bias: d.b, Stride: c.stride, Padding: c.pad, Dilation: 1,
+	args := kerneltest.QConvAddArgs{Weight: d.w, WeightScales: d.ws, Bias: d.b, Stride: c.stride, Padding: c.pad, Dilation: 1,
 		Groups: c.groups, ConvScale: c.sc, ConvZeroPoint: c.zc, Scale: c.s, ZeroPoint: c.z, Relu: true}
 	if err := torch.SetQEngine("onednn"); err != nil {
 		t.Fatal(err)
 	}
 	// The wrong shape: the input itself as the residual.
-	for _, fusedOp := range []bool{false, true} {
-		if out, _, err := d.x.QConv2dAdd(d.x, args, fusedOp); err == nil {
+	for _, kernel := range []kerneltest.Kernel{kerneltest.ATen, kerneltest.Fast} {
+		if out, _, err := kerneltest.QConv2dAdd(d.x, d.x, args, kernel); err == nil {
 			out.Close()
-			t.Errorf("fused=%t: a residual of the input's shape %v was accepted", fusedOp, d.x.Shape())
+			t.Errorf("kernel %d: a residual of the input's shape %v was accepted", kernel, d.x.Shape())
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
+	"github.com/torchspeed/torchspeed/bindings/torch/internal/kerneltest"
 	"github.com/torchspeed/torchspeed/internal/fixtures"
 	"github.com/torchspeed/torchspeed/internal/fixtures/streamref"
 	"github.com/torchspeed/torchspeed/internal/refconv"
@@ -17,7 +18,7 @@ import (
 // convCase is one convolution: input [n, ic, h, w], weight [oc, ic/groups, kh, kw].
 type convCase struct {
 	n, ic, h, w, oc, kh, kw int64
-	p                       torch.ConvParams
+	p                       kerneltest.ConvParams
 }
 
 func (c convCase) String() string {
@@ -25,20 +26,20 @@ func (c convCase) String() string {
 		c.oc, c.ic/c.p.Groups, c.kh, c.kw, c.p.Stride, c.p.Padding, c.p.Dilation, c.p.Groups)
 }
 
-func params(stride, pad, dil int64) torch.ConvParams {
-	return torch.ConvParams{Stride: [2]int64{stride, stride}, Padding: [2]int64{pad, pad}, Dilation: [2]int64{dil, dil}, Groups: 1}
+func params(stride, pad, dil int64) kerneltest.ConvParams {
+	return kerneltest.ConvParams{Stride: [2]int64{stride, stride}, Padding: [2]int64{pad, pad}, Dilation: [2]int64{dil, dil}, Groups: 1}
 }
 
 // convOn runs Conv2d for ATen and for torchspeed's op in one trip to an inference thread.
-func convOn(threads int, x, w, b *torch.Tensor, p torch.ConvParams, relu bool) (want, got *torch.Tensor, fast bool, err error) {
+func convOn(threads int, x, w, b *torch.Tensor, p kerneltest.ConvParams, relu bool) (want, got *torch.Tensor, fast bool, err error) {
 	torch.Do(func() {
 		if err = torch.SetNumThreadsOnThisThread(threads); err != nil {
 			return
 		}
-		if want, _, err = torch.Conv2d(x, w, b, p, relu, torch.ConvATen); err != nil {
+		if want, _, err = kerneltest.Conv2d(x, w, b, p, relu, kerneltest.ATen); err != nil {
 			return
 		}
-		if got, fast, err = torch.Conv2d(x, w, b, p, relu, torch.ConvFast); err != nil {
+		if got, fast, err = kerneltest.Conv2d(x, w, b, p, relu, kerneltest.Fast); err != nil {
 			want.Close()
 		}
 	})
@@ -73,7 +74,7 @@ func TestFastConvMatchesATen(t *testing.T) {
 		{1, 8, 9, 9, 24, 1, 1, params(2, 0, 1)},   // 1x1 stride 2
 		{1, 5, 11, 9, 7, 3, 3, params(2, 1, 1)},   // odd channels, stride 2
 		{2, 3, 10, 10, 33, 3, 3, params(1, 2, 2)}, // batch 2, dilation 2, 33 outputs (two panels)
-		{1, 4, 12, 10, 40, 5, 3, torch.ConvParams{Stride: [2]int64{2, 1}, Padding: [2]int64{2, 0}, Dilation: [2]int64{1, 2}, Groups: 1}},
+		{1, 4, 12, 10, 40, 5, 3, kerneltest.ConvParams{Stride: [2]int64{2, 1}, Padding: [2]int64{2, 0}, Dilation: [2]int64{1, 2}, Groups: 1}},
 		{2, 17, 6, 6, 64, 3, 3, params(1, 0, 1)},   // no padding, 17 channels
 		{1, 64, 7, 7, 64, 3, 3, params(1, 1, 1)},   // resnet18's last stage, narrower
 		{1, 3, 5, 5, 8, 7, 7, params(1, 3, 1)},     // kernel larger than the input, padding covers it
@@ -128,8 +129,8 @@ func TestFastConvFallbacks(t *testing.T) {
 		what string
 		c    convCase
 	}{
-		{"groups 2", convCase{1, 8, 8, 8, 16, 3, 3, torch.ConvParams{Stride: [2]int64{1, 1}, Padding: [2]int64{1, 1}, Dilation: [2]int64{1, 1}, Groups: 2}}},
-		{"depthwise", convCase{1, 8, 8, 8, 8, 3, 3, torch.ConvParams{Stride: [2]int64{1, 1}, Padding: [2]int64{1, 1}, Dilation: [2]int64{1, 1}, Groups: 8}}},
+		{"groups 2", convCase{1, 8, 8, 8, 16, 3, 3, kerneltest.ConvParams{Stride: [2]int64{1, 1}, Padding: [2]int64{1, 1}, Dilation: [2]int64{1, 1}, Groups: 2}}},
+		{"depthwise", convCase{1, 8, 8, 8, 8, 3, 3, kerneltest.ConvParams{Stride: [2]int64{1, 1}, Padding: [2]int64{1, 1}, Dilation: [2]int64{1, 1}, Groups: 8}}},
 		{"80x80 output positions", convCase{1, 3, 80, 80, 8, 3, 3, params(1, 1, 1)}},
 		{"1x1 on 40x40 output positions", convCase{1, 8, 40, 40, 8, 1, 1, params(1, 0, 1)}},
 		{"K 1152 (128 channels, 3x3)", convCase{1, 128, 4, 4, 16, 3, 3, params(1, 1, 1)}},
@@ -165,10 +166,10 @@ func TestFastConvFallbacks(t *testing.T) {
 		var errA, errF error
 		torch.Do(func() {
 			var y *torch.Tensor
-			if y, _, errA = torch.Conv2d(c.x, w, c.b, params(1, 0, 1), false, torch.ConvATen); errA == nil {
+			if y, _, errA = kerneltest.Conv2d(c.x, w, c.b, params(1, 0, 1), false, kerneltest.ATen); errA == nil {
 				y.Close()
 			}
-			if y, _, errF = torch.Conv2d(c.x, w, c.b, params(1, 0, 1), false, torch.ConvFast); errF == nil {
+			if y, _, errF = kerneltest.Conv2d(c.x, w, c.b, params(1, 0, 1), false, kerneltest.Fast); errF == nil {
 				y.Close()
 			}
 		})
@@ -180,10 +181,10 @@ func TestFastConvFallbacks(t *testing.T) {
 		}
 	}
 	x := newTensor(t, randFloats(r, 3*8*8), 1, 3, 8, 8)
-	if _, _, err := torch.Conv2d(x, w, nil, params(1, 0, 1), false, 5); !errors.Is(err, torch.InvalidArgument) {
+	if _, _, err := kerneltest.Conv2d(x, w, nil, params(1, 0, 1), false, 5); !errors.Is(err, torch.InvalidArgument) {
 		t.Errorf("kernel 5: %v, want an InvalidArgument error", err)
 	}
-	if _, _, err := torch.Conv2d(nil, w, nil, params(1, 0, 1), false, torch.ConvFast); err == nil {
+	if _, _, err := kerneltest.Conv2d(nil, w, nil, params(1, 0, 1), false, kerneltest.Fast); err == nil {
 		t.Error("nil input: no error")
 	}
 }
@@ -310,9 +311,9 @@ func TestFastConvPassLeavesGroupedConvs(t *testing.T) {
 }
 
 // BenchmarkConv2d times at::conv2d and torchspeed::conv2d_gemm (weight packed on each call, as
-// ts_tensor_conv2d does) and the packing alone, interleaved at one thread, on the digits CNN's
+// kerneltest.Conv2d does) and the packing alone, interleaved at one thread, on the digits CNN's
 // convolutions, resnet18-sized ones and sizes in between, and reports medians; own-us (fast -
-// pack) is what a graph that packed once pays. The limits in csrc/fastconv.cpp come from it.
+// pack) is what a graph that packed once pays. The limits in csrc/kernels/fastconv.cpp come from it.
 func BenchmarkConv2d(b *testing.B) {
 	for _, c := range []convCase{
 		{1, 1, 8, 8, 16, 3, 3, params(1, 1, 1)},
@@ -351,16 +352,16 @@ func BenchmarkConv2d(b *testing.B) {
 						return
 					}
 					for i := 0; i < b.N && err == nil; i++ {
-						for _, k := range []torch.ConvKernel{torch.ConvATen, torch.ConvFast} {
+						for _, k := range []kerneltest.Kernel{kerneltest.ATen, kerneltest.Fast} {
 							t0 := time.Now()
 							var y *torch.Tensor
 							var f bool
-							if y, f, err = torch.Conv2d(x, w, bias, c.p, true, k); err != nil {
+							if y, f, err = kerneltest.Conv2d(x, w, bias, c.p, true, k); err != nil {
 								return
 							}
 							d := float64(time.Since(t0).Nanoseconds())
 							y.Close()
-							if k == torch.ConvATen {
+							if k == kerneltest.ATen {
 								aten = append(aten, d)
 							} else {
 								fast = append(fast, d)
@@ -369,7 +370,7 @@ func BenchmarkConv2d(b *testing.B) {
 						}
 						t0 := time.Now()
 						var p *torch.Tensor
-						if p, err = torch.PackLinear(w2); err != nil {
+						if p, err = kerneltest.PackLinear(w2); err != nil {
 							return
 						}
 						pack = append(pack, float64(time.Since(t0).Nanoseconds()))

@@ -12,7 +12,7 @@ import (
 )
 
 // fastKernels says torchspeed's own FP32 kernels (fast_linear, fast_conv) run here, as
-// csrc/fastq.h chooses them: AVX2 and FMA, not capped to scalar by TORCHSPEED_MAX_ISA. Without
+// csrc/kernels/fastq.h chooses them: AVX2 and FMA, not capped to scalar by TORCHSPEED_MAX_ISA. Without
 // them the passes leave every graph as it was (TestFastPassesWithoutVectorKernels).
 func fastKernels() bool {
 	switch strings.ToLower(os.Getenv("TORCHSPEED_MAX_ISA")) {

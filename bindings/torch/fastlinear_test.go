@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
+	"github.com/torchspeed/torchspeed/bindings/torch/internal/kerneltest"
 	"github.com/torchspeed/torchspeed/internal/fixtures"
 )
 
@@ -34,12 +35,12 @@ func newTensor(t testing.TB, data []float32, shape ...int64) *torch.Tensor {
 }
 
 // linearOn runs torch.Linear on an inference thread with threads intra-op threads.
-func linearOn(threads int, x, w, b *torch.Tensor, relu bool, k torch.LinearKernel) (y *torch.Tensor, err error) {
+func linearOn(threads int, x, w, b *torch.Tensor, relu bool, k kerneltest.Kernel) (y *torch.Tensor, err error) {
 	torch.Do(func() {
 		if err = torch.SetNumThreadsOnThisThread(threads); err != nil {
 			return
 		}
-		y, err = torch.Linear(x, w, b, relu, k)
+		y, err = kerneltest.Linear(x, w, b, relu, k)
 	})
 	return y, err
 }
@@ -79,8 +80,8 @@ func TestFastLinearKernelsMatchATen(t *testing.T) {
 	}
 	threads := min(2, torch.AvailableCPUs())
 	r := rand.New(rand.NewPCG(1, 2))
-	kernels := []torch.LinearKernel{torch.LinearFast, torch.LinearAVX2, torch.LinearAVX512}
-	ran := map[torch.LinearKernel]int{}
+	kernels := []kerneltest.Kernel{kerneltest.Fast, kerneltest.AVX2, kerneltest.AVX512}
+	ran := map[kerneltest.Kernel]int{}
 	i := 0
 	for _, m := range ms {
 		for _, k := range ks {
@@ -103,18 +104,18 @@ func TestFastLinearKernelsMatchATen(t *testing.T) {
 					if err = torch.SetNumThreadsOnThisThread(threads); err != nil {
 						return
 					}
-					if want, err = torch.Linear(x, w, b, relu, torch.LinearATen); err != nil {
+					if want, err = kerneltest.Linear(x, w, b, relu, kerneltest.ATen); err != nil {
 						return
 					}
 					for j, kernel := range kernels {
-						got[j], errs[j] = torch.Linear(x, w, b, relu, kernel)
+						got[j], errs[j] = kerneltest.Linear(x, w, b, relu, kernel)
 					}
 				})
 				if err != nil {
 					t.Fatalf("%s: ATen: %v", what, err)
 				}
 				for j, kernel := range kernels {
-					if errors.Is(errs[j], torch.Unsupported) && kernel != torch.LinearFast {
+					if errors.Is(errs[j], torch.Unsupported) && kernel != kerneltest.Fast {
 						continue // this CPU lacks the kernel's instructions
 					}
 					if errs[j] != nil {
@@ -128,7 +129,7 @@ func TestFastLinearKernelsMatchATen(t *testing.T) {
 			}
 		}
 	}
-	if ran[torch.LinearFast] == 0 {
+	if ran[kerneltest.Fast] == 0 {
 		t.Fatalf("kernels tested: %v: want the fast one at least", ran)
 	}
 	t.Logf("cases per kernel (0 where this CPU lacks its instructions): %v", ran)
@@ -143,16 +144,16 @@ func TestFastLinearShapesAndFallbacks(t *testing.T) {
 	threads := min(2, torch.AvailableCPUs())
 	w := newTensor(t, randFloats(r, 40*24), 40, 24)
 	b := newTensor(t, randFloats(r, 40), 40)
-	check := func(what string, x *torch.Tensor, bias *torch.Tensor, relu bool, exact bool, kernels ...torch.LinearKernel) {
+	check := func(what string, x *torch.Tensor, bias *torch.Tensor, relu bool, exact bool, kernels ...kerneltest.Kernel) {
 		t.Helper()
-		want, err := linearOn(threads, x, w, bias, relu, torch.LinearATen)
+		want, err := linearOn(threads, x, w, bias, relu, kerneltest.ATen)
 		if err != nil {
 			t.Fatalf("%s: ATen: %v", what, err)
 		}
 		defer want.Close()
 		for _, k := range kernels {
 			got, err := linearOn(threads, x, w, bias, relu, k)
-			if errors.Is(err, torch.Unsupported) && k != torch.LinearFast {
+			if errors.Is(err, torch.Unsupported) && k != kerneltest.Fast {
 				continue
 			}
 			if err != nil {
@@ -166,7 +167,7 @@ func TestFastLinearShapesAndFallbacks(t *testing.T) {
 			got.Close()
 		}
 	}
-	all := []torch.LinearKernel{torch.LinearFast, torch.LinearAVX2, torch.LinearAVX512}
+	all := []kerneltest.Kernel{kerneltest.Fast, kerneltest.AVX2, kerneltest.AVX512}
 	check("3-D input [2,9,24]", newTensor(t, randFloats(r, 2*9*24), 2, 9, 24), b, true, false, all...)
 	check("1-D input [24]", newTensor(t, randFloats(r, 24), 24), b, false, false, all...)
 	check("4-D input [2,1,3,24]", newTensor(t, randFloats(r, 2*3*24), 2, 1, 3, 24), nil, true, false, all...)
@@ -177,15 +178,15 @@ func TestFastLinearShapesAndFallbacks(t *testing.T) {
 	// 3000 rows: past what the fast path takes, the graph op runs at::linear; forced kernels
 	// still run (and agree within rounding).
 	big := newTensor(t, randFloats(r, 3000*24), 3000, 24)
-	check("3000 rows, the graph op", big, b, true, true, torch.LinearFast)
-	check("3000 rows, forced kernels", big, b, true, false, torch.LinearAVX2, torch.LinearAVX512)
+	check("3000 rows, the graph op", big, b, true, true, kerneltest.Fast)
+	check("3000 rows, forced kernels", big, b, true, false, kerneltest.AVX2, kerneltest.AVX512)
 
 	// A zero depth: the output is the bias on every row.
 	w0 := newTensor(t, nil, 7, 0)
 	b7 := newTensor(t, []float32{1, -2, 3, -4, 5, -6, 7}, 7)
 	for _, k := range all {
 		y, err := linearOn(threads, newTensor(t, nil, 3, 0), w0, b7, true, k)
-		if errors.Is(err, torch.Unsupported) && k != torch.LinearFast {
+		if errors.Is(err, torch.Unsupported) && k != kerneltest.Fast {
 			continue
 		}
 		if err != nil {
@@ -218,16 +219,16 @@ func TestFastLinearShapesAndFallbacks(t *testing.T) {
 		x, b *torch.Tensor
 	}{"float64 input", x64, b})
 	for _, c := range bad {
-		if _, err := linearOn(threads, c.x, w, c.b, false, torch.LinearATen); err == nil {
+		if _, err := linearOn(threads, c.x, w, c.b, false, kerneltest.ATen); err == nil {
 			t.Fatalf("%s: ATen accepts it: the case tests nothing", c.what)
 		}
-		if y, err := linearOn(threads, c.x, w, c.b, false, torch.LinearFast); err == nil {
+		if y, err := linearOn(threads, c.x, w, c.b, false, kerneltest.Fast); err == nil {
 			y.Close()
 			t.Errorf("%s: torchspeed's linear accepts what ATen refuses", c.what)
 		}
 	}
 	// A packed weight used with the wrong feature count, or a tensor that is no packed weight.
-	packed, err := torch.PackLinear(w)
+	packed, err := kerneltest.PackLinear(w)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,15 +239,15 @@ func TestFastLinearShapesAndFallbacks(t *testing.T) {
 		packed *torch.Tensor
 		n      int
 	}{{"40 features read as 70", packed, 70}, {"40 features read as 20", packed, 20}, {"a 2-D weight as packed", w, 40}} {
-		if y, err := torch.LinearPacked(x, c.packed, nil, c.n, false, torch.LinearFast); err == nil {
+		if y, err := kerneltest.LinearPacked(x, c.packed, nil, c.n, false, kerneltest.Fast); err == nil {
 			y.Close()
 			t.Errorf("%s: no error", c.what)
 		}
 	}
-	if y, err := torch.LinearPacked(x, packed, b, 40, true, torch.LinearFast); err != nil {
+	if y, err := kerneltest.LinearPacked(x, packed, b, 40, true, kerneltest.Fast); err != nil {
 		t.Errorf("packed weight with its own feature count: %v", err)
 	} else {
-		want, err := linearOn(threads, x, w, b, true, torch.LinearATen)
+		want, err := linearOn(threads, x, w, b, true, kerneltest.ATen)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -254,13 +255,13 @@ func TestFastLinearShapesAndFallbacks(t *testing.T) {
 		y.Close()
 		want.Close()
 	}
-	if _, err := torch.PackLinear(x64); !errors.Is(err, torch.InvalidArgument) {
+	if _, err := kerneltest.PackLinear(x64); !errors.Is(err, torch.InvalidArgument) {
 		t.Errorf("packing a float64 weight: %v, want an InvalidArgument error", err)
 	}
-	if _, err := torch.Linear(big, w, b, false, 7); !errors.Is(err, torch.InvalidArgument) {
+	if _, err := kerneltest.Linear(big, w, b, false, 7); !errors.Is(err, torch.InvalidArgument) {
 		t.Errorf("kernel 7: %v, want an InvalidArgument error", err)
 	}
-	if _, err := torch.Linear(nil, w, b, false, torch.LinearFast); err == nil {
+	if _, err := kerneltest.Linear(nil, w, b, false, kerneltest.Fast); err == nil {
 		t.Error("nil input: no error")
 	}
 }
@@ -422,19 +423,19 @@ func BenchmarkLinear(b *testing.B) {
 			x := newTensor(b, randFloats(r, int(m*k)), m, k)
 			w := newTensor(b, randFloats(r, int(n*k)), n, k)
 			bias := newTensor(b, randFloats(r, int(n)), n)
-			packed, err := torch.PackLinear(w)
+			packed, err := kerneltest.PackLinear(w)
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer packed.Close()
-			ns := map[torch.LinearKernel][]float64{}
+			ns := map[kerneltest.Kernel][]float64{}
 			b.ResetTimer() // Do runs on an inference thread: b.Fatal only back here
 			torch.Do(func() {
 				if err = torch.SetNumThreadsOnThisThread(threads); err != nil {
 					return
 				}
 				for i := 0; i < b.N && err == nil; i++ {
-					for _, kernel := range []torch.LinearKernel{torch.LinearATen, torch.LinearFast} {
+					for _, kernel := range []kerneltest.Kernel{kerneltest.ATen, kerneltest.Fast} {
 						var y *torch.Tensor
 						t0 := time.Now()
 						// Ten calls per sample: the cgo call and packing are not the kernel.
@@ -442,10 +443,10 @@ func BenchmarkLinear(b *testing.B) {
 							if y != nil {
 								y.Close()
 							}
-							if kernel == torch.LinearATen {
-								y, err = torch.Linear(x, w, bias, false, kernel)
+							if kernel == kerneltest.ATen {
+								y, err = kerneltest.Linear(x, w, bias, false, kernel)
 							} else {
-								y, err = torch.LinearPacked(x, packed, bias, int(n), false, kernel)
+								y, err = kerneltest.LinearPacked(x, packed, bias, int(n), false, kernel)
 							}
 						}
 						ns[kernel] = append(ns[kernel], float64(time.Since(t0).Nanoseconds())/10)
@@ -459,7 +460,7 @@ func BenchmarkLinear(b *testing.B) {
 				b.Fatal(err)
 			}
 			flop := float64(2 * m * k * n)
-			a, f := median(ns[torch.LinearATen]), median(ns[torch.LinearFast])
+			a, f := median(ns[kerneltest.ATen]), median(ns[kerneltest.Fast])
 			b.ReportMetric(a/1e3, "aten-us")
 			b.ReportMetric(f/1e3, "fast-us")
 			b.ReportMetric(flop/a, "aten-GFLOP/s")

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
+	"github.com/torchspeed/torchspeed/bindings/torch/internal/kerneltest"
 	"github.com/torchspeed/torchspeed/internal/fixtures"
 )
 
@@ -78,7 +79,7 @@ func addInputs(t testing.TB, c addCase, shape []int64, cl bool, seed uint64) (*t
 			defer g.Close()
 			f = g
 		}
-		q, err := f.QuantizePerTensor(scale, zp, c.dtype, torch.QDQATen)
+		q, err := kerneltest.QuantizePerTensor(f, scale, zp, c.dtype, kerneltest.ATen)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -106,18 +107,18 @@ func addShapes(short, big bool) [][]int64 {
 }
 
 // addKernels are torchspeed's kernels this CPU runs; ATen's is compared with each.
-func addKernels(t *testing.T) []torch.QDQKernel {
-	kernels := []torch.QDQKernel{torch.QDQFast, torch.QDQScalar}
-	for _, k := range []torch.QDQKernel{torch.QDQAVX2, torch.QDQAVX512} {
+func addKernels(t *testing.T) []kerneltest.Kernel {
+	kernels := []kerneltest.Kernel{kerneltest.Fast, kerneltest.Scalar}
+	for _, k := range []kerneltest.Kernel{kerneltest.AVX2, kerneltest.AVX512} {
 		x, err := torch.NewTensor([]float32{1}, []int64{1})
 		if err != nil {
 			t.Fatal(err)
 		}
-		q, err := x.QuantizePerTensor(1, 0, torch.QUint8, torch.QDQATen)
+		q, err := kerneltest.QuantizePerTensor(x, 1, 0, torch.QUint8, kerneltest.ATen)
 		if err != nil {
 			t.Fatal(err)
 		}
-		y, err := q.QAdd(q, 1, 0, false, k)
+		y, err := kerneltest.QAdd(q, q, 1, 0, false, k)
 		switch {
 		case errors.Is(err, torch.Unsupported):
 			t.Logf("kernel %d: this CPU lacks its instructions: not tested", k)
@@ -163,11 +164,11 @@ func TestFastAddKernelsMatchATen(t *testing.T) {
 							return
 						}
 						for i := range outs {
-							k := torch.QDQATen
+							k := kerneltest.ATen
 							if i > 0 {
 								k = kernels[i-1]
 							}
-							if outs[i], doErr = a.QAdd(b, c.s, c.z, relu, k); doErr != nil {
+							if outs[i], doErr = kerneltest.QAdd(a, b, c.s, c.z, relu, k); doErr != nil {
 								return
 							}
 						}
@@ -204,7 +205,7 @@ func TestFastAddUnderEachATenKernel(t *testing.T) {
 		t.Skip("libtorch is not 1.13 without FBGEMM: torchspeed's add is not swapped in")
 	}
 	caps := []string{"default", "avx2"}
-	if slices.Contains(addKernels(t), torch.QDQAVX512) {
+	if slices.Contains(addKernels(t), kerneltest.AVX512) {
 		caps = append(caps, "avx512")
 	}
 	for _, cap := range caps {
@@ -253,11 +254,11 @@ func TestFastAddFallsBackToATen(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, relu := range []bool{false, true} {
-			want, err := a.QAdd(b, c.s, c.z, relu, torch.QDQATen)
+			want, err := kerneltest.QAdd(a, b, c.s, c.z, relu, kerneltest.ATen)
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := a.QAdd(b, c.s, c.z, relu, torch.QDQFast)
+			got, err := kerneltest.QAdd(a, b, c.s, c.z, relu, kerneltest.Fast)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -271,11 +272,11 @@ func TestFastAddFallsBackToATen(t *testing.T) {
 	}
 	for _, pair := range [][2]*torch.Tensor{{a, acl}, {acl, b}, {a, bc}} {
 		for _, relu := range []bool{false, true} {
-			want, err := pair[0].QAdd(pair[1], c.s, c.z, relu, torch.QDQATen)
+			want, err := kerneltest.QAdd(pair[0], pair[1], c.s, c.z, relu, kerneltest.ATen)
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := pair[0].QAdd(pair[1], c.s, c.z, relu, torch.QDQFast)
+			got, err := kerneltest.QAdd(pair[0], pair[1], c.s, c.z, relu, kerneltest.Fast)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -289,27 +290,27 @@ func TestFastAddFallsBackToATen(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer x.Close()
-	q8, err := x.QuantizePerTensor(0.1, 3, torch.QInt8, torch.QDQATen)
+	q8, err := kerneltest.QuantizePerTensor(x, 0.1, 3, torch.QInt8, kerneltest.ATen)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer q8.Close()
-	qu8, err := x.QuantizePerTensor(0.1, 3, torch.QUint8, torch.QDQATen)
+	qu8, err := kerneltest.QuantizePerTensor(x, 0.1, 3, torch.QUint8, kerneltest.ATen)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer qu8.Close()
 	for _, bad := range [][2]*torch.Tensor{{x, x}, {q8, qu8}} {
-		_, aerr := bad[0].QAdd(bad[1], 0.1, 0, false, torch.QDQATen)
-		_, ferr := bad[0].QAdd(bad[1], 0.1, 0, false, torch.QDQFast)
+		_, aerr := kerneltest.QAdd(bad[0], bad[1], 0.1, 0, false, kerneltest.ATen)
+		_, ferr := kerneltest.QAdd(bad[0], bad[1], 0.1, 0, false, kerneltest.Fast)
 		if aerr == nil || ferr == nil {
 			t.Errorf("%s + %s: ATen's error %v, torchspeed's %v: want both to fail", bad[0], bad[1], aerr, ferr)
 		}
 	}
-	if _, err := qu8.QAdd(qu8, 0.1, 0, false, 5); !errors.Is(err, torch.InvalidArgument) {
+	if _, err := kerneltest.QAdd(qu8, qu8, 0.1, 0, false, 5); !errors.Is(err, torch.InvalidArgument) {
 		t.Errorf("kernel 5: %v, want an invalid-argument error", err)
 	}
-	if _, err := qu8.QAdd(nil, 0.1, 0, false, torch.QDQFast); !errors.Is(err, torch.ErrNilHandle) {
+	if _, err := kerneltest.QAdd(qu8, nil, 0.1, 0, false, kerneltest.Fast); !errors.Is(err, torch.ErrNilHandle) {
 		t.Errorf("adding nil: %v, want ErrNilHandle", err)
 	}
 }
@@ -385,11 +386,11 @@ func TestFastAddOnMadeTensors(t *testing.T) {
 			a := mk(da, shape, c.sa, c.za, min(layout, 1))
 			b := mk(db, shape, c.sb, c.zb, layout)
 			for _, relu := range []bool{false, true} {
-				want, err := a.QAdd(b, c.s, c.z, relu, torch.QDQATen)
+				want, err := kerneltest.QAdd(a, b, c.s, c.z, relu, kerneltest.ATen)
 				if err != nil {
 					t.Fatal(err)
 				}
-				got, err := a.QAdd(b, c.s, c.z, relu, torch.QDQFast)
+				got, err := kerneltest.QAdd(a, b, c.s, c.z, relu, kerneltest.Fast)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -429,7 +430,7 @@ func BenchmarkQAdd(b *testing.B) {
 				x, y := addInputs(b, addCases[1], shape, true, 1)
 				defer x.Close()
 				defer y.Close()
-				ns := map[torch.QDQKernel][]float64{}
+				ns := map[kerneltest.Kernel][]float64{}
 				var doErr error // Do runs on an inference thread: b.Fatal only back here
 				b.ResetTimer()
 				torch.Do(func() {
@@ -437,9 +438,9 @@ func BenchmarkQAdd(b *testing.B) {
 						return
 					}
 					for i := 0; i < b.N && doErr == nil; i++ {
-						for _, k := range []torch.QDQKernel{torch.QDQATen, torch.QDQFast} {
+						for _, k := range []kerneltest.Kernel{kerneltest.ATen, kerneltest.Fast} {
 							t0 := time.Now()
-							out, err := x.QAdd(y, 0.05, 10, true, k)
+							out, err := kerneltest.QAdd(x, y, 0.05, 10, true, k)
 							el := time.Since(t0)
 							if doErr = err; err != nil {
 								return
@@ -452,7 +453,7 @@ func BenchmarkQAdd(b *testing.B) {
 				if doErr != nil {
 					b.Fatal(doErr)
 				}
-				a, f := median(ns[torch.QDQATen]), median(ns[torch.QDQFast])
+				a, f := median(ns[kerneltest.ATen]), median(ns[kerneltest.Fast])
 				b.ReportMetric(a/1e3, "aten-us")
 				b.ReportMetric(f/1e3, "fast-us")
 				b.ReportMetric(a/f, "ratio")

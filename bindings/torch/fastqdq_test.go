@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
+	"github.com/torchspeed/torchspeed/bindings/torch/internal/kerneltest"
 	"github.com/torchspeed/torchspeed/internal/fixtures"
 )
 
@@ -164,8 +165,8 @@ func TestFastQDQKernelsMatchATen(t *testing.T) {
 	if testing.Short() {
 		shapes = [][]int64{{1037}, {0, 3}}
 	}
-	ran := map[torch.QDQKernel]bool{}
-	for _, kernel := range []torch.QDQKernel{torch.QDQFast, torch.QDQScalar, torch.QDQAVX2, torch.QDQAVX512} {
+	ran := map[kerneltest.Kernel]bool{}
+	for _, kernel := range []kerneltest.Kernel{kerneltest.Fast, kerneltest.Scalar, kerneltest.AVX2, kerneltest.AVX512} {
 		for _, shape := range shapes {
 			n := 1
 			for _, s := range shape {
@@ -185,18 +186,18 @@ func TestFastQDQKernelsMatchATen(t *testing.T) {
 					if doErr = torch.SetNumThreadsOnThisThread(threads); doErr != nil {
 						return
 					}
-					if want, doErr = x.QuantizePerTensor(c.scale, c.zp, c.dtype, torch.QDQATen); doErr != nil {
+					if want, doErr = kerneltest.QuantizePerTensor(x, c.scale, c.zp, c.dtype, kerneltest.ATen); doErr != nil {
 						return
 					}
-					if got, doErr = x.QuantizePerTensor(c.scale, c.zp, c.dtype, kernel); doErr != nil {
+					if got, doErr = kerneltest.QuantizePerTensor(x, c.scale, c.zp, c.dtype, kernel); doErr != nil {
 						return
 					}
-					if dwant, doErr = want.Dequantize(torch.QDQATen); doErr != nil {
+					if dwant, doErr = kerneltest.Dequantize(want, kerneltest.ATen); doErr != nil {
 						return
 					}
-					dgot, doErr = want.Dequantize(kernel)
+					dgot, doErr = kerneltest.Dequantize(want, kernel)
 				})
-				skip := errors.Is(doErr, torch.Unsupported) && kernel > torch.QDQScalar
+				skip := errors.Is(doErr, torch.Unsupported) && kernel > kerneltest.Scalar
 				if doErr != nil && !skip {
 					t.Fatalf("%s: %v", what, doErr)
 				}
@@ -219,7 +220,7 @@ func TestFastQDQKernelsMatchATen(t *testing.T) {
 			}
 		}
 	}
-	if !ran[torch.QDQFast] || !ran[torch.QDQScalar] {
+	if !ran[kerneltest.Fast] || !ran[kerneltest.Scalar] {
 		t.Fatalf("kernels tested: %v: want the fast and the scalar ones at least", ran)
 	}
 }
@@ -233,17 +234,17 @@ func TestFastQDQKernelsRefuseWhatATenRefuses(t *testing.T) {
 	}
 	defer x.Close()
 	for _, c := range []qdqCase{{1, 300, torch.QUint8}, {1, -129, torch.QInt8}, {1, 0, torch.Float32}} {
-		_, aerr := x.QuantizePerTensor(c.scale, c.zp, c.dtype, torch.QDQATen)
-		_, ferr := x.QuantizePerTensor(c.scale, c.zp, c.dtype, torch.QDQFast)
+		_, aerr := kerneltest.QuantizePerTensor(x, c.scale, c.zp, c.dtype, kerneltest.ATen)
+		_, ferr := kerneltest.QuantizePerTensor(x, c.scale, c.zp, c.dtype, kerneltest.Fast)
 		if aerr == nil || ferr == nil {
 			t.Errorf("%+v: ATen's error %v, torchspeed's %v: want both to fail", c, aerr, ferr)
 		}
 	}
-	if _, err := x.Dequantize(5); !errors.Is(err, torch.InvalidArgument) {
+	if _, err := kerneltest.Dequantize(x, 5); !errors.Is(err, torch.InvalidArgument) {
 		t.Errorf("kernel 5: %v, want an invalid-argument error", err)
 	}
 	// dequantize of a float tensor is ATen's (a float copy) either way.
-	d, err := x.Dequantize(torch.QDQFast)
+	d, err := kerneltest.Dequantize(x, kerneltest.Fast)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -490,7 +491,7 @@ func BenchmarkQDQ(b *testing.B) {
 					b.Fatal(err)
 				}
 				defer x.Close()
-				q, err := x.QuantizePerTensor(c.scale, c.zp, c.dtype, torch.QDQATen)
+				q, err := kerneltest.QuantizePerTensor(x, c.scale, c.zp, c.dtype, kerneltest.ATen)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -514,9 +515,9 @@ func BenchmarkQDQ(b *testing.B) {
 						return
 					}
 					for i := 0; i < b.N && doErr == nil; i++ {
-						for _, k := range []torch.QDQKernel{torch.QDQATen, torch.QDQFast} {
-							timeOne(fmt.Sprintf("q%d", k), func() (*torch.Tensor, error) { return x.QuantizePerTensor(c.scale, c.zp, c.dtype, k) })
-							timeOne(fmt.Sprintf("dq%d", k), func() (*torch.Tensor, error) { return q.Dequantize(k) })
+						for _, k := range []kerneltest.Kernel{kerneltest.ATen, kerneltest.Fast} {
+							timeOne(fmt.Sprintf("q%d", k), func() (*torch.Tensor, error) { return kerneltest.QuantizePerTensor(x, c.scale, c.zp, c.dtype, k) })
+							timeOne(fmt.Sprintf("dq%d", k), func() (*torch.Tensor, error) { return kerneltest.Dequantize(q, k) })
 						}
 					}
 				})

@@ -12,7 +12,7 @@ import (
 	"unsafe"
 )
 
-// Observer kinds understood by the shim's quantizer (csrc/quantize.cpp).
+// Observer kinds understood by the shim's quantizer (csrc/abi/quantize.cpp).
 const (
 	ObserverMinMax           = "minmax"             // running min/max (PyTorch MinMaxObserver)
 	ObserverMovingAverage    = "moving_average"     // MovingAverageMinMaxObserver

@@ -264,7 +264,7 @@ func ptr[T any](v T) *T { return &v }
 //
 // calculate_qparams runs three times: the JIT profiles a method's first call and runs an
 // optimized graph from then on, and on libtorch 2.6 that graph once returned zero point 0
-// (aten::round fused by the TensorExpr fuser; see csrc/observers.inc).
+// (aten::round fused by the TensorExpr fuser; see csrc/abi/observers.inc).
 func TestObserversMatchPython(t *testing.T) {
 	py := "/usr/bin/python3"
 	if err := exec.Command(py, "-c", "import torch").Run(); err != nil {

@@ -11,14 +11,14 @@
 namespace {
 
 // Built at static initialisation, so reporting an out-of-memory failure allocates nothing.
-ts_status g_oom{TS_CODE_OUT_OF_MEMORY, "torchspeed", "out of memory", "torchspeed: out of memory"};
+ts_status g_oom{TS_CODE_OUT_OF_MEMORY, "torchspeed", "out of memory", "torchspeed: out of memory", 0, true};
 
 }  // namespace
 
 namespace tsimpl {
 
 ts_status* oom_status() noexcept { return &g_oom; }
-bool is_static_status(const ts_status* s) noexcept { return s == &g_oom; }
+bool is_static_status(const ts_status* s) noexcept { return s != nullptr && s->preallocated; }
 
 ts_status* make_status(int32_t code, const char* op, const char* reason) noexcept {
   try {

@@ -18,12 +18,15 @@ struct ts_status {
   std::string reason;
   std::string message;  // "op: reason"
   int32_t sys_errno = 0;  // TS_CODE_IO: the errno of the failed call
+  // The preallocated out-of-memory status, which ts_status_free must not delete. A flag, not an
+  // address: the test library (csrc/testing) has its own, freed through this library's function.
+  bool preallocated = false;
 };
 
 namespace tsimpl {
 
 // A status with a code. Never throws: when the status itself cannot be allocated it returns the
-// preallocated out-of-memory status, which ts_status_free recognises by its address.
+// preallocated out-of-memory status, which ts_status_free recognises by its flag.
 ts_status* make_status(int32_t code, const char* op, const char* reason) noexcept;
 ts_status* make_status(int32_t code, const char* op, const std::string& reason) noexcept;
 // The message as "op: reason" (TS_CODE_MODEL_ERROR): the form older code builds by hand.

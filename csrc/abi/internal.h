@@ -1,7 +1,7 @@
-// What the shim's torch-facing translation units share: the handle structs, inline conversions
-// between the ABI's codes and ATen's types, and the exception barrier. Not part of the C ABI.
-// Header-only over common.h, so shim.cpp, runtime.cpp, quantize.cpp, quant_rewrite.cpp and
-// value.cpp depend on these two headers and never on each other.
+// What the C entries' translation units share: the handle structs, inline conversions between
+// the ABI's codes and ATen's types, and the exception barrier. Not part of the C ABI.
+// Header-only over common.h, so the files of csrc/abi depend on these two headers (and on the
+// passes' and kernels' headers) and never on each other.
 #pragma once
 
 #include <c10/core/QEngine.h>
@@ -142,24 +142,6 @@ class OneThreadTeam {
  private:
   int prev_ = 0;  // the count to restore; 0 when nothing was changed
 };
-
-// Folds hardtanh(0, b)/relu6 that follow a quantized op into its output qparams (static INT8;
-// quant_rewrite.cpp). observed is the module calibration ran on (its observers give the
-// activations' quant range); returns how many clamps were folded.
-int64_t fold_quantized_clamps(const torch::jit::Module& observed, torch::jit::Module& quantized);
-
-// Whether the submodule at a path stays FP32 (its qconfig is null).
-using PathFilter = std::function<bool(const std::string& path)>;
-// Observes one FP32 weight with the config's weight observer and returns it quantized to qint8.
-using WeightQuantizer = std::function<at::Tensor(const at::Tensor& weight)>;
-
-// Replaces the aten::lstm/aten::gru calls of a finalized dynamic-INT8 module by
-// aten::quantized_lstm/_gru over prepacked qint8 cell weights, as eager quantize_dynamic does
-// (quant_rewrite.cpp). src is the FP32 module the conversion started from (its LSTM/GRU
-// submodules' weights identify their calls in the frozen graph); reduce_range is the activation
-// observer's. Returns how many calls were rewritten.
-int64_t quantize_dynamic_rnns(const torch::jit::Module& src, torch::jit::Module& quantized,
-                              const PathFilter& keep_fp32, const WeightQuantizer& quantize, bool reduce_range);
 
 }  // namespace tsimpl
 

@@ -29,6 +29,7 @@
 #include <sstream>
 
 #include "internal.h"
+#include "passes.h"
 
 namespace {
 
@@ -485,10 +486,6 @@ static std::vector<std::string> preserved_names(const char* const* preserved, si
   return keep;
 }
 
-ts_status* ts_quant_convert(const ts_module* observed, const char* engine, ts_module** out) noexcept {
-  return ts_quant_convert_v2(observed, engine, nullptr, 0, out);
-}
-
 ts_status* ts_quant_convert_v2(const ts_module* observed, const char* engine, const char* const* preserved, size_t n,
                                ts_module** out) noexcept {
   TS_API_BEGIN
@@ -502,10 +499,6 @@ ts_status* ts_quant_convert_v2(const ts_module* observed, const char* engine, co
   h->extra = observed->extra;
   *out = h.release();
   TS_API_END("quant_convert")
-}
-
-ts_status* ts_quant_dynamic(const ts_module* m, const char* config_json, const char* engine, ts_module** out) noexcept {
-  return ts_quant_dynamic_v2(m, config_json, engine, nullptr, 0, out);
 }
 
 ts_status* ts_quant_dynamic_v2(const ts_module* m, const char* config_json, const char* engine,

@@ -10,7 +10,11 @@
  *  - "borrowed": the callee does not take ownership and keeps no reference after returning.
  *    "new reference": the caller owns the result and must free it.
  *  - Strings returned through char** are new references, released with ts_free.
- *  - Functions are only ever added; a changed signature gets a new name (_v2).
+ *  - A changed signature or behaviour gets a new name (_v2). A function is removed only when
+ *    nothing calls it (the Go bindings check TS_API_VERSION, so they never meet a shim without
+ *    a function they call); the version bump lists it.
+ *  - Test-only entry points live in csrc/testing/ts_testing.h and libtorchspeed_testing.so,
+ *    neither installed: this library exports none of them.
  *  - Every function is noexcept. A NULL handle or out-parameter gives TS_CODE_INVALID_ARGUMENT
  *    ("op: NAME is NULL"); functions without a status return a neutral value (0, -1, "").
  *  - Thread safety: the version, status and free functions are safe from any thread. A ts_tensor
@@ -44,7 +48,7 @@ extern "C" {
 #define TS_NOEXCEPT
 #endif
 
-/* Bumped whenever a function is added. The Go side refuses a shim older than it expects.
+/* Bumped whenever a function is added or removed. The Go side refuses a shim older than it expects.
  * 7: ts_status_code/_op/_reason/_errno, ts_max_file_format_version, noexcept everywhere, ts_manual_seed removed.
  * 8: ts_value, ts_module_call(_kw), ts_module_methods, ts_module_method_schema, ts_module_state.
  * 9: ts_quant_convert_v2, ts_quant_dynamic_v2 (methods preserved through finalizing).
@@ -59,8 +63,12 @@ extern "C" {
  * 18: ts_module_fast_conv, ts_tensor_conv2d.
  * 19: ts_measure_gaps.
  * 20: ts_set_num_threads_here.
- * 21: ts_module_clone_state, ts_load_library. */
-#define TS_API_VERSION 21
+ * 21: ts_module_clone_state, ts_load_library.
+ * 22: removed the test hooks ts_tensor_quantize_per_tensor, _dequantize, _qadd, _linear,
+ *     _linear_pack, _linear_packed, _conv2d, _qconv2d_add (now ts_test_* in ts_testing.h), and
+ *     ts_module_fast_qdq (its behaviour had changed to _v2's), ts_quant_convert and
+ *     ts_quant_dynamic (no caller; use the _v2 functions). */
+#define TS_API_VERSION 22
 
 typedef struct ts_status ts_status;
 typedef struct ts_module ts_module;
@@ -97,7 +105,7 @@ enum {
   TS_CODE_INTERNAL = 8          /* anything else */
 };
 
-/* ---- status and memory (csrc/common.cpp) ---- */
+/* ---- status and memory (csrc/abi/common.cpp) ---- */
 TS_EXPORT int32_t ts_status_code(const ts_status* s) TS_NOEXCEPT; /* a TS_CODE_*; TS_CODE_OK for NULL */
 TS_EXPORT const char* ts_status_op(const ts_status* s) TS_NOEXCEPT; /* the operation, e.g. "load"; borrowed */
 TS_EXPORT const char* ts_status_reason(const ts_status* s) TS_NOEXCEPT; /* the message without "op: "; borrowed */
@@ -106,7 +114,7 @@ TS_EXPORT const char* ts_status_message(const ts_status* s) TS_NOEXCEPT; /* "op:
 TS_EXPORT void ts_status_free(ts_status* s) TS_NOEXCEPT;
 TS_EXPORT void ts_free(void* p) TS_NOEXCEPT; /* frees strings and arrays this library returned */
 
-/* ---- versions and runtime (csrc/runtime.cpp) ---- */
+/* ---- versions and runtime (csrc/abi/runtime.cpp) ---- */
 TS_EXPORT int32_t ts_api_version(void) TS_NOEXCEPT;
 TS_EXPORT const char* ts_libtorch_version(void) TS_NOEXCEPT; /* static string, e.g. "1.13.1" */
 TS_EXPORT ts_status* ts_show_config(char** out) TS_NOEXCEPT TS_MUST_CHECK;        /* at::show_config() */
@@ -138,7 +146,7 @@ TS_EXPORT ts_status* ts_set_qengine(const char* name /* borrowed */) TS_NOEXCEPT
  * reads: caffe2::serialize::kMaxSupportedFileFormatVersion. */
 TS_EXPORT int64_t ts_max_file_format_version(void) TS_NOEXCEPT;
 
-/* ---- tensors (csrc/shim.cpp, as are modules and outputs) ---- */
+/* ---- tensors (csrc/abi/shim.cpp, as are modules and outputs) ---- */
 /* Copies nbytes from data (borrowed) into a new contiguous CPU tensor of the given shape. */
 TS_EXPORT ts_status* ts_tensor_new(const void* data, size_t nbytes, int32_t dtype, const int64_t* shape,
                                    size_t ndim, ts_tensor** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
@@ -157,55 +165,6 @@ TS_EXPORT ts_status* ts_tensor_qparams(const ts_tensor* t, double** scales, int6
                                        int64_t* axis) TS_NOEXCEPT TS_MUST_CHECK;
 /* Dequantizes a quantized tensor, or returns a float32 copy of any other. */
 TS_EXPORT ts_status* ts_tensor_to_float(const ts_tensor* t, ts_tensor** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
-/* quantize_per_tensor of a tensor to dtype TS_QUINT8, TS_QINT8 or TS_QINT32 (csrc/fastqdq.cpp).
- * kernel: 0 ATen's op, 1 torchspeed's (the widest kernel this CPU runs), 2 its scalar kernel, 3
- * AVX2, 4 AVX-512 (TS_CODE_UNSUPPORTED where the CPU lacks them). Parallel only on inference
- * threads. */
-TS_EXPORT ts_status* ts_tensor_quantize_per_tensor(const ts_tensor* t, double scale, int64_t zero_point, int32_t dtype,
-                                                   int32_t kernel, ts_tensor** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
-/* dequantize of a tensor; kernel as for ts_tensor_quantize_per_tensor. */
-TS_EXPORT ts_status* ts_tensor_dequantize(const ts_tensor* t, int32_t kernel, ts_tensor** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
-/* linear(x, w, b) (b may be NULL), then relu when relu is 1 (csrc/fastlinear.cpp). kernel: 0
- * ATen's at::linear, 1 torchspeed::linear_packed as fast_linear's graphs run it (w packed first;
- * ATen for what it does not cover), 2 its AVX2+FMA kernel, 3 its AVX-512F kernel (at any row
- * count; TS_CODE_UNSUPPORTED where the CPU lacks them). Parallel only on inference threads. */
-TS_EXPORT ts_status* ts_tensor_linear(const ts_tensor* x, const ts_tensor* w, const ts_tensor* b, int32_t relu,
-                                      int32_t kernel, ts_tensor** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
-/* The panels torchspeed::linear_packed reads, from a 2-D float32 weight [N, K]. */
-TS_EXPORT ts_status* ts_tensor_linear_pack(const ts_tensor* w, ts_tensor** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
-/* torchspeed::linear_packed(x, packed, b, n, relu) as the graph op runs it (kernel 1), or with
- * kernel 2 or 3 forced as for ts_tensor_linear. A packed tensor that does not hold n features
- * is TS_CODE_MODEL_ERROR. */
-TS_EXPORT ts_status* ts_tensor_linear_packed(const ts_tensor* x, const ts_tensor* packed, const ts_tensor* b, int64_t n,
-                                             int32_t relu, int32_t kernel, ts_tensor** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
-/* conv2d(x, w, b, stride, padding, dilation, groups) (b may be NULL), then relu when relu is 1
- * (csrc/fastconv.cpp). kernel: 0 ATen's at::conv2d, 1 torchspeed::conv2d_gemm as fast_conv's
- * graphs run it (w packed first; ATen for what it does not cover, and for groups != 1, which the
- * pass leaves to ATen). *fast (may be NULL) gets 1 when torchspeed's kernel ran, 0 when ATen's
- * conv did. Parallel only on inference threads. */
-TS_EXPORT ts_status* ts_tensor_conv2d(const ts_tensor* x, const ts_tensor* w, const ts_tensor* b, int64_t stride_h,
-                                      int64_t stride_w, int64_t pad_h, int64_t pad_w, int64_t dilation_h,
-                                      int64_t dilation_w, int64_t groups, int32_t relu, int32_t kernel,
-                                      ts_tensor** out /* new reference */, int32_t* fast) TS_NOEXCEPT TS_MUST_CHECK;
-/* quantized::add (relu = 0) or quantized::add_relu of two quantized tensors, output scale and zero
- * point given (csrc/fastqadd.cpp); kernel as for ts_tensor_quantize_per_tensor. What torchspeed's
- * kernels do not cover goes to ATen's op. */
-TS_EXPORT ts_status* ts_tensor_qadd(const ts_tensor* a, const ts_tensor* b, double scale, int64_t zero_point, int32_t relu,
-                                    int32_t kernel, ts_tensor** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
-/* quantized::add[_relu](quantized::conv2d(qx, W, conv_scale, conv_zero_point), residual, scale,
- * zero_point) (operands swapped when residual_first), W prepacked here by quantized::conv2d_prepack
- * on the current quantized engine from the float weight w [O, I/groups, kh, kw] quantized to qint8
- * with zero point 0 and the scales wscales ([O]: per channel; [1]: per tensor), bias b (may be
- * NULL), square stride, padding and dilation. mode 0 runs ATen's two ops; mode 1 runs
- * torchspeed::conv2d_add as the fuse_conv_add pass's graphs do (into a channels-last copy of
- * residual), and *fused says whether the fused oneDNN convolution ran (0: it fell back to ATen's
- * pair). TS_CODE_UNSUPPORTED where this build has no fused convolution (ts_conv_add_unavailable). */
-TS_EXPORT ts_status* ts_tensor_qconv2d_add(const ts_tensor* qx, const ts_tensor* w, const ts_tensor* wscales,
-                                           const ts_tensor* b, int64_t stride, int64_t padding, int64_t dilation,
-                                           int64_t groups, double conv_scale, int64_t conv_zero_point,
-                                           const ts_tensor* residual, int32_t residual_first, double scale,
-                                           int64_t zero_point, int32_t relu, int32_t mode,
-                                           ts_tensor** out /* new reference */, int32_t* fused) TS_NOEXCEPT TS_MUST_CHECK;
 /* A copy in channels-last memory format (4-D) or channels-last-3d (5-D); same values. */
 TS_EXPORT ts_status* ts_tensor_channels_last(const ts_tensor* t, ts_tensor** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
 
@@ -253,22 +212,13 @@ TS_EXPORT ts_status* ts_module_optimize_for_inference(const ts_module* m, ts_mod
  * number of tensors changed. Run before freezing: a frozen module's weights are constants. */
 TS_EXPORT ts_status* ts_module_channels_last(ts_module* m, int64_t* converted) TS_NOEXCEPT TS_MUST_CHECK;
 /* A clone whose graphs (every method of the module and its submodules) call
- * torchspeed::quantize_per_tensor and torchspeed::dequantize where they called
- * aten::quantize_per_tensor and aten::dequantize.self (csrc/fastqdq.cpp): the same tensors bit for
- * bit, vectorized and parallel for float32 -> quint8/qint8 and back. *quantizes and *dequantizes
- * get how many calls were swapped: none where libtorch has FBGEMM (its ops are vectorized there,
- * and round a few extreme values differently). The result runs only where libtorchspeed is
- * loaded: do not save it for stock PyTorch. It also swaps the adds ts_module_fast_qdq_v2 counts. */
-TS_EXPORT ts_status* ts_module_fast_qdq(const ts_module* m, ts_module** out, int64_t* quantizes,
-                                        int64_t* dequantizes) TS_NOEXCEPT TS_MUST_CHECK;
-/* A clone whose graphs (every method of the module and its submodules) call
- * torchspeed::linear_packed (csrc/fastlinear.cpp: a register-blocked FP32 GEMM over a weight
+ * torchspeed::linear_packed (csrc/kernels/fastlinear.cpp: a register-blocked FP32 GEMM over a weight
  * packed here) where they called aten::linear with a constant weight (and constant or no bias),
  * or aten::matmul with a constant 2-D right operand, optionally followed by an aten::add of a
  * constant bias (alpha 1) that is its only use (what optimize_for_inference leaves of a linear);
  * a relu that is the only use of the result is fused. aten::_transformer_encoder_layer_fwd with
  * constant weights (a scripted nn.TransformerEncoderLayer's eval fast path) becomes
- * torchspeed::transformer_encoder_layer (csrc/fastencoder.cpp), its four linears through the same
+ * torchspeed::transformer_encoder_layer (csrc/kernels/fastencoder.cpp), its four linears through the same
  * kernel. *linears gets how many linears were swapped (four per encoder layer), *relus how many
  * of them took a relu. Same values up to float rounding (the sum runs in another
  * order). Nothing is swapped on a CPU without AVX2 and FMA. The result runs only where
@@ -276,7 +226,7 @@ TS_EXPORT ts_status* ts_module_fast_qdq(const ts_module* m, ts_module** out, int
 TS_EXPORT ts_status* ts_module_fast_linear(const ts_module* m, ts_module** out, int64_t* linears,
                                            int64_t* relus) TS_NOEXCEPT TS_MUST_CHECK;
 /* A clone whose graphs (every method of the module and its submodules) call
- * torchspeed::conv2d_gemm (csrc/fastconv.cpp: im2col, then torchspeed::linear_packed's GEMM over
+ * torchspeed::conv2d_gemm (csrc/kernels/fastconv.cpp: im2col, then torchspeed::linear_packed's GEMM over
  * the weight packed here; output channels-last) where they called aten::_convolution,
  * aten::convolution or aten::conv2d with a constant 4-D float weight, constant or no bias,
  * constant stride, padding and dilation, groups 1, not transposed, and a depth IC x kh x kw the
@@ -288,14 +238,21 @@ TS_EXPORT ts_status* ts_module_fast_linear(const ts_module* m, ts_module** out, 
  * for stock PyTorch. */
 TS_EXPORT ts_status* ts_module_fast_conv(const ts_module* m, ts_module** out, int64_t* convs,
                                          int64_t* relus) TS_NOEXCEPT TS_MUST_CHECK;
-/* ts_module_fast_qdq, which also swaps quantized::add and quantized::add_relu for
- * torchspeed::add and torchspeed::add_relu (csrc/fastqadd.cpp: ATen 1.13's tensors bit for bit,
- * vectorized and parallel; only with libtorch 1.13 without FBGEMM); *adds gets how many. */
+/* A clone whose graphs (every method of the module and its submodules) call
+ * torchspeed::quantize_per_tensor and torchspeed::dequantize where they called
+ * aten::quantize_per_tensor and aten::dequantize.self (csrc/kernels/fastqdq.cpp): the same tensors
+ * bit for bit, vectorized and parallel for float32 -> quint8/qint8 and back; and
+ * torchspeed::add and torchspeed::add_relu where they called quantized::add and
+ * quantized::add_relu (csrc/kernels/fastqadd.cpp: ATen 1.13's tensors bit for bit, vectorized and
+ * parallel; only with libtorch 1.13 without FBGEMM). *quantizes, *dequantizes and *adds get how
+ * many calls were swapped: no quantizes or dequantizes where libtorch has FBGEMM (its ops are
+ * vectorized there, and round a few extreme values differently). The result runs only where
+ * libtorchspeed is loaded: do not save it for stock PyTorch. */
 TS_EXPORT ts_status* ts_module_fast_qdq_v2(const ts_module* m, ts_module** out, int64_t* quantizes,
                                            int64_t* dequantizes, int64_t* adds) TS_NOEXCEPT TS_MUST_CHECK;
 /* A clone whose graphs (every method of the module and its submodules) compute each
  * %o = quantized::add[_relu](%c, %r, scale, zero_point) (either operand order) whose %c =
- * quantized::conv2d(%x, %w, ...) has no other use with torchspeed::conv2d_add (csrc/fastqconv.cpp):
+ * quantized::conv2d(%x, %w, ...) has no other use with torchspeed::conv2d_add (csrc/kernels/fastqconv.cpp):
  * one oneDNN convolution that adds into %r's buffer. Only where writing into %r is safe: %r made by
  * a node of the same block, not aliasing a graph input or output, a constant or %x, and every use
  * of anything that may alias it before the add. Outputs differ from ATen's pair by the conv's
@@ -348,7 +305,7 @@ TS_EXPORT ts_status* ts_outputs_take_all(const ts_outputs* o, ts_tensor** tensor
                                          size_t cap) TS_NOEXCEPT TS_MUST_CHECK;
 TS_EXPORT void ts_outputs_free(ts_outputs* o) TS_NOEXCEPT;
 
-/* ---- workers: forward handed to a serving thread (csrc/runtime.cpp) ----
+/* ---- workers: forward handed to a serving thread (csrc/abi/runtime.cpp) ----
  * libtorch's OpenMP pool belongs to the thread that calls it, so inference runs on a few
  * long-lived threads. A ts_worker hands a forward from any thread to such a thread with one
  * wake-up each way and nothing of the caller's language runtime in between: the serving thread
@@ -402,7 +359,7 @@ TS_EXPORT ts_status* ts_measure_gaps(int64_t duration_ns, int64_t threshold_ns, 
  * calling thread's team as it is. */
 /* ---- end of workers ---- */
 
-/* ---- quantization (csrc/quantize.cpp; graph rewrites in csrc/quant_rewrite.cpp) ----
+/* ---- quantization (csrc/abi/quantize.cpp; graph rewrites in csrc/passes/quant_rewrite.cpp) ----
  * Graph-mode INT8 quantization as torch.ao.quantization.quantize_jit does it, without Python.
  * A config is a JSON object (NULL or "{}" means defaults):
  *   {"activation": OBS, "weight": OBS, "modules": {"<submodule path>": {"activation": OBS,
@@ -418,26 +375,22 @@ TS_EXPORT ts_status* ts_measure_gaps(int64_t duration_ns, int64_t threshold_ns, 
  * current engine. The engine is set process-wide (it decides how weights are prepacked and must
  * also be set before loading the saved INT8 model). */
 /* Static quantization, step 1: eval, fold conv-bn, insert observers. *observed is a new module:
- * run forward on it with calibration batches, then call ts_quant_convert. m is not modified. */
+ * run forward on it with calibration batches, then call ts_quant_convert_v2. m is not modified. */
 TS_EXPORT ts_status* ts_quant_prepare(const ts_module* m /* borrowed */, const char* config_json /* borrowed */,
                                       ts_module** observed /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
 /* Static quantization, step 2: sets the engine, inserts quantize/dequantize from the observers'
  * statistics and finalizes (the result is frozen: do not freeze it again). observed is not
- * modified and can be converted again. */
-TS_EXPORT ts_status* ts_quant_convert(const ts_module* observed /* borrowed */, const char* engine /* borrowed */,
-                                      ts_module** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
-/* Dynamic quantization (quantize_dynamic_jit): INT8 weights, activations quantized at run time.
- * Quantizes aten::linear, and LSTM/GRU calls (aten::lstm/gru -> aten::quantized_lstm/gru with
- * prepacked qint8 cell weights, as eager quantize_dynamic does); the activation observer must be
- * "placeholder" (the default here), whose reduce_range the RNN cells use. */
-TS_EXPORT ts_status* ts_quant_dynamic(const ts_module* m /* borrowed */, const char* config_json /* borrowed */,
-                                      const char* engine /* borrowed */, ts_module** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
-/* ts_quant_convert and ts_quant_dynamic keeping the n methods and attributes named in preserved
- * (borrowed) through the freeze that finalizing does: a stateful model's reset method, methods
- * the caller exports. (API version 9.) */
+ * modified and can be converted again.
+ * preserved (borrowed) names n methods and attributes kept through the freeze that finalizing
+ * does: a stateful model's reset method, methods the caller exports. */
 TS_EXPORT ts_status* ts_quant_convert_v2(const ts_module* observed /* borrowed */, const char* engine /* borrowed */,
                                          const char* const* preserved /* borrowed */, size_t n,
                                          ts_module** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
+/* Dynamic quantization (quantize_dynamic_jit): INT8 weights, activations quantized at run time.
+ * Quantizes aten::linear, and LSTM/GRU calls (aten::lstm/gru -> aten::quantized_lstm/gru with
+ * prepacked qint8 cell weights, as eager quantize_dynamic does); the activation observer must be
+ * "placeholder" (the default here), whose reduce_range the RNN cells use. preserved as
+ * for ts_quant_convert_v2. */
 TS_EXPORT ts_status* ts_quant_dynamic_v2(const ts_module* m /* borrowed */, const char* config_json /* borrowed */,
                                          const char* engine /* borrowed */, const char* const* preserved /* borrowed */,
                                          size_t n, ts_module** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
@@ -450,7 +403,7 @@ TS_EXPORT ts_status* ts_quant_layers(const ts_module* m /* borrowed */, char** o
 TS_EXPORT ts_status* ts_quant_observer(const char* config_json /* borrowed */, ts_module** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
 /* ---- end of quantization ---- */
 
-/* ---- profiling and inspection (csrc/runtime.cpp) ---- */
+/* ---- profiling and inspection (csrc/abi/runtime.cpp) ---- */
 /* Runs forward once on inputs (borrowed) and writes a JSON object of the multiply-add work it
  * dispatched, by ATen op: {"aten::_convolution": {"flops": 3.6e9, "calls": 20}, "aten::addmm":
  * ...}. FLOP counts a multiply-add as 2, from the ops' input shapes: aten::_convolution (every
@@ -465,7 +418,7 @@ TS_EXPORT ts_status* ts_module_op_flops(const ts_module* m /* borrowed */, ts_te
 TS_EXPORT ts_status* ts_module_define_ops(ts_module* m, const char* source /* borrowed */) TS_NOEXCEPT TS_MUST_CHECK;
 /* ---- end of profiling and inspection ---- */
 
-/* ---- TorchScript values, method calls, schemas and state (csrc/value.cpp; API version 7) ----
+/* ---- TorchScript values, method calls, schemas and state (csrc/abi/value.cpp; API version 7) ----
  * A ts_value holds one TorchScript IValue: None, bool, int, float (double), str, Tensor, List,
  * Tuple or Dict. Models as their authors ship them take such arguments (forward(x, sr: int),
  * Optional[Tensor], List[Tensor], ...), return them, keep state in attributes and export extra
@@ -561,7 +514,7 @@ TS_EXPORT ts_status* ts_module_state(const ts_module* m, const char* method /* b
                                      char** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
 /* ---- end of values ---- */
 
-/* ---- execution settings (csrc/runtime.cpp) ----
+/* ---- execution settings (csrc/abi/runtime.cpp) ----
  * How methods execute, as Triton's PyTorch backend sets it before each execution from its
  * model parameters (DISABLE_OPTIMIZED_EXECUTION, INFERENCE_MODE, ENABLE_JIT_EXECUTOR,
  * ENABLE_JIT_PROFILING). Each field is 0 or 1; libtorch's defaults are all 1.

@@ -1,6 +1,6 @@
-// Small FP32 2-D (and 1-D) convolutions through torchspeed's GEMM: torchspeed::conv2d_gemm, and
-// the graph pass (fast_conv) that swaps it in for aten::_convolution / aten::convolution /
-// aten::conv2d / aten::conv1d with a constant weight, fusing a following relu.
+// Small FP32 2-D (and 1-D) convolutions through torchspeed's GEMM: torchspeed::conv2d_gemm (the
+// graph pass that swaps it in for aten::_convolution / aten::convolution / aten::conv2d /
+// aten::conv1d with a constant weight, fusing a following relu, is passes/fastconv.cpp).
 //
 // Why: libtorch 1.13 runs a batch-1 float conv with a 3x3 kernel and fewer than 20480 input
 // elements as thnn_conv2d (_slow_conv2d_forward: im2col, then OpenBLAS's sgemm with Haswell's
@@ -8,7 +8,7 @@
 // spent half its time there. Here the conv is im2col into rows = output positions (N*OH*OW rows,
 // K = kh*kw*IC in that order, channels innermost, so a channels-last input copies runs of kw*IC
 // floats; an NCHW one is made channels-last first), built a block of rows at a time into a
-// buffer that stays in cache, each block then multiplied by csrc/fastlinear.cpp's
+// buffer that stays in cache, each block then multiplied by csrc/kernels/fastlinear.cpp's
 // register-blocked kernel against the weight packed once at pass time as [OC, kh, kw, IC], bias
 // and relu fused. The GEMM writes [N*OH*OW, OC], which is
 // the output [N, OC, OH, OW] in channels-last memory: the op returns it with those strides (the
@@ -22,8 +22,6 @@
 // ATen's bits and ATen's own error for arguments it refuses. The pass leaves convs deeper than
 // kMaxK as they are.
 #include <ATen/Parallel.h>
-#include <torch/csrc/jit/ir/constants.h>
-#include <torch/csrc/jit/ir/ir.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -32,7 +30,7 @@
 
 #include "fastlinear.h"
 #include "fastq.h"
-#include "internal.h"
+#include "ops.h"
 
 namespace {
 
@@ -45,9 +43,9 @@ namespace {
 // 0.69x, and from K 1152 on (ATen's oneDNN) 0.5x-1.2x, too noisy to call. Small convs only.
 constexpr int64_t kMaxRows = 1024;
 constexpr int64_t kMaxDirectRows = 1024;  // 1x1, stride 1, no padding, channels-last input: no im2col
-constexpr int64_t kMaxK = 576;
+constexpr int64_t kMaxK = tsimpl::kConvMaxDepth;
 constexpr int64_t kBlockFloats = 1 << 13;  // im2col rows built at once: 32 KB
-constexpr int64_t kTaskFlops = 1 << 21;    // FLOPs per parallel task, as csrc/fastlinear.cpp's
+constexpr int64_t kTaskFlops = 1 << 21;    // FLOPs per parallel task, as csrc/kernels/fastlinear.cpp's
 
 bool plain_float(const at::Tensor& t) {
   return t.defined() && t.device().is_cpu() && t.layout() == at::kStrided && t.scalar_type() == at::kFloat;
@@ -103,8 +101,9 @@ void im2col(const at::Tensor& x, int64_t kh, int64_t kw, const int64_t s[2], con
   }
 }
 
-// torchspeed::conv2d_gemm; *fast says whether torchspeed's kernel ran (false: ATen's conv did).
-at::Tensor conv2d_gemm_impl(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& packed,
+}  // namespace
+
+at::Tensor tsimpl::conv2d_gemm_impl(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& packed,
                             const c10::optional<at::Tensor>& bias, at::IntArrayRef stride, at::IntArrayRef padding,
                             at::IntArrayRef dilation, bool relu, bool* fast) {
   constexpr int64_t kNR = tsimpl::kLinearPanel;
@@ -166,8 +165,6 @@ at::Tensor conv2d_gemm_impl(const at::Tensor& x, const at::Tensor& weight, const
   return y;
 }
 
-}  // namespace
-
 // The panels conv2d_gemm reads, from a weight [OC, IC, kh, kw]: rows of K = kh*kw*IC, channels
 // innermost (im2col's column order).
 at::Tensor tsimpl::pack_conv_weight(const at::Tensor& w) {
@@ -181,204 +178,9 @@ at::Tensor tsimpl::conv2d_gemm(const at::Tensor& x, const at::Tensor& weight, co
   return conv2d_gemm_impl(x, weight, packed, bias, stride, padding, dilation, relu, &fast);
 }
 
-TORCH_LIBRARY_FRAGMENT(torchspeed, m) {
+void tsimpl::register_conv(torch::Library& m) {
   m.def(
       "conv2d_gemm(Tensor x, Tensor weight, Tensor packed, Tensor? bias, int[] stride, int[] padding, "
       "int[] dilation, bool relu) -> Tensor",
       &tsimpl::conv2d_gemm);
 }
-
-#ifndef TS_OPS_LIBRARY  // libtorchspeed_ops.so holds the ops above, not the passes and C ABI below
-
-namespace {
-
-using torch::jit::Node;
-using torch::jit::Value;
-
-Node* only_user(Value* v) { return v->uses().size() == 1 ? v->uses()[0].user : nullptr; }
-
-c10::optional<std::vector<int64_t>> const_ints(Value* v) {
-  auto iv = torch::jit::toIValue(v);
-  if (!iv || !iv->isIntList()) return c10::nullopt;
-  return iv->toIntVector();
-}
-
-c10::optional<int64_t> const_int(Value* v) {
-  auto iv = torch::jit::toIValue(v);
-  if (!iv || !iv->isInt()) return c10::nullopt;
-  return iv->toInt();
-}
-
-c10::optional<bool> const_bool(Value* v) {
-  auto iv = torch::jit::toIValue(v);
-  if (!iv || !iv->isBool()) return c10::nullopt;
-  return iv->toBool();
-}
-
-struct Counts {
-  int64_t convs = 0, relus = 0;
-};
-
-bool is_conv(Node* node) {
-  return node->matches(
-             "aten::_convolution(Tensor input, Tensor weight, Tensor? bias, int[] stride, int[] padding, int[] "
-             "dilation, bool transposed, int[] output_padding, int groups, bool benchmark, bool deterministic, bool "
-             "cudnn_enabled, bool allow_tf32) -> Tensor") ||
-         node->matches(
-             "aten::_convolution.deprecated(Tensor input, Tensor weight, Tensor? bias, int[] stride, int[] padding, "
-             "int[] dilation, bool transposed, int[] output_padding, int groups, bool benchmark, bool deterministic, "
-             "bool cudnn_enabled) -> Tensor") ||
-         node->matches(
-             "aten::convolution(Tensor input, Tensor weight, Tensor? bias, int[] stride, int[] padding, int[] "
-             "dilation, bool transposed, int[] output_padding, int groups) -> Tensor") ||
-         node->matches(
-             "aten::conv2d(Tensor input, Tensor weight, Tensor? bias=None, int[2] stride=1, int[2] padding=0, int[2] "
-             "dilation=1, int groups=1) -> Tensor") ||
-         node->matches(
-             "aten::conv1d(Tensor input, Tensor weight, Tensor? bias=None, int[1] stride=1, int[1] padding=0, int[1] "
-             "dilation=1, int groups=1) -> Tensor");
-}
-
-// Swaps one conv node (is_conv) if it is a 1-D or 2-D, ungrouped, not transposed one with a
-// constant weight and constant arguments; returns whether it did. A 1-D conv ([N, C, L], weight
-// [O, I, k]: audio front ends, STFT-like filter banks, a VAD's encoder) runs as a 2-D one of
-// height 1: unsqueeze, conv2d_gemm, squeeze. libtorch 1.13 sends those to the same slow im2col
-// path (thnn_conv2d) as small 2-D ones, with its per-call set-up cost.
-bool swap_one(Node* node, Counts& counts) {
-  static const auto sym = c10::Symbol::fromQualString("torchspeed::conv2d_gemm");
-  const bool named = node->kind() == c10::Symbol::fromQualString("aten::conv2d") ||
-                     node->kind() == c10::Symbol::fromQualString("aten::conv1d");
-  auto w = tsimpl::constant_float(node->input(1));
-  if (!w || (w->dim() != 4 && w->dim() != 3) || w->size(0) == 0) return false;
-  const bool one_d = w->dim() == 3;
-  if (node->kind() == c10::Symbol::fromQualString("aten::conv1d") && !one_d) return false;
-  if (node->kind() == c10::Symbol::fromQualString("aten::conv2d") && one_d) return false;
-  if (one_d) w = w->unsqueeze(2).contiguous();  // [O, I, 1, k]
-  // A depth past kMaxK would always run ATen's convolution: left as it is.
-  if (w->size(1) * w->size(2) * w->size(3) > kMaxK) return false;
-  c10::optional<at::Tensor> bias;
-  if (!node->input(2)->type()->cast<c10::NoneType>()) {
-    bias = tsimpl::constant_float(node->input(2));
-    if (!bias || bias->dim() != 1 || bias->size(0) != w->size(0)) return false;
-  }
-  auto stride = const_ints(node->input(3)), padding = const_ints(node->input(4)), dilation = const_ints(node->input(5));
-  if (!stride || !padding || !dilation) return false;
-  if (one_d) {
-    // Height 1: stride and dilation 1, no padding there; the 1-D value goes to the width.
-    if (stride->size() != 1 || padding->size() != 1 || dilation->size() != 1) return false;
-    stride = std::vector<int64_t>{1, (*stride)[0]};
-    padding = std::vector<int64_t>{0, (*padding)[0]};
-    dilation = std::vector<int64_t>{1, (*dilation)[0]};
-  }
-  int64_t pair[2];
-  for (const auto* v : {&*stride, &*padding, &*dilation}) {
-    if (!pair_of(*v, pair)) return false;
-  }
-  auto groups = const_int(node->input(named ? 6 : 8));
-  if (!groups || *groups != 1) return false;
-  if (!named) {
-    auto transposed = const_bool(node->input(6));
-    if (!transposed || *transposed) return false;
-  }
-  Node* last = node;
-  std::vector<Node*> gone{node};
-  bool relu = false;
-  if (Node* r = only_user(node->output());
-      r != nullptr && (r->matches("aten::relu(Tensor self) -> Tensor") || r->matches("aten::relu_(Tensor(a!) self) -> Tensor(a!)"))) {
-    relu = true;
-    last = r;
-    gone.push_back(r);
-  }
-  auto* graph = node->owningGraph();
-  torch::jit::WithInsertPoint guard(node);
-  Value* x = node->input(0);
-  if (one_d) x = graph->insert(c10::aten::unsqueeze, {x, 2});
-  std::vector<Value*> args{
-      x,
-      // The original weight (as 4-D for a 1-D conv), for the fallback: ATen's bits there.
-      one_d ? graph->insertConstant(*w) : node->input(1),
-      graph->insertConstant(tsimpl::pack_conv_weight(*w)),
-      bias ? graph->insertConstant(bias->contiguous()) : graph->insertConstant(c10::IValue()),
-      graph->insertConstant(*stride),
-      graph->insertConstant(*padding),
-      graph->insertConstant(*dilation),
-      graph->insertConstant(relu)};
-  Node* repl = graph->create(sym, args, 1);
-  // The output's strides are channels-last where the original's were not: plain Tensor.
-  repl->output()->setType(c10::TensorType::get());
-  repl->insertBefore(node);
-  Value* y = repl->output();
-  if (one_d) y = graph->insert(c10::aten::squeeze, {y, 2});
-  last->output()->replaceAllUsesWith(y);
-  for (auto it = gone.rbegin(); it != gone.rend(); ++it) (*it)->destroy();
-  counts.convs++;
-  if (relu) counts.relus++;
-  return true;
-}
-
-void swap_block(torch::jit::Block* block, Counts& counts) {
-  std::vector<Node*> todo;
-  for (auto* node : block->nodes()) {
-    for (auto* sub : node->blocks()) swap_block(sub, counts);
-    if (is_conv(node)) todo.push_back(node);
-  }
-  for (auto* node : todo) swap_one(node, counts);
-}
-
-}  // namespace
-
-extern "C" {
-
-ts_status* ts_module_fast_conv(const ts_module* m, ts_module** out, int64_t* convs, int64_t* relus) noexcept {
-  TS_API_BEGIN
-  tsimpl::OneThreadTeam team;  // off the inference threads: leave no OpenMP pool
-  TS_CHECK_NOT_NULL(m, "fast_conv");
-  TS_CHECK_NOT_NULL(out, "fast_conv");
-  TS_CHECK_ARG(convs != nullptr && relus != nullptr, "fast_conv", "a count out-parameter is NULL");
-  auto h = std::make_unique<ts_module>();
-  h->m = m->m.clone();
-  h->extra = m->extra;
-  Counts counts;
-  if (tsfast::cpu_isa() != tsfast::Isa::Scalar) {  // without AVX2+FMA the clone is returned unchanged
-    at::NoGradGuard guard;  // packed constants are plain tensors, not inference ones
-    tsimpl::for_each_method_graph(h->m, [&counts](torch::jit::Graph& g) { swap_block(g.block(), counts); });
-  }
-  *convs = counts.convs;
-  *relus = counts.relus;
-  *out = h.release();
-  TS_API_END("fast_conv")
-}
-
-ts_status* ts_tensor_conv2d(const ts_tensor* x, const ts_tensor* w, const ts_tensor* b, int64_t stride_h,
-                            int64_t stride_w, int64_t pad_h, int64_t pad_w, int64_t dilation_h, int64_t dilation_w,
-                            int64_t groups, int32_t relu, int32_t kernel, ts_tensor** out, int32_t* fast) noexcept {
-  TS_API_BEGIN
-  tsimpl::OneThreadTeam team;  // parallel only on inference threads
-  TS_CHECK_NOT_NULL(x, "conv2d");
-  TS_CHECK_NOT_NULL(w, "conv2d");
-  TS_CHECK_NOT_NULL(out, "conv2d");
-  TS_CHECK_ARG(kernel == 0 || kernel == 1, "conv2d", "unknown kernel " + std::to_string(kernel));
-  TS_CHECK_ARG(relu == 0 || relu == 1, "conv2d", "relu is " + std::to_string(relu) + ", want 0 or 1");
-  c10::InferenceMode guard;
-  c10::optional<at::Tensor> bias;
-  if (b != nullptr) bias = b->t;
-  const std::vector<int64_t> stride{stride_h, stride_w}, padding{pad_h, pad_w}, dilation{dilation_h, dilation_w};
-  bool ran_fast = false;
-  at::Tensor r;
-  // ATen's, or what the fast_conv pass leaves to it (groups > 1), or its error for a weight the
-  // pass would not pack.
-  if (kernel == 0 || groups != 1 || !plain_float(w->t) || w->t.dim() != 4 || w->t.size(0) == 0) {
-    r = at::conv2d(x->t, w->t, bias, stride, padding, dilation, groups);
-    if (relu) r = at::relu(r);
-  } else {
-    r = conv2d_gemm_impl(x->t, w->t, tsimpl::pack_conv_weight(w->t), bias, stride, padding, dilation, relu != 0,
-                         &ran_fast);
-  }
-  if (fast != nullptr) *fast = ran_fast ? 1 : 0;
-  *out = new ts_tensor{std::move(r)};
-  TS_API_END("conv2d")
-}
-
-}  // extern "C"
-
-#endif  // TS_OPS_LIBRARY

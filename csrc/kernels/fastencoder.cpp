@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "fastlinear.h"
-#include "internal.h"
+#include "ops.h"
 
 namespace {
 
@@ -159,7 +159,7 @@ at::Tensor encoder_layer(const at::Tensor& src, int64_t embed_dim, int64_t num_h
 
 }  // namespace
 
-TORCH_LIBRARY_FRAGMENT(torchspeed, m) {
+void tsimpl::register_encoder(torch::Library& m) {
   m.def(
       "transformer_encoder_layer(Tensor src, int embed_dim, int num_heads, Tensor qkv_weight, Tensor qkv_bias, "
       "Tensor proj_weight, Tensor proj_bias, bool use_gelu, bool norm_first, float eps, Tensor norm_weight_1, "
@@ -168,37 +168,3 @@ TORCH_LIBRARY_FRAGMENT(torchspeed, m) {
       "Tensor ffn1_packed, Tensor ffn2_packed) -> Tensor",
       &encoder_layer);
 }
-
-#ifndef TS_OPS_LIBRARY  // libtorchspeed_ops.so holds the ops above, not the passes and C ABI below
-
-int tsimpl::swap_encoder_layer(torch::jit::Node* node) {
-  static const auto sym = c10::Symbol::fromQualString("torchspeed::transformer_encoder_layer");
-  if (!node->matches(
-          "aten::_transformer_encoder_layer_fwd(Tensor src, int embed_dim, int num_heads, Tensor qkv_weight, Tensor "
-          "qkv_bias, Tensor proj_weight, Tensor proj_bias, bool use_gelu, bool norm_first, float eps, Tensor "
-          "norm_weight_1, Tensor norm_bias_1, Tensor norm_weight_2, Tensor norm_bias_2, Tensor ffn_weight_1, Tensor "
-          "ffn_bias_1, Tensor ffn_weight_2, Tensor ffn_bias_2, Tensor? mask=None, int? mask_type=None) -> Tensor")) {
-    return -1;
-  }
-  // qkv_weight, proj_weight, ffn_weight_1, ffn_weight_2: constant 2-D float tensors.
-  std::vector<at::Tensor> weights;
-  for (size_t i : {3, 5, 14, 16}) {
-    auto w = constant_float(node->input(i));
-    if (!w || w->dim() != 2) return -1;
-    weights.push_back(*w);
-  }
-  auto use_gelu = torch::jit::toIValue(node->input(7));
-  if (!use_gelu || !use_gelu->isBool()) return -1;
-  auto* graph = node->owningGraph();
-  torch::jit::WithInsertPoint guard(node);
-  std::vector<torch::jit::Value*> inputs(node->inputs().begin(), node->inputs().end());
-  for (const auto& w : weights) inputs.push_back(graph->insertConstant(pack_linear_weight(w)));
-  auto* repl = graph->create(sym, inputs, 1);
-  repl->output()->setType(node->output()->type());
-  repl->insertBefore(node);
-  node->output()->replaceAllUsesWith(repl->output());
-  node->destroy();
-  return use_gelu->toBool() ? 0 : 1;
-}
-
-#endif  // TS_OPS_LIBRARY

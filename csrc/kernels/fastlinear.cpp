@@ -1,7 +1,6 @@
-// Small-M FP32 linear with weights packed at load time: torchspeed::linear_packed, and the graph
-// pass that swaps it in for aten::linear and for the aten::matmul (+ aten::add bias) pair that
-// optimize_for_inference leaves, fusing a following relu (and, through csrc/fastencoder.cpp,
-// aten::_transformer_encoder_layer_fwd for torchspeed::transformer_encoder_layer).
+// Small-M FP32 linear with weights packed at load time: torchspeed::linear_packed (the graph pass
+// that swaps it in for aten::linear and for the aten::matmul (+ aten::add bias) pair that
+// optimize_for_inference leaves is passes/fastlinear.cpp).
 //
 // Why: transformer-sized linears ([16, 128] x [128, 384]) spend most of their time in BLAS call
 // overhead and, with Debian's OpenBLAS on CPUs it does not know, in kernels for an older core
@@ -17,17 +16,11 @@
 // also gives ATen's own error for arguments it refuses.
 #include <ATen/Parallel.h>
 #include <immintrin.h>
-#include <torch/csrc/jit/ir/constants.h>
-#include <torch/csrc/jit/ir/ir.h>
 #include <torch/library.h>
-
-#include <set>
 
 #include "fastlinear.h"
 #include "fastq.h"
-#include "internal.h"
-
-using tsimpl::fail;
+#include "ops.h"
 
 namespace {
 
@@ -124,12 +117,8 @@ void tile_avx2(const float* a, int64_t lda, const float* b, int64_t K, const flo
 using TileFn = void (*)(const float*, int64_t, const float*, int64_t, const float*, float*, int64_t, int, bool);
 
 // Kernel choice is fastq.h's (tsfast::Isa, detected once): Scalar there means no AVX2+FMA, where
-// ATen's linear runs. The C ABI numbers this file's kernels 2 (AVX2+FMA) and 3 (AVX-512F).
+// ATen's linear runs.
 using tsfast::Isa;
-
-Isa kernel_isa(int32_t kernel) {
-  return tsfast::resolve(kernel == 1 ? Isa::Best : kernel == 2 ? Isa::Avx2 : Isa::Avx512);
-}
 
 // The tile functions for 1..MR rows.
 constexpr TileFn avx512_tiles[] = {nullptr,          tile_avx512<1>, tile_avx512<2>, tile_avx512<3>, tile_avx512<4>,
@@ -199,7 +188,9 @@ at::Tensor fallback(const at::Tensor& x, const at::Tensor& packed, const c10::op
   return relu ? at::relu(y) : y;
 }
 
-at::Tensor linear_packed_with(Isa isa, const at::Tensor& x, const at::Tensor& packed,
+}  // namespace
+
+at::Tensor tsimpl::linear_packed_with(Isa isa, const at::Tensor& x, const at::Tensor& packed,
                               const c10::optional<at::Tensor>& bias, int64_t n, bool relu, bool any_rows) {
   TORCH_CHECK(packed.dim() == 3 && packed.size(2) == kNR && n >= 0 && packed.size(0) == (n + kNR - 1) / kNR &&
                   plain_float(packed) && packed.is_contiguous(),
@@ -226,206 +217,11 @@ at::Tensor linear_packed_with(Isa isa, const at::Tensor& x, const at::Tensor& pa
   return y;
 }
 
-}  // namespace
-
 at::Tensor tsimpl::linear_packed(const at::Tensor& x, const at::Tensor& packed, const c10::optional<at::Tensor>& bias,
                                  int64_t n, bool relu) {
   return linear_packed_with(tsfast::cpu_isa(), x, packed, bias, n, relu, false);
 }
 
-TORCH_LIBRARY_FRAGMENT(torchspeed, m) {
+void tsimpl::register_linear(torch::Library& m) {
   m.def("linear_packed(Tensor x, Tensor packed, Tensor? bias, int n, bool relu) -> Tensor", &tsimpl::linear_packed);
 }
-
-#ifndef TS_OPS_LIBRARY  // libtorchspeed_ops.so holds the ops above, not the passes and C ABI below
-
-void tsimpl::for_each_method_graph(const torch::jit::Module& m, const std::function<void(torch::jit::Graph&)>& f) {
-  std::set<torch::jit::Graph*> seen;
-  for (const auto& sub : m.modules()) {
-    for (const auto& method : sub.get_methods()) {
-      auto graph = method.graph();
-      if (seen.insert(graph.get()).second) f(*graph);
-    }
-  }
-}
-
-// The constant float tensor a value holds, if it is one.
-c10::optional<at::Tensor> tsimpl::constant_float(torch::jit::Value* v) {
-  auto iv = torch::jit::toIValue(v);
-  if (!iv || !iv->isTensor()) return c10::nullopt;
-  at::Tensor t = iv->toTensor();
-  if (!plain_float(t) || t.requires_grad()) return c10::nullopt;
-  return t;
-}
-
-namespace {
-
-using torch::jit::Node;
-using torch::jit::Value;
-
-bool const_is_one(Value* v) {
-  auto iv = torch::jit::toIValue(v);
-  return iv && ((iv->isInt() && iv->toInt() == 1) || (iv->isDouble() && iv->toDouble() == 1.0));
-}
-
-// The single node that uses v, if v has exactly one use.
-Node* only_user(Value* v) { return v->uses().size() == 1 ? v->uses()[0].user : nullptr; }
-
-struct Counts {
-  int64_t linears = 0, relus = 0;
-};
-
-// Swaps one linear (node: aten::linear or aten::matmul) if it matches; returns whether it did.
-bool swap_one(Node* node, Counts& counts) {
-  static const auto sym = c10::Symbol::fromQualString("torchspeed::linear_packed");
-  at::Tensor w;  // [N, K]
-  c10::optional<at::Tensor> bias;
-  Node* last = node;  // the node whose output the swapped op gives
-  std::vector<Node*> gone{node};
-  if (node->kind() == c10::Symbol::fromQualString("aten::linear")) {
-    auto wc = tsimpl::constant_float(node->input(1));
-    if (!wc || wc->dim() != 2) return false;
-    w = *wc;
-    if (!node->input(2)->type()->cast<c10::NoneType>()) {
-      bias = tsimpl::constant_float(node->input(2));
-      if (!bias || bias->dim() != 1 || bias->size(0) != w.size(0)) return false;
-    }
-  } else {
-    auto wt = tsimpl::constant_float(node->input(1));
-    if (!wt || wt->dim() != 2) return false;
-    w = wt->t();
-    Node* add = only_user(node->output());
-    if (add != nullptr && add->matches("aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor") &&
-        add->input(0) == node->output() && const_is_one(add->input(2))) {
-      auto b = tsimpl::constant_float(add->input(1));
-      if (b && b->dim() == 1 && b->size(0) == w.size(0)) {
-        bias = b;
-        last = add;
-        gone.push_back(add);
-      }
-    }
-  }
-  bool relu = false;
-  if (Node* r = only_user(last->output());
-      r != nullptr && (r->matches("aten::relu(Tensor self) -> Tensor") || r->matches("aten::relu_(Tensor(a!) self) -> Tensor(a!)"))) {
-    relu = true;
-    last = r;
-    gone.push_back(r);
-  }
-  auto* graph = node->owningGraph();
-  torch::jit::WithInsertPoint guard(node);
-  Value* packed = graph->insertConstant(tsimpl::pack_linear_weight(w));
-  Value* b = bias ? graph->insertConstant(bias->contiguous()) : graph->insertConstant(c10::IValue());
-  Value* n = graph->insertConstant(w.size(0));
-  Value* rl = graph->insertConstant(relu);
-  Node* repl = graph->create(sym, {node->input(0), packed, b, n, rl}, 1);
-  repl->output()->setType(last->output()->type());
-  repl->insertBefore(node);
-  last->output()->replaceAllUsesWith(repl->output());
-  for (auto it = gone.rbegin(); it != gone.rend(); ++it) (*it)->destroy();
-  counts.linears++;
-  if (relu) counts.relus++;
-  return true;
-}
-
-void swap_block(torch::jit::Block* block, Counts& counts) {
-  static const auto encoder = c10::Symbol::fromQualString("aten::_transformer_encoder_layer_fwd");
-  std::vector<Node*> todo, layers;
-  for (auto* node : block->nodes()) {
-    for (auto* sub : node->blocks()) swap_block(sub, counts);
-    if (node->kind() == encoder) layers.push_back(node);
-    if (node->matches("aten::linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor") ||
-        node->matches("aten::matmul(Tensor self, Tensor other) -> Tensor")) {
-      todo.push_back(node);
-    }
-  }
-  for (auto* node : todo) swap_one(node, counts);
-  for (auto* node : layers) {
-    int relus = tsimpl::swap_encoder_layer(node);
-    if (relus >= 0) {  // its four linears run torchspeed's kernel
-      counts.linears += 4;
-      counts.relus += relus;
-    }
-  }
-}
-
-}  // namespace
-
-extern "C" {
-
-ts_status* ts_module_fast_linear(const ts_module* m, ts_module** out, int64_t* linears, int64_t* relus) noexcept {
-  TS_API_BEGIN
-  tsimpl::OneThreadTeam team;  // off the inference threads: leave no OpenMP pool
-  TS_CHECK_NOT_NULL(m, "fast_linear");
-  TS_CHECK_NOT_NULL(out, "fast_linear");
-  TS_CHECK_ARG(linears != nullptr && relus != nullptr, "fast_linear", "a count out-parameter is NULL");
-  auto h = std::make_unique<ts_module>();
-  h->m = m->m.clone();
-  h->extra = m->extra;
-  Counts counts;
-  if (tsfast::cpu_isa() != Isa::Scalar) {  // without AVX2+FMA the clone is returned unchanged
-    at::NoGradGuard guard;  // packed constants are plain tensors, not inference ones
-    tsimpl::for_each_method_graph(h->m, [&counts](torch::jit::Graph& g) { swap_block(g.block(), counts); });
-  }
-  *linears = counts.linears;
-  *relus = counts.relus;
-  *out = h.release();
-  TS_API_END("fast_linear")
-}
-
-ts_status* ts_tensor_linear(const ts_tensor* x, const ts_tensor* w, const ts_tensor* b, int32_t relu, int32_t kernel,
-                            ts_tensor** out) noexcept {
-  TS_API_BEGIN
-  tsimpl::OneThreadTeam team;  // parallel only on inference threads
-  TS_CHECK_NOT_NULL(x, "linear");
-  TS_CHECK_NOT_NULL(w, "linear");
-  TS_CHECK_NOT_NULL(out, "linear");
-  TS_CHECK_ARG(kernel >= 0 && kernel <= 3, "linear", "unknown kernel " + std::to_string(kernel));
-  TS_CHECK_ARG(relu == 0 || relu == 1, "linear", "relu is " + std::to_string(relu) + ", want 0 or 1");
-  TS_CHECK_ARG(w->t.dim() == 2, "linear", "the weight has " + std::to_string(w->t.dim()) + " dimensions, want 2");
-  c10::InferenceMode guard;
-  c10::optional<at::Tensor> bias;
-  if (b != nullptr) bias = b->t;
-  at::Tensor r;
-  if (kernel == 0 || !plain_float(w->t)) {  // ATen's, or its error for a weight of another type
-    r = at::linear(x->t, w->t, bias);
-    if (relu) r = at::relu(r);
-  } else {
-    // A forced kernel runs at every row count; kernel 1 is the graph op, fallbacks and all.
-    r = linear_packed_with(kernel_isa(kernel), x->t, tsimpl::pack_linear_weight(w->t), bias, w->t.size(0), relu != 0,
-                           kernel != 1);
-  }
-  *out = new ts_tensor{std::move(r)};
-  TS_API_END("linear")
-}
-
-ts_status* ts_tensor_linear_pack(const ts_tensor* w, ts_tensor** out) noexcept {
-  TS_API_BEGIN
-  TS_CHECK_NOT_NULL(w, "linear_pack");
-  TS_CHECK_NOT_NULL(out, "linear_pack");
-  TS_CHECK_ARG(w->t.dim() == 2 && plain_float(w->t), "linear_pack",
-               "the weight is not a 2-D float32 CPU tensor (" + std::to_string(w->t.dim()) + " dimensions)");
-  c10::InferenceMode guard;
-  *out = new ts_tensor{tsimpl::pack_linear_weight(w->t)};
-  TS_API_END("linear_pack")
-}
-
-ts_status* ts_tensor_linear_packed(const ts_tensor* x, const ts_tensor* packed, const ts_tensor* b, int64_t n,
-                                   int32_t relu, int32_t kernel, ts_tensor** out) noexcept {
-  TS_API_BEGIN
-  tsimpl::OneThreadTeam team;  // parallel only on inference threads
-  TS_CHECK_NOT_NULL(x, "linear_packed");
-  TS_CHECK_NOT_NULL(packed, "linear_packed");
-  TS_CHECK_NOT_NULL(out, "linear_packed");
-  TS_CHECK_ARG(kernel >= 1 && kernel <= 3, "linear_packed", "unknown kernel " + std::to_string(kernel));
-  TS_CHECK_ARG(relu == 0 || relu == 1, "linear_packed", "relu is " + std::to_string(relu) + ", want 0 or 1");
-  c10::InferenceMode guard;
-  c10::optional<at::Tensor> bias;
-  if (b != nullptr) bias = b->t;
-  *out = new ts_tensor{linear_packed_with(kernel_isa(kernel), x->t, packed->t, bias, n, relu != 0, kernel != 1)};
-  TS_API_END("linear_packed")
-}
-
-}  // extern "C"
-
-#endif  // TS_OPS_LIBRARY

@@ -1,5 +1,6 @@
-// What csrc/fastqdq.cpp (quantize/dequantize) and csrc/fastqadd.cpp (quantized add) share: the
-// kernel choice (csrc/fastlinear.cpp's too) and ATen's scalar quantize_val. Not part of the C ABI.
+// What fastqdq.cpp (quantize/dequantize) and fastqadd.cpp (quantized add) share and offer: the
+// kernel choice (fastlinear.cpp's too), ATen's scalar quantize_val and the kernels' entry points.
+// Not part of the C ABI.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -9,8 +10,6 @@
 #include <cstdlib>
 #include <limits>
 #include <string>
-
-#include "common.h"
 
 namespace tsfast {
 
@@ -62,8 +61,9 @@ inline Isa resolve(Isa want) {
   Isa have = cpu_isa();
   if (want == Isa::Best) return have;
   if (static_cast<int>(want) > static_cast<int>(have))
-    tsimpl::fail(TS_CODE_UNSUPPORTED, std::string("this CPU lacks the instructions of the ") +
-                                          (want == Isa::Avx512 ? "AVX-512F" : "AVX2+FMA") + " kernel");
+    // NotImplementedError: the C ABI reports it as TS_CODE_UNSUPPORTED.
+    TORCH_CHECK_NOT_IMPLEMENTED(false, "this CPU lacks the instructions of the ",
+                                want == Isa::Avx512 ? "AVX-512F" : "AVX2+FMA", " kernel");
   return want;
 }
 
@@ -84,7 +84,22 @@ inline bool aten_is_scalar() {
 }
 
 // Whether torchspeed::add/add_relu give exactly quantized::add/add_relu's tensors with this
-// libtorch (csrc/fastqadd.cpp): 1.13 without FBGEMM.
+// libtorch (csrc/kernels/fastqadd.cpp): 1.13 without FBGEMM.
 bool add_swappable();
+
+// torchspeed::quantize_per_tensor and torchspeed::dequantize (fastqdq.cpp) on the kernel isa
+// (resolved: not Best), and as the graph ops run them (the widest kernel this CPU has).
+at::Tensor quantize_per_tensor_with(Isa isa, const at::Tensor& self, double scale, int64_t zero_point,
+                                    at::ScalarType dtype);
+at::Tensor dequantize_with(Isa isa, const at::Tensor& self);
+at::Tensor fast_quantize_per_tensor(const at::Tensor& self, double scale, int64_t zero_point, at::ScalarType dtype);
+at::Tensor fast_dequantize(const at::Tensor& self);
+
+// torchspeed::add/add_relu (fastqadd.cpp) on the kernel isa, ATen's quantized::add/add_relu, and
+// the graph ops.
+at::Tensor add_with(Isa isa, bool relu, const at::Tensor& qa, const at::Tensor& qb, double scale, int64_t zero_point);
+at::Tensor aten_add(bool relu, const at::Tensor& qa, const at::Tensor& qb, double scale, int64_t zero_point);
+at::Tensor fast_add(const at::Tensor& qa, const at::Tensor& qb, double scale, int64_t zero_point);
+at::Tensor fast_add_relu(const at::Tensor& qa, const at::Tensor& qb, double scale, int64_t zero_point);
 
 }  // namespace tsfast

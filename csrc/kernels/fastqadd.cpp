@@ -37,8 +37,9 @@
 #include <limits>
 
 #include "fastq.h"
-#include "internal.h"
+#include "ops.h"
 
+using tsfast::aten_add;
 using tsfast::Isa;
 
 namespace {
@@ -193,15 +194,6 @@ int64_t aten_block() {
   return block;
 }
 
-at::Tensor aten_add(bool relu, const at::Tensor& qa, const at::Tensor& qb, double scale, int64_t zero_point) {
-  static auto add = c10::Dispatcher::singleton()
-                        .findSchemaOrThrow("quantized::add", "")
-                        .typed<at::Tensor(at::Tensor, at::Tensor, double, int64_t)>();
-  static auto add_relu = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("quantized::add_relu", "")
-                             .typed<at::Tensor(at::Tensor, at::Tensor, double, int64_t)>();
-  return (relu ? add_relu : add).call(qa, qb, scale, zero_point);
-}
 
 bool usable_scale(double scale) {
   auto f = static_cast<float>(scale);
@@ -262,7 +254,20 @@ bool add_reproducible() {
 #endif
 }
 
-at::Tensor add_with(Isa isa, bool relu, const at::Tensor& qa, const at::Tensor& qb, double scale, int64_t zero_point) {
+}  // namespace
+
+at::Tensor tsfast::aten_add(bool relu, const at::Tensor& qa, const at::Tensor& qb, double scale, int64_t zero_point) {
+  static auto add = c10::Dispatcher::singleton()
+                        .findSchemaOrThrow("quantized::add", "")
+                        .typed<at::Tensor(at::Tensor, at::Tensor, double, int64_t)>();
+  static auto add_relu = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("quantized::add_relu", "")
+                             .typed<at::Tensor(at::Tensor, at::Tensor, double, int64_t)>();
+  return (relu ? add_relu : add).call(qa, qb, scale, zero_point);
+}
+
+at::Tensor tsfast::add_with(Isa isa, bool relu, const at::Tensor& qa, const at::Tensor& qb, double scale,
+                            int64_t zero_point) {
   int64_t block = aten_block();
   bool fast = add_reproducible() && block >= 0 && at::globalContext().qEngine() != at::QEngine::QNNPACK &&
               tsfast::plain_cpu(qa) && tsfast::plain_cpu(qb) && qa.is_quantized() && qb.is_quantized() &&
@@ -282,42 +287,18 @@ at::Tensor add_with(Isa isa, bool relu, const at::Tensor& qa, const at::Tensor& 
   return aten_add(relu, qa, qb, scale, zero_point);
 }
 
-at::Tensor fast_add(const at::Tensor& qa, const at::Tensor& qb, double scale, int64_t zero_point) {
+at::Tensor tsfast::fast_add(const at::Tensor& qa, const at::Tensor& qb, double scale, int64_t zero_point) {
   return add_with(tsfast::cpu_isa(), false, qa, qb, scale, zero_point);
 }
 
-at::Tensor fast_add_relu(const at::Tensor& qa, const at::Tensor& qb, double scale, int64_t zero_point) {
+at::Tensor tsfast::fast_add_relu(const at::Tensor& qa, const at::Tensor& qb, double scale, int64_t zero_point) {
   return add_with(tsfast::cpu_isa(), true, qa, qb, scale, zero_point);
 }
 
-}  // namespace
-
-TORCH_LIBRARY_FRAGMENT(torchspeed, m) {
+void tsfast::register_qadd(torch::Library& m) {
   m.def("add(Tensor qa, Tensor qb, float scale, int zero_point) -> Tensor qc", &fast_add);
   m.def("add_relu(Tensor qa, Tensor qb, float scale, int zero_point) -> Tensor qc", &fast_add_relu);
 }
 
-#ifndef TS_OPS_LIBRARY  // libtorchspeed_ops.so holds the ops above, not the passes and C ABI below
-
 bool tsfast::add_swappable() { return add_reproducible(); }
 
-extern "C" {
-
-ts_status* ts_tensor_qadd(const ts_tensor* a, const ts_tensor* b, double scale, int64_t zero_point, int32_t relu,
-                          int32_t kernel, ts_tensor** out) noexcept {
-  TS_API_BEGIN
-  tsimpl::OneThreadTeam team;  // parallel only on inference threads
-  TS_CHECK_NOT_NULL(a, "qadd");
-  TS_CHECK_NOT_NULL(b, "qadd");
-  TS_CHECK_NOT_NULL(out, "qadd");
-  TS_CHECK_ARG(kernel >= 0 && kernel <= 4, "qadd", "unknown kernel " + std::to_string(kernel));
-  c10::InferenceMode guard;
-  auto r = kernel != 0 ? add_with(tsfast::resolve(static_cast<Isa>(kernel)), relu != 0, a->t, b->t, scale, zero_point)
-                       : aten_add(relu != 0, a->t, b->t, scale, zero_point);
-  *out = new ts_tensor{std::move(r)};
-  TS_API_END("qadd")
-}
-
-}  // extern "C"
-
-#endif  // TS_OPS_LIBRARY

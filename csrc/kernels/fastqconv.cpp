@@ -25,16 +25,17 @@
 #include <ATen/quantized/Quantizer.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
+#include <torch/version.h>
 
 #include <atomic>
 #include <map>
 #include <mutex>
 
 #include "fastqconv.h"
-#include "internal.h"
+#include "ops.h"
 
 #if TORCH_VERSION_MAJOR != 1 || TORCH_VERSION_MINOR != 13 || DNNL_VERSION_MAJOR != 2
-#error "csrc/fastqconv.cpp reads libtorch 1.13's onednn packed conv params and uses oneDNN 2's API: CMake builds it only there"
+#error "csrc/kernels/fastqconv.cpp reads libtorch 1.13's onednn packed conv params and uses oneDNN 2's API: CMake builds it only there"
 #endif
 
 namespace {
@@ -266,7 +267,7 @@ at::Tensor conv2d_add(const at::Tensor& qx, const c10::intrusive_ptr<Packed>& w,
 
 }  // namespace
 
-TORCH_LIBRARY_FRAGMENT(torchspeed, m) {
+void tsimpl::register_conv_add(torch::Library& m) {
   m.def(
       "conv2d_add(Tensor qx, __torch__.torch.classes.quantized.Conv2dPackedParamsBase packed_weight, float conv_scale, "
       "int conv_zero_point, Tensor(a!) residual, float scale, int zero_point, bool relu, bool conv_first) -> Tensor(a!)",

@@ -1,6 +1,6 @@
 #pragma once
-// Shared by csrc/fastqconv.cpp (the op, built only with TS_HAVE_CONV_ADD) and csrc/convadd.cpp
-// (the pass and the C ABI, always built).
+// The fused op of fastqconv.cpp (built only with TS_HAVE_CONV_ADD), as the test library's
+// qconv2d_add runs it. Not part of the C ABI.
 #include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue.h>
 

@@ -1,7 +1,6 @@
 // Fast per-tensor quantize/dequantize: torchspeed::quantize_per_tensor and torchspeed::dequantize,
 // drop-in replacements for aten::quantize_per_tensor and aten::dequantize.self that give the same
-// tensors bit for bit, and the graph pass that swaps them (and fastqadd.cpp's quantized adds)
-// into a module.
+// tensors bit for bit (the graph pass that swaps them in is passes/fastqdq.cpp).
 //
 // Why: a libtorch built without FBGEMM (Debian's 1.13) quantizes and dequantizes per-tensor
 // affine tensors with a scalar per-element loop on one thread (quantize_val/dequantize_val), 10-40
@@ -24,19 +23,15 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <set>
 
 #include "fastq.h"
-#include "internal.h"
+#include "ops.h"
 
-using tsimpl::fail;
-using tsfast::aten_is_scalar;
 using tsfast::cpu_isa;
 using tsfast::Isa;
 using tsfast::plain_cpu;
 using tsfast::quantize_one;
 using tsfast::kTwo63;
-using tsfast::resolve;
 
 namespace {
 
@@ -159,7 +154,9 @@ void dequantize_range(Isa isa, const Q* src, float* dst, int64_t n, float scale,
   });
 }
 
-at::Tensor quantize_per_tensor_with(Isa isa, const at::Tensor& self, double scale, int64_t zero_point,
+}  // namespace
+
+at::Tensor tsfast::quantize_per_tensor_with(Isa isa, const at::Tensor& self, double scale, int64_t zero_point,
                                     at::ScalarType dtype) {
   bool u8 = dtype == at::kQUInt8, i8 = dtype == at::kQInt8;
   float fscale = static_cast<float>(scale);
@@ -183,7 +180,7 @@ at::Tensor quantize_per_tensor_with(Isa isa, const at::Tensor& self, double scal
   return out;
 }
 
-at::Tensor dequantize_with(Isa isa, const at::Tensor& self) {
+at::Tensor tsfast::dequantize_with(Isa isa, const at::Tensor& self) {
   if (!plain_cpu(self) || !self.is_quantized() || self.qscheme() != at::kPerTensorAffine ||
       (self.scalar_type() != at::kQUInt8 && self.scalar_type() != at::kQInt8)) {
     return at::dequantize(self);
@@ -207,150 +204,15 @@ at::Tensor dequantize_with(Isa isa, const at::Tensor& self) {
   return out;
 }
 
-at::Tensor fast_quantize_per_tensor(const at::Tensor& self, double scale, int64_t zero_point, at::ScalarType dtype) {
+at::Tensor tsfast::fast_quantize_per_tensor(const at::Tensor& self, double scale, int64_t zero_point,
+                                            at::ScalarType dtype) {
   return quantize_per_tensor_with(cpu_isa(), self, scale, zero_point, dtype);
 }
 
-at::Tensor fast_dequantize(const at::Tensor& self) { return dequantize_with(cpu_isa(), self); }
+at::Tensor tsfast::fast_dequantize(const at::Tensor& self) { return dequantize_with(cpu_isa(), self); }
 
-}  // namespace
-
-TORCH_LIBRARY(torchspeed, m) {
+void tsfast::register_qdq(torch::Library& m) {
   m.def("quantize_per_tensor(Tensor self, float scale, int zero_point, ScalarType dtype) -> Tensor",
         &fast_quantize_per_tensor);
   m.def("dequantize(Tensor self) -> Tensor", &fast_dequantize);
 }
-
-#ifndef TS_OPS_LIBRARY  // libtorchspeed_ops.so holds the ops above, not the passes and C ABI below
-
-namespace {
-
-// The swaps: an ATen op's schema, the torchspeed op that replaces it, which count it adds to.
-struct Swap {
-  const char* schema;
-  const char* repl;
-  int count;  // 0 quantizes, 1 dequantizes, 2 adds
-};
-
-// Swaps the matching ATen nodes of one graph (sub-blocks included) for the torchspeed ops.
-void swap_nodes(torch::jit::Block* block, const std::vector<Swap>& swaps, int64_t* counts) {
-  std::vector<std::pair<torch::jit::Node*, const Swap*>> todo;
-  for (auto* node : block->nodes()) {
-    for (auto* sub : node->blocks()) swap_nodes(sub, swaps, counts);
-    for (const auto& s : swaps) {
-      if (node->matches(s.schema)) {
-        todo.emplace_back(node, &s);
-        break;
-      }
-    }
-  }
-  for (auto [node, s] : todo) {
-    auto* graph = node->owningGraph();
-    auto* repl = graph->create(c10::Symbol::fromQualString(s->repl), node->inputs(), 1);
-    repl->output()->setType(node->output()->type());
-    repl->insertBefore(node);
-    node->output()->replaceAllUsesWith(repl->output());
-    node->destroy();
-    counts[s->count]++;
-  }
-}
-
-// The pass: counts gets how many quantizes, dequantizes and adds (add and add_relu) were swapped.
-ts_module* fast_qdq(const ts_module* m, int64_t counts[3]) {
-  auto h = std::make_unique<ts_module>();
-  h->m = m->m.clone();
-  h->extra = m->extra;
-  std::vector<Swap> swaps;
-  if (aten_is_scalar()) {  // with FBGEMM the clone is returned unchanged
-    swaps = {{"aten::quantize_per_tensor(Tensor self, float scale, int zero_point, ScalarType dtype) -> Tensor",
-              "torchspeed::quantize_per_tensor", 0},
-             {"aten::dequantize.self(Tensor self) -> Tensor", "torchspeed::dequantize", 1}};
-  }
-  if (tsfast::add_swappable()) {
-    swaps.push_back({"quantized::add(Tensor qa, Tensor qb, float scale, int zero_point) -> Tensor qc",
-                     "torchspeed::add", 2});
-    swaps.push_back({"quantized::add_relu(Tensor qa, Tensor qb, float scale, int zero_point) -> Tensor qc",
-                     "torchspeed::add_relu", 2});
-  }
-  counts[0] = counts[1] = counts[2] = 0;
-  std::set<torch::jit::Graph*> seen;  // submodules of one type share their methods' graphs
-  if (!swaps.empty()) {
-    for (const auto& sub : h->m.modules()) {
-      for (const auto& method : sub.get_methods()) {
-        auto graph = method.graph();
-        if (seen.insert(graph.get()).second) swap_nodes(graph->block(), swaps, counts);
-      }
-    }
-  }
-  return h.release();
-}
-
-}  // namespace
-
-extern "C" {
-
-ts_status* ts_module_fast_qdq(const ts_module* m, ts_module** out, int64_t* quantizes, int64_t* dequantizes) noexcept {
-  TS_API_BEGIN
-  tsimpl::OneThreadTeam team;  // off the inference threads: leave no OpenMP pool
-  TS_CHECK_NOT_NULL(m, "fast_qdq");
-  TS_CHECK_NOT_NULL(out, "fast_qdq");
-  TS_CHECK_ARG(quantizes != nullptr && dequantizes != nullptr, "fast_qdq", "a count out-parameter is NULL");
-  int64_t counts[3];
-  *out = fast_qdq(m, counts);
-  *quantizes = counts[0];
-  *dequantizes = counts[1];
-  TS_API_END("fast_qdq")
-}
-
-ts_status* ts_module_fast_qdq_v2(const ts_module* m, ts_module** out, int64_t* quantizes, int64_t* dequantizes,
-                                 int64_t* adds) noexcept {
-  TS_API_BEGIN
-  tsimpl::OneThreadTeam team;  // off the inference threads: leave no OpenMP pool
-  TS_CHECK_NOT_NULL(m, "fast_qdq");
-  TS_CHECK_NOT_NULL(out, "fast_qdq");
-  TS_CHECK_ARG(quantizes != nullptr && dequantizes != nullptr && adds != nullptr, "fast_qdq",
-               "a count out-parameter is NULL");
-  int64_t counts[3];
-  *out = fast_qdq(m, counts);
-  *quantizes = counts[0];
-  *dequantizes = counts[1];
-  *adds = counts[2];
-  TS_API_END("fast_qdq")
-}
-
-ts_status* ts_tensor_quantize_per_tensor(const ts_tensor* t, double scale, int64_t zero_point, int32_t dtype,
-                                         int32_t kernel, ts_tensor** out) noexcept {
-  TS_API_BEGIN
-  tsimpl::OneThreadTeam team;  // parallel only on inference threads
-  TS_CHECK_NOT_NULL(t, "quantize_per_tensor");
-  TS_CHECK_NOT_NULL(out, "quantize_per_tensor");
-  at::ScalarType st;
-  switch (dtype) {
-    case TS_QUINT8: st = at::kQUInt8; break;
-    case TS_QINT8: st = at::kQInt8; break;
-    case TS_QINT32: st = at::kQInt32; break;
-    default: fail(TS_CODE_INVALID_ARGUMENT, "dtype code " + std::to_string(dtype) + " is not a quantized type");
-  }
-  c10::InferenceMode guard;
-  TS_CHECK_ARG(kernel >= 0 && kernel <= 4, "quantize_per_tensor", "unknown kernel " + std::to_string(kernel));
-  auto r = kernel != 0 ? quantize_per_tensor_with(resolve(static_cast<Isa>(kernel)), t->t, scale, zero_point, st)
-                       : at::quantize_per_tensor(t->t, scale, zero_point, st);
-  *out = new ts_tensor{std::move(r)};
-  TS_API_END("quantize_per_tensor")
-}
-
-ts_status* ts_tensor_dequantize(const ts_tensor* t, int32_t kernel, ts_tensor** out) noexcept {
-  TS_API_BEGIN
-  tsimpl::OneThreadTeam team;  // parallel only on inference threads
-  TS_CHECK_NOT_NULL(t, "dequantize");
-  TS_CHECK_NOT_NULL(out, "dequantize");
-  c10::InferenceMode guard;
-  TS_CHECK_ARG(kernel >= 0 && kernel <= 4, "dequantize", "unknown kernel " + std::to_string(kernel));
-  auto r = kernel != 0 ? dequantize_with(resolve(static_cast<Isa>(kernel)), t->t) : at::dequantize(t->t);
-  *out = new ts_tensor{std::move(r)};
-  TS_API_END("dequantize")
-}
-
-}  // extern "C"
-
-#endif  // TS_OPS_LIBRARY

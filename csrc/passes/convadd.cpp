@@ -1,5 +1,5 @@
 // The fuse_conv_add load pass: quantized::conv2d + quantized::add[_relu] -> torchspeed::conv2d_add
-// (csrc/fastqconv.cpp, one oneDNN convolution that adds into the residual's buffer), and its C ABI.
+// (kernels/fastqconv.cpp, one oneDNN convolution that adds into the residual's buffer).
 //
 // The fused op writes its result into the residual's storage, so the pass fuses a pair only where
 // nothing can read the residual afterwards: the residual is made by a node of the add's block (not
@@ -11,15 +11,13 @@
 #include <torch/csrc/jit/ir/alias_analysis.h>
 #include <torch/csrc/jit/ir/ir.h>
 
-#include <set>
+#include <vector>
 
-#include "fastqconv.h"
-#include "internal.h"
+#include "passes.h"
 
 using torch::jit::Block;
 using torch::jit::Node;
 using torch::jit::Value;
-using tsimpl::fail;
 
 namespace {
 
@@ -142,9 +140,7 @@ int64_t fuse_graph(const std::shared_ptr<torch::jit::Graph>& graph) {
 
 }  // namespace
 
-extern "C" {
-
-const char* ts_conv_add_unavailable(void) noexcept {
+const char* tsimpl::conv_add_unavailable() noexcept {
 #ifdef TS_HAVE_CONV_ADD
   return nullptr;
 #else
@@ -152,88 +148,9 @@ const char* ts_conv_add_unavailable(void) noexcept {
 #endif
 }
 
-ts_status* ts_module_fuse_conv_add(const ts_module* m, ts_module** out, int64_t* fused) noexcept {
-  TS_API_BEGIN
-  tsimpl::OneThreadTeam team;  // off the inference threads: leave no OpenMP pool
-  TS_CHECK_NOT_NULL(m, "fuse_conv_add");
-  TS_CHECK_NOT_NULL(out, "fuse_conv_add");
-  TS_CHECK_NOT_NULL(fused, "fuse_conv_add");
-  auto h = std::make_unique<ts_module>();
-  h->m = m->m.clone();
-  h->extra = m->extra;
+int64_t tsimpl::fuse_conv_add(torch::jit::Module& m) {
   int64_t n = 0;
-  if (ts_conv_add_unavailable() == nullptr) {
-    std::set<torch::jit::Graph*> seen;  // submodules of one type share their methods' graphs
-    for (const auto& sub : h->m.modules()) {
-      for (const auto& method : sub.get_methods()) {
-        auto graph = method.graph();
-        if (seen.insert(graph.get()).second) n += fuse_graph(graph);
-      }
-    }
-  }
-  *fused = n;
-  *out = h.release();
-  TS_API_END("fuse_conv_add")
+  if (conv_add_unavailable() != nullptr) return n;
+  for_each_method_graph(m, [&n](const auto& g) { n += fuse_graph(g); });
+  return n;
 }
-
-ts_status* ts_tensor_qconv2d_add(const ts_tensor* qx, const ts_tensor* w, const ts_tensor* wscales, const ts_tensor* b,
-                                 int64_t stride, int64_t padding, int64_t dilation, int64_t groups, double conv_scale,
-                                 int64_t conv_zero_point, const ts_tensor* residual, int32_t residual_first,
-                                 double scale, int64_t zero_point, int32_t relu, int32_t mode, ts_tensor** out,
-                                 int32_t* fused) noexcept {
-  TS_API_BEGIN
-  tsimpl::OneThreadTeam team;  // parallel only on inference threads
-  TS_CHECK_NOT_NULL(qx, "qconv2d_add");
-  TS_CHECK_NOT_NULL(w, "qconv2d_add");
-  TS_CHECK_NOT_NULL(wscales, "qconv2d_add");
-  TS_CHECK_NOT_NULL(residual, "qconv2d_add");
-  TS_CHECK_NOT_NULL(out, "qconv2d_add");
-  TS_CHECK_NOT_NULL(fused, "qconv2d_add");
-  TS_CHECK_ARG(mode == 0 || mode == 1, "qconv2d_add", "unknown mode " + std::to_string(mode));
-  TS_CHECK_ARG(w->t.dim() == 4 && w->t.scalar_type() == at::kFloat, "qconv2d_add",
-               "the weight is not a 4-D float32 tensor");
-  TS_CHECK_ARG(wscales->t.dim() == 1 && wscales->t.scalar_type() == at::kFloat &&
-                   (wscales->t.size(0) == 1 || wscales->t.size(0) == w->t.size(0)),
-               "qconv2d_add", "the weight scales are not a float32 vector of 1 or O elements");
-  if (mode == 1 && ts_conv_add_unavailable() != nullptr) fail(TS_CODE_UNSUPPORTED, ts_conv_add_unavailable());
-  c10::InferenceMode guard;
-  at::Tensor wq;
-  if (wscales->t.size(0) == 1) {
-    wq = at::quantize_per_tensor(w->t, wscales->t.item<double>(), 0, at::kQInt8);
-  } else {
-    wq = at::quantize_per_channel(w->t, wscales->t.to(at::kDouble), at::zeros({w->t.size(0)}, at::kLong), 0, at::kQInt8);
-  }
-  auto prepack = c10::Dispatcher::singleton().findSchemaOrThrow("quantized::conv2d_prepack", "");
-  torch::jit::Stack stack{wq,
-                          b != nullptr ? c10::IValue(b->t) : c10::IValue(),
-                          c10::List<int64_t>({stride, stride}),
-                          c10::List<int64_t>({padding, padding}),
-                          c10::List<int64_t>({dilation, dilation}),
-                          groups};
-  prepack.callBoxed(&stack);
-  c10::IValue packed = stack.at(0);
-  bool ran = false;
-  at::Tensor r;
-  if (mode == 0) {
-    auto conv = c10::Dispatcher::singleton().findSchemaOrThrow("quantized::conv2d", "new");
-    torch::jit::Stack s{qx->t, packed, conv_scale, conv_zero_point};
-    conv.callBoxed(&s);
-    auto add = c10::Dispatcher::singleton().findSchemaOrThrow(relu != 0 ? "quantized::add_relu" : "quantized::add", "");
-    at::Tensor c = s.at(0).toTensor();
-    torch::jit::Stack s2{residual_first != 0 ? residual->t : c, residual_first != 0 ? c : residual->t, scale,
-                         zero_point};
-    add.callBoxed(&s2);
-    r = s2.at(0).toTensor();
-  } else {
-#ifdef TS_HAVE_CONV_ADD
-    at::Tensor dst = residual->t.is_quantized() ? residual->t.clone(at::MemoryFormat::ChannelsLast) : residual->t;
-    r = tsimpl::conv2d_add_run(qx->t, packed, conv_scale, conv_zero_point, dst, scale, zero_point, relu != 0,
-                               residual_first == 0, &ran);
-#endif
-  }
-  *fused = ran ? 1 : 0;
-  *out = new ts_tensor{std::move(r)};
-  TS_API_END("qconv2d_add")
-}
-
-}  // extern "C"

@@ -28,7 +28,7 @@
 #include <algorithm>
 #include <set>
 
-#include "internal.h"
+#include "passes.h"
 
 namespace {
 

@@ -1,0 +1,165 @@
+// The fast_conv pass: swaps torchspeed::conv2d_gemm (kernels/fastconv.cpp) in for
+// aten::_convolution / aten::convolution / aten::conv2d / aten::conv1d with a constant weight,
+// fusing a following relu.
+#include <torch/csrc/jit/ir/constants.h>
+
+#include <vector>
+
+#include "fastlinear.h"
+#include "passes.h"
+
+namespace {
+
+using torch::jit::Node;
+using torch::jit::Value;
+
+using tsimpl::constant_float;
+using tsimpl::only_user;
+
+// A conv parameter as a pair: ATen takes one value for both dimensions, or two.
+bool pair_of(at::IntArrayRef v, int64_t out[2]) {
+  if (v.size() == 1) {
+    out[0] = out[1] = v[0];
+    return true;
+  }
+  if (v.size() != 2) return false;
+  out[0] = v[0];
+  out[1] = v[1];
+  return true;
+}
+
+c10::optional<std::vector<int64_t>> const_ints(Value* v) {
+  auto iv = torch::jit::toIValue(v);
+  if (!iv || !iv->isIntList()) return c10::nullopt;
+  return iv->toIntVector();
+}
+
+c10::optional<int64_t> const_int(Value* v) {
+  auto iv = torch::jit::toIValue(v);
+  if (!iv || !iv->isInt()) return c10::nullopt;
+  return iv->toInt();
+}
+
+c10::optional<bool> const_bool(Value* v) {
+  auto iv = torch::jit::toIValue(v);
+  if (!iv || !iv->isBool()) return c10::nullopt;
+  return iv->toBool();
+}
+
+using Counts = tsimpl::SwapCounts;
+
+bool is_conv(Node* node) {
+  return node->matches(
+             "aten::_convolution(Tensor input, Tensor weight, Tensor? bias, int[] stride, int[] padding, int[] "
+             "dilation, bool transposed, int[] output_padding, int groups, bool benchmark, bool deterministic, bool "
+             "cudnn_enabled, bool allow_tf32) -> Tensor") ||
+         node->matches(
+             "aten::_convolution.deprecated(Tensor input, Tensor weight, Tensor? bias, int[] stride, int[] padding, "
+             "int[] dilation, bool transposed, int[] output_padding, int groups, bool benchmark, bool deterministic, "
+             "bool cudnn_enabled) -> Tensor") ||
+         node->matches(
+             "aten::convolution(Tensor input, Tensor weight, Tensor? bias, int[] stride, int[] padding, int[] "
+             "dilation, bool transposed, int[] output_padding, int groups) -> Tensor") ||
+         node->matches(
+             "aten::conv2d(Tensor input, Tensor weight, Tensor? bias=None, int[2] stride=1, int[2] padding=0, int[2] "
+             "dilation=1, int groups=1) -> Tensor") ||
+         node->matches(
+             "aten::conv1d(Tensor input, Tensor weight, Tensor? bias=None, int[1] stride=1, int[1] padding=0, int[1] "
+             "dilation=1, int groups=1) -> Tensor");
+}
+
+// Swaps one conv node (is_conv) if it is a 1-D or 2-D, ungrouped, not transposed one with a
+// constant weight and constant arguments; returns whether it did. A 1-D conv ([N, C, L], weight
+// [O, I, k]: audio front ends, STFT-like filter banks, a VAD's encoder) runs as a 2-D one of
+// height 1: unsqueeze, conv2d_gemm, squeeze. libtorch 1.13 sends those to the same slow im2col
+// path (thnn_conv2d) as small 2-D ones, with its per-call set-up cost.
+bool swap_one(Node* node, Counts& counts) {
+  static const auto sym = c10::Symbol::fromQualString("torchspeed::conv2d_gemm");
+  const bool named = node->kind() == c10::Symbol::fromQualString("aten::conv2d") ||
+                     node->kind() == c10::Symbol::fromQualString("aten::conv1d");
+  auto w = constant_float(node->input(1));
+  if (!w || (w->dim() != 4 && w->dim() != 3) || w->size(0) == 0) return false;
+  const bool one_d = w->dim() == 3;
+  if (node->kind() == c10::Symbol::fromQualString("aten::conv1d") && !one_d) return false;
+  if (node->kind() == c10::Symbol::fromQualString("aten::conv2d") && one_d) return false;
+  if (one_d) w = w->unsqueeze(2).contiguous();  // [O, I, 1, k]
+  // A depth past kConvMaxDepth would always run ATen's convolution: left as it is.
+  if (w->size(1) * w->size(2) * w->size(3) > tsimpl::kConvMaxDepth) return false;
+  c10::optional<at::Tensor> bias;
+  if (!node->input(2)->type()->cast<c10::NoneType>()) {
+    bias = constant_float(node->input(2));
+    if (!bias || bias->dim() != 1 || bias->size(0) != w->size(0)) return false;
+  }
+  auto stride = const_ints(node->input(3)), padding = const_ints(node->input(4)), dilation = const_ints(node->input(5));
+  if (!stride || !padding || !dilation) return false;
+  if (one_d) {
+    // Height 1: stride and dilation 1, no padding there; the 1-D value goes to the width.
+    if (stride->size() != 1 || padding->size() != 1 || dilation->size() != 1) return false;
+    stride = std::vector<int64_t>{1, (*stride)[0]};
+    padding = std::vector<int64_t>{0, (*padding)[0]};
+    dilation = std::vector<int64_t>{1, (*dilation)[0]};
+  }
+  int64_t pair[2];
+  for (const auto* v : {&*stride, &*padding, &*dilation}) {
+    if (!pair_of(*v, pair)) return false;
+  }
+  auto groups = const_int(node->input(named ? 6 : 8));
+  if (!groups || *groups != 1) return false;
+  if (!named) {
+    auto transposed = const_bool(node->input(6));
+    if (!transposed || *transposed) return false;
+  }
+  Node* last = node;
+  std::vector<Node*> gone{node};
+  bool relu = false;
+  if (Node* r = only_user(node->output());
+      r != nullptr && (r->matches("aten::relu(Tensor self) -> Tensor") || r->matches("aten::relu_(Tensor(a!) self) -> Tensor(a!)"))) {
+    relu = true;
+    last = r;
+    gone.push_back(r);
+  }
+  auto* graph = node->owningGraph();
+  torch::jit::WithInsertPoint guard(node);
+  Value* x = node->input(0);
+  if (one_d) x = graph->insert(c10::aten::unsqueeze, {x, 2});
+  std::vector<Value*> args{
+      x,
+      // The original weight (as 4-D for a 1-D conv), for the fallback: ATen's bits there.
+      one_d ? graph->insertConstant(*w) : node->input(1),
+      graph->insertConstant(tsimpl::pack_conv_weight(*w)),
+      bias ? graph->insertConstant(bias->contiguous()) : graph->insertConstant(c10::IValue()),
+      graph->insertConstant(*stride),
+      graph->insertConstant(*padding),
+      graph->insertConstant(*dilation),
+      graph->insertConstant(relu)};
+  Node* repl = graph->create(sym, args, 1);
+  // The output's strides are channels-last where the original's were not: plain Tensor.
+  repl->output()->setType(c10::TensorType::get());
+  repl->insertBefore(node);
+  Value* y = repl->output();
+  if (one_d) y = graph->insert(c10::aten::squeeze, {y, 2});
+  last->output()->replaceAllUsesWith(y);
+  for (auto it = gone.rbegin(); it != gone.rend(); ++it) (*it)->destroy();
+  counts.swapped++;
+  if (relu) counts.relus++;
+  return true;
+}
+
+void swap_block(torch::jit::Block* block, Counts& counts) {
+  std::vector<Node*> todo;
+  for (auto* node : block->nodes()) {
+    for (auto* sub : node->blocks()) swap_block(sub, counts);
+    if (is_conv(node)) todo.push_back(node);
+  }
+  for (auto* node : todo) swap_one(node, counts);
+}
+
+}  // namespace
+
+tsimpl::SwapCounts tsimpl::fast_conv(torch::jit::Module& m) {
+  Counts counts;
+  if (tsfast::cpu_isa() == tsfast::Isa::Scalar) return counts;  // without AVX2+FMA: unchanged
+  at::NoGradGuard guard;  // packed constants are plain tensors, not inference ones
+  for_each_method_graph(m, [&counts](const auto& g) { swap_block(g->block(), counts); });
+  return counts;
+}

@@ -1,0 +1,75 @@
+// The graph rewrites the C ABI's ts_module_* functions run, and the helpers they share. Each pass
+// rewrites the module it is given, in place (the C entries hand it a clone). Not part of the C ABI.
+#pragma once
+
+#include <torch/csrc/jit/ir/ir.h>
+#include <torch/script.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace tsimpl {
+
+// ---- the walk every pass takes (passes.cpp) ----
+
+// Calls f once on each graph of m's methods and its submodules' (submodules of one type share
+// their methods' graphs).
+using GraphFn = std::function<void(const std::shared_ptr<torch::jit::Graph>&)>;
+void for_each_method_graph(const torch::jit::Module& m, const GraphFn& f);
+// The constant float32 CPU tensor (no grad) a graph value holds, if it is one.
+c10::optional<at::Tensor> constant_float(torch::jit::Value* v);
+// The single node that uses v, if v has exactly one use.
+torch::jit::Node* only_user(torch::jit::Value* v);
+
+// ---- load-time passes over torchspeed's ops ----
+
+// fast_qdq (fastqdq.cpp): aten::quantize_per_tensor, aten::dequantize, quantized::add and
+// quantized::add_relu to torchspeed's, where those give the same tensors with this libtorch.
+struct FastQdqCounts {
+  int64_t quantizes = 0, dequantizes = 0, adds = 0;
+};
+FastQdqCounts fast_qdq(torch::jit::Module& m);
+
+// fast_linear (fastlinear.cpp) and fast_conv (fastconv.cpp): linears / convs with constant
+// weights to torchspeed::linear_packed / conv2d_gemm, a following relu fused. swapped counts the
+// linears (four per encoder layer) or convs, relus those that took a relu. On a CPU without
+// AVX2+FMA nothing is swapped.
+struct SwapCounts {
+  int64_t swapped = 0, relus = 0;
+};
+SwapCounts fast_linear(torch::jit::Module& m);
+SwapCounts fast_conv(torch::jit::Module& m);
+// Swaps an aten::_transformer_encoder_layer_fwd node with constant weights for
+// torchspeed::transformer_encoder_layer (fastencoder.cpp). Returns -1 when it does not match, else
+// how many of its linears took a fused relu (0 or 1).
+int swap_encoder_layer(torch::jit::Node* node);
+
+// fuse_conv_add (convadd.cpp): quantized::conv2d + quantized::add[_relu] pairs to
+// torchspeed::conv2d_add; returns how many were fused (none where conv_add_unavailable() says why).
+int64_t fuse_conv_add(torch::jit::Module& m);
+// nullptr when this build has torchspeed::conv2d_add; otherwise why not.
+const char* conv_add_unavailable() noexcept;
+
+// ---- quantization rewrites (quant_rewrite.cpp) ----
+
+// Folds hardtanh(0, b)/relu6 that follow a quantized op into its output qparams (static INT8).
+// observed is the module calibration ran on (its observers give the activations' quant range);
+// returns how many clamps were folded.
+int64_t fold_quantized_clamps(const torch::jit::Module& observed, torch::jit::Module& quantized);
+
+// Whether the submodule at a path stays FP32 (its qconfig is null).
+using PathFilter = std::function<bool(const std::string& path)>;
+// Observes one FP32 weight with the config's weight observer and returns it quantized to qint8.
+using WeightQuantizer = std::function<at::Tensor(const at::Tensor& weight)>;
+
+// Replaces the aten::lstm/aten::gru calls of a finalized dynamic-INT8 module by
+// aten::quantized_lstm/_gru over prepacked qint8 cell weights, as eager quantize_dynamic does.
+// src is the FP32 module the conversion started from (its LSTM/GRU submodules' weights identify
+// their calls in the frozen graph); reduce_range is the activation observer's. Returns how many
+// calls were rewritten.
+int64_t quantize_dynamic_rnns(const torch::jit::Module& src, torch::jit::Module& quantized,
+                              const PathFilter& keep_fp32, const WeightQuantizer& quantize, bool reduce_range);
+
+}  // namespace tsimpl

@@ -1,0 +1,232 @@
+// The test-only entry points of ts_testing.h, over the kernels' and passes' static libraries. Its
+// own library (libtorchspeed_testing.so), loaded beside libtorchspeed.so: the ts_tensor and
+// ts_status objects it returns are freed there (same layout, same allocator; the out-of-memory
+// status is recognised by its flag).
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include "fastlinear.h"
+#include "fastq.h"
+#include "internal.h"
+#include "passes.h"
+#ifdef TS_HAVE_CONV_ADD
+#include "fastqconv.h"
+#endif
+#include "ts_testing.h"
+
+using tsfast::Isa;
+using tsimpl::fail;
+
+namespace {
+
+// The kernel a ts_kernel names, for the entries that take torchspeed's (not ATEN). FAST is the
+// widest this CPU has; a forced one it lacks fails (TS_CODE_UNSUPPORTED).
+Isa isa_of(ts_kernel kernel) {
+  switch (kernel) {
+    case TS_KERNEL_FAST: return tsfast::cpu_isa();
+    case TS_KERNEL_SCALAR: return tsfast::resolve(Isa::Scalar);
+    case TS_KERNEL_AVX2: return tsfast::resolve(Isa::Avx2);
+    case TS_KERNEL_AVX512: return tsfast::resolve(Isa::Avx512);
+    default: fail(TS_CODE_INVALID_ARGUMENT, "unknown kernel " + std::to_string(kernel));
+  }
+}
+
+bool plain_float(const at::Tensor& t) {
+  return t.defined() && t.device().is_cpu() && t.layout() == at::kStrided && t.scalar_type() == at::kFloat;
+}
+
+c10::optional<at::Tensor> optional_of(const ts_tensor* t) {
+  if (t == nullptr) return c10::nullopt;
+  return t->t;
+}
+
+}  // namespace
+
+extern "C" {
+
+ts_status* ts_test_quantize_per_tensor(const ts_tensor* t, double scale, int64_t zero_point, int32_t dtype,
+                                       ts_kernel kernel, ts_tensor** out) noexcept {
+  TS_API_BEGIN
+  TS_CHECK_NOT_NULL(t, "quantize_per_tensor");
+  TS_CHECK_NOT_NULL(out, "quantize_per_tensor");
+  at::ScalarType st;
+  switch (dtype) {
+    case TS_QUINT8: st = at::kQUInt8; break;
+    case TS_QINT8: st = at::kQInt8; break;
+    case TS_QINT32: st = at::kQInt32; break;
+    default: fail(TS_CODE_INVALID_ARGUMENT, "dtype code " + std::to_string(dtype) + " is not a quantized type");
+  }
+  c10::InferenceMode guard;
+  auto r = kernel == TS_KERNEL_ATEN ? at::quantize_per_tensor(t->t, scale, zero_point, st)
+                                    : tsfast::quantize_per_tensor_with(isa_of(kernel), t->t, scale, zero_point, st);
+  *out = new ts_tensor{std::move(r)};
+  TS_API_END("quantize_per_tensor")
+}
+
+ts_status* ts_test_dequantize(const ts_tensor* t, ts_kernel kernel, ts_tensor** out) noexcept {
+  TS_API_BEGIN
+  TS_CHECK_NOT_NULL(t, "dequantize");
+  TS_CHECK_NOT_NULL(out, "dequantize");
+  c10::InferenceMode guard;
+  auto r = kernel == TS_KERNEL_ATEN ? at::dequantize(t->t) : tsfast::dequantize_with(isa_of(kernel), t->t);
+  *out = new ts_tensor{std::move(r)};
+  TS_API_END("dequantize")
+}
+
+ts_status* ts_test_qadd(const ts_tensor* a, const ts_tensor* b, double scale, int64_t zero_point, int32_t relu,
+                        ts_kernel kernel, ts_tensor** out) noexcept {
+  TS_API_BEGIN
+  TS_CHECK_NOT_NULL(a, "qadd");
+  TS_CHECK_NOT_NULL(b, "qadd");
+  TS_CHECK_NOT_NULL(out, "qadd");
+  TS_CHECK_ARG(relu == 0 || relu == 1, "qadd", "relu is " + std::to_string(relu) + ", want 0 or 1");
+  c10::InferenceMode guard;
+  auto r = kernel == TS_KERNEL_ATEN ? tsfast::aten_add(relu != 0, a->t, b->t, scale, zero_point)
+                                    : tsfast::add_with(isa_of(kernel), relu != 0, a->t, b->t, scale, zero_point);
+  *out = new ts_tensor{std::move(r)};
+  TS_API_END("qadd")
+}
+
+ts_status* ts_test_linear(const ts_tensor* x, const ts_tensor* w, const ts_tensor* b, int32_t relu, ts_kernel kernel,
+                          ts_tensor** out) noexcept {
+  TS_API_BEGIN
+  TS_CHECK_NOT_NULL(x, "linear");
+  TS_CHECK_NOT_NULL(w, "linear");
+  TS_CHECK_NOT_NULL(out, "linear");
+  TS_CHECK_ARG(kernel != TS_KERNEL_SCALAR, "linear", "linear has no scalar kernel (ATen's runs there)");
+  TS_CHECK_ARG(relu == 0 || relu == 1, "linear", "relu is " + std::to_string(relu) + ", want 0 or 1");
+  TS_CHECK_ARG(w->t.dim() == 2, "linear", "the weight has " + std::to_string(w->t.dim()) + " dimensions, want 2");
+  c10::InferenceMode guard;
+  auto bias = optional_of(b);
+  at::Tensor r;
+  if (kernel == TS_KERNEL_ATEN || !plain_float(w->t)) {  // ATen's, or its error for a weight of another type
+    r = at::linear(x->t, w->t, bias);
+    if (relu) r = at::relu(r);
+  } else {
+    // A forced kernel runs at every row count; FAST is the graph op, fallbacks and all.
+    r = tsimpl::linear_packed_with(isa_of(kernel), x->t, tsimpl::pack_linear_weight(w->t), bias, w->t.size(0),
+                                   relu != 0, kernel != TS_KERNEL_FAST);
+  }
+  *out = new ts_tensor{std::move(r)};
+  TS_API_END("linear")
+}
+
+ts_status* ts_test_linear_pack(const ts_tensor* w, ts_tensor** out) noexcept {
+  TS_API_BEGIN
+  TS_CHECK_NOT_NULL(w, "linear_pack");
+  TS_CHECK_NOT_NULL(out, "linear_pack");
+  TS_CHECK_ARG(w->t.dim() == 2 && plain_float(w->t), "linear_pack",
+               "the weight is not a 2-D float32 CPU tensor (" + std::to_string(w->t.dim()) + " dimensions)");
+  c10::InferenceMode guard;
+  *out = new ts_tensor{tsimpl::pack_linear_weight(w->t)};
+  TS_API_END("linear_pack")
+}
+
+ts_status* ts_test_linear_packed(const ts_tensor* x, const ts_tensor* packed, const ts_tensor* b, int64_t n,
+                                 int32_t relu, ts_kernel kernel, ts_tensor** out) noexcept {
+  TS_API_BEGIN
+  TS_CHECK_NOT_NULL(x, "linear_packed");
+  TS_CHECK_NOT_NULL(packed, "linear_packed");
+  TS_CHECK_NOT_NULL(out, "linear_packed");
+  TS_CHECK_ARG(kernel == TS_KERNEL_FAST || kernel == TS_KERNEL_AVX2 || kernel == TS_KERNEL_AVX512, "linear_packed",
+               "kernel " + std::to_string(kernel) + " is not FAST, AVX2 or AVX512");
+  TS_CHECK_ARG(relu == 0 || relu == 1, "linear_packed", "relu is " + std::to_string(relu) + ", want 0 or 1");
+  c10::InferenceMode guard;
+  *out = new ts_tensor{tsimpl::linear_packed_with(isa_of(kernel), x->t, packed->t, optional_of(b), n, relu != 0,
+                                                  kernel != TS_KERNEL_FAST)};
+  TS_API_END("linear_packed")
+}
+
+ts_status* ts_test_conv2d(const ts_tensor* x, const ts_tensor* w, const ts_tensor* b, const ts_test_conv2d_args* args,
+                          ts_kernel kernel, ts_tensor** out, int32_t* fast) noexcept {
+  TS_API_BEGIN
+  TS_CHECK_NOT_NULL(x, "conv2d");
+  TS_CHECK_NOT_NULL(w, "conv2d");
+  TS_CHECK_NOT_NULL(args, "conv2d");
+  TS_CHECK_NOT_NULL(out, "conv2d");
+  TS_CHECK_ARG(kernel == TS_KERNEL_ATEN || kernel == TS_KERNEL_FAST, "conv2d",
+               "kernel " + std::to_string(kernel) + " is not ATEN or FAST");
+  TS_CHECK_ARG(args->relu == 0 || args->relu == 1, "conv2d", "relu is " + std::to_string(args->relu) + ", want 0 or 1");
+  c10::InferenceMode guard;
+  auto bias = optional_of(b);
+  const std::vector<int64_t> stride{args->stride[0], args->stride[1]}, padding{args->padding[0], args->padding[1]},
+      dilation{args->dilation[0], args->dilation[1]};
+  bool ran_fast = false;
+  at::Tensor r;
+  // ATen's, or what the fast_conv pass leaves to it (groups > 1), or its error for a weight the
+  // pass would not pack.
+  if (kernel == TS_KERNEL_ATEN || args->groups != 1 || !plain_float(w->t) || w->t.dim() != 4 || w->t.size(0) == 0) {
+    r = at::conv2d(x->t, w->t, bias, stride, padding, dilation, args->groups);
+    if (args->relu) r = at::relu(r);
+  } else {
+    r = tsimpl::conv2d_gemm_impl(x->t, w->t, tsimpl::pack_conv_weight(w->t), bias, stride, padding, dilation,
+                                 args->relu != 0, &ran_fast);
+  }
+  if (fast != nullptr) *fast = ran_fast ? 1 : 0;
+  *out = new ts_tensor{std::move(r)};
+  TS_API_END("conv2d")
+}
+
+ts_status* ts_test_qconv2d_add(const ts_tensor* qx, const ts_tensor* residual, const ts_test_qconv_add_args* args,
+                               ts_kernel kernel, ts_tensor** out, int32_t* fused) noexcept {
+  TS_API_BEGIN
+  TS_CHECK_NOT_NULL(qx, "qconv2d_add");
+  TS_CHECK_NOT_NULL(residual, "qconv2d_add");
+  TS_CHECK_NOT_NULL(args, "qconv2d_add");
+  TS_CHECK_NOT_NULL(out, "qconv2d_add");
+  TS_CHECK_NOT_NULL(fused, "qconv2d_add");
+  const ts_tensor* w = args->weight;
+  const ts_tensor* wscales = args->wscales;
+  TS_CHECK_NOT_NULL(w, "qconv2d_add");
+  TS_CHECK_NOT_NULL(wscales, "qconv2d_add");
+  TS_CHECK_ARG(kernel == TS_KERNEL_ATEN || kernel == TS_KERNEL_FAST, "qconv2d_add",
+               "kernel " + std::to_string(kernel) + " is not ATEN or FAST");
+  TS_CHECK_ARG(w->t.dim() == 4 && w->t.scalar_type() == at::kFloat, "qconv2d_add",
+               "the weight is not a 4-D float32 tensor");
+  TS_CHECK_ARG(wscales->t.dim() == 1 && wscales->t.scalar_type() == at::kFloat &&
+                   (wscales->t.size(0) == 1 || wscales->t.size(0) == w->t.size(0)),
+               "qconv2d_add", "the weight scales are not a float32 vector of 1 or O elements");
+  if (kernel == TS_KERNEL_FAST && tsimpl::conv_add_unavailable() != nullptr) {
+    fail(TS_CODE_UNSUPPORTED, tsimpl::conv_add_unavailable());
+  }
+  c10::InferenceMode guard;
+  at::Tensor wq;
+  if (wscales->t.size(0) == 1) {
+    wq = at::quantize_per_tensor(w->t, wscales->t.item<double>(), 0, at::kQInt8);
+  } else {
+    wq = at::quantize_per_channel(w->t, wscales->t.to(at::kDouble), at::zeros({w->t.size(0)}, at::kLong), 0, at::kQInt8);
+  }
+  auto prepack = c10::Dispatcher::singleton().findSchemaOrThrow("quantized::conv2d_prepack", "");
+  torch::jit::Stack stack{wq,
+                          args->bias != nullptr ? c10::IValue(args->bias->t) : c10::IValue(),
+                          c10::List<int64_t>({args->stride, args->stride}),
+                          c10::List<int64_t>({args->padding, args->padding}),
+                          c10::List<int64_t>({args->dilation, args->dilation}),
+                          args->groups};
+  prepack.callBoxed(&stack);
+  c10::IValue packed = stack.at(0);
+  const bool residual_first = args->residual_first != 0, relu = args->relu != 0;
+  bool ran = false;
+  at::Tensor r;
+  if (kernel == TS_KERNEL_ATEN) {
+    auto conv = c10::Dispatcher::singleton().findSchemaOrThrow("quantized::conv2d", "new");
+    torch::jit::Stack s{qx->t, packed, args->conv_scale, args->conv_zero_point};
+    conv.callBoxed(&s);
+    auto add = c10::Dispatcher::singleton().findSchemaOrThrow(relu ? "quantized::add_relu" : "quantized::add", "");
+    at::Tensor c = s.at(0).toTensor();
+    torch::jit::Stack s2{residual_first ? residual->t : c, residual_first ? c : residual->t, args->scale,
+                         args->zero_point};
+    add.callBoxed(&s2);
+    r = s2.at(0).toTensor();
+  } else {
+#ifdef TS_HAVE_CONV_ADD
+    at::Tensor dst = residual->t.is_quantized() ? residual->t.clone(at::MemoryFormat::ChannelsLast) : residual->t;
+    r = tsimpl::conv2d_add_run(qx->t, packed, args->conv_scale, args->conv_zero_point, dst, args->scale,
+                               args->zero_point, relu, !residual_first, &ran);
+#endif
+  }
+  *fused = ran ? 1 : 0;
+  *out = new ts_tensor{std::move(r)};
+  TS_API_END("qconv2d_add")
+}
+
+}  // extern "C"

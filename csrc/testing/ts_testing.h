@@ -1,0 +1,103 @@
+/*
+ * ts_testing.h: test-only entry points into torchspeed's kernels, in libtorchspeed_testing.so.
+ * Neither is installed, and libtorchspeed.so exports none of these symbols: they exist so that
+ * the Go tests (bindings/torch/internal/kerneltest) can run each kernel against ATen's op on the
+ * CPU at hand. The conventions are torchspeed.h's (status, borrowed handles, new references),
+ * with one exception: nothing here limits the calling thread's OpenMP team, so call these from an
+ * inference thread (the Go tests do, through torch.Do) or accept a pool on the calling thread.
+ * No compatibility is promised between versions.
+ */
+#ifndef TS_TESTING_H_
+#define TS_TESTING_H_
+
+#include "torchspeed.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(TS_BUILDING_TESTING)
+#define TS_TESTING_EXPORT __attribute__((visibility("default")))
+#else
+#define TS_TESTING_EXPORT
+#endif
+
+/* Whose implementation an entry runs. Not every entry has every kernel: each says which it takes,
+ * and refuses the others (TS_CODE_INVALID_ARGUMENT). A forced instruction set the CPU lacks gives
+ * TS_CODE_UNSUPPORTED. */
+typedef int32_t ts_kernel;
+enum {
+  TS_KERNEL_ATEN = 0,   /* libtorch's own op */
+  TS_KERNEL_FAST = 1,   /* torchspeed's op as its graphs run it: the widest kernel, fallbacks and all */
+  TS_KERNEL_SCALAR = 2, /* torchspeed's scalar reference kernel */
+  TS_KERNEL_AVX2 = 3,   /* torchspeed's AVX2 (+FMA) kernel */
+  TS_KERNEL_AVX512 = 4  /* torchspeed's AVX-512F kernel */
+};
+
+/* quantize_per_tensor(t, scale, zero_point, dtype) for dtype TS_QUINT8, TS_QINT8 or TS_QINT32.
+ * Kernels: all. */
+TS_TESTING_EXPORT TS_MUST_CHECK ts_status* ts_test_quantize_per_tensor(const ts_tensor* t, double scale,
+                                                                       int64_t zero_point, int32_t dtype,
+                                                                       ts_kernel kernel, ts_tensor** out) TS_NOEXCEPT;
+/* dequantize(t). Kernels: all. */
+TS_TESTING_EXPORT TS_MUST_CHECK ts_status* ts_test_dequantize(const ts_tensor* t, ts_kernel kernel,
+                                                              ts_tensor** out) TS_NOEXCEPT;
+/* quantized::add(a, b, scale, zero_point), or add_relu when relu is 1. Kernels: all (what
+ * torchspeed's does not cover goes to ATen's). */
+TS_TESTING_EXPORT TS_MUST_CHECK ts_status* ts_test_qadd(const ts_tensor* a, const ts_tensor* b, double scale,
+                                                        int64_t zero_point, int32_t relu, ts_kernel kernel,
+                                                        ts_tensor** out) TS_NOEXCEPT;
+/* linear(x, w, b) (b may be NULL), then relu when relu is 1; torchspeed's kernels pack w first.
+ * Kernels: ATEN, FAST, AVX2, AVX512 (a forced one runs at every row count). */
+TS_TESTING_EXPORT TS_MUST_CHECK ts_status* ts_test_linear(const ts_tensor* x, const ts_tensor* w, const ts_tensor* b,
+                                                          int32_t relu, ts_kernel kernel,
+                                                          ts_tensor** out) TS_NOEXCEPT;
+/* The panels torchspeed::linear_packed reads, from a 2-D float32 weight [N, K]. */
+TS_TESTING_EXPORT TS_MUST_CHECK ts_status* ts_test_linear_pack(const ts_tensor* w, ts_tensor** out) TS_NOEXCEPT;
+/* torchspeed::linear_packed(x, packed, b, n, relu). Kernels: FAST (the graph op), AVX2, AVX512. */
+TS_TESTING_EXPORT TS_MUST_CHECK ts_status* ts_test_linear_packed(const ts_tensor* x, const ts_tensor* packed,
+                                                                 const ts_tensor* b, int64_t n, int32_t relu,
+                                                                 ts_kernel kernel, ts_tensor** out) TS_NOEXCEPT;
+
+/* A 2-D convolution's arguments: stride, padding and dilation as (height, width). */
+typedef struct ts_test_conv2d_args {
+  int64_t stride[2], padding[2], dilation[2];
+  int64_t groups;
+  int32_t relu; /* 1: relu after the convolution */
+} ts_test_conv2d_args;
+
+/* conv2d(x, w, b, ...) (b may be NULL), then relu. Kernels: ATEN, FAST (torchspeed::conv2d_gemm
+ * with w packed on every call). *fast (may be NULL) says whether torchspeed's GEMM ran. */
+TS_TESTING_EXPORT TS_MUST_CHECK ts_status* ts_test_conv2d(const ts_tensor* x, const ts_tensor* w, const ts_tensor* b,
+                                                          const ts_test_conv2d_args* args, ts_kernel kernel,
+                                                          ts_tensor** out, int32_t* fast) TS_NOEXCEPT;
+
+/* One quantized convolution + add: the float weight [O, I/groups, kh, kw] is quantized to qint8
+ * (zero point 0) with the float32 vector wscales (1 or O scales) and prepacked on the current
+ * quantized engine. */
+typedef struct ts_test_qconv_add_args {
+  const ts_tensor* weight;  /* borrowed */
+  const ts_tensor* wscales; /* borrowed */
+  const ts_tensor* bias;    /* borrowed; may be NULL */
+  int64_t stride, padding, dilation, groups;
+  double conv_scale;
+  int64_t conv_zero_point;
+  double scale; /* the add's output */
+  int64_t zero_point;
+  int32_t relu;           /* 1: add_relu */
+  int32_t residual_first; /* 1: add(residual, conv) */
+} ts_test_qconv_add_args;
+
+/* quantized::add[_relu](quantized::conv2d(qx, W, ...), residual, ...). Kernels: ATEN (the two
+ * ops), FAST (torchspeed::conv2d_add as fuse_conv_add's graphs run it, on a copy of residual;
+ * TS_CODE_UNSUPPORTED where ts_conv_add_unavailable() says why). *fused says whether the fused
+ * oneDNN convolution ran. */
+TS_TESTING_EXPORT TS_MUST_CHECK ts_status* ts_test_qconv2d_add(const ts_tensor* qx, const ts_tensor* residual,
+                                                               const ts_test_qconv_add_args* args, ts_kernel kernel,
+                                                               ts_tensor** out, int32_t* fused) TS_NOEXCEPT;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TS_TESTING_H_ */
