@@ -58,10 +58,12 @@ var (
 // A name ending in _int8 is the fixture quantized with static INT8 on its calibration set;
 // _int8_fastqdq adds the fast_qdq load pass (optimize.fast_qdq on); _fastlinear keeps
 // fast_linear (optimize.fast_linear on), _fastconv fast_conv (optimize.fast_conv on), _fuse
-// fuse_conv_add (with _int8; optimize.fuse_conv_add on).
+// fuse_conv_add (with _int8; optimize.fuse_conv_add on); a final _ofi turns
+// optimize.optimize_for_inference on.
 func artifact(t *testing.T, name string) (string, fixtures.Fixture) {
 	t.Helper()
-	base, fastConv := strings.CutSuffix(name, "_fastconv")
+	base, ofi := strings.CutSuffix(name, "_ofi")
+	base, fastConv := strings.CutSuffix(base, "_fastconv")
 	base, fuse := strings.CutSuffix(base, "_fuse")
 	base, fastLinear := strings.CutSuffix(base, "_fastlinear")
 	base, fast := strings.CutSuffix(base, "_fastqdq")
@@ -87,6 +89,9 @@ func artifact(t *testing.T, name string) (string, fixtures.Fixture) {
 	}
 	if fastConv {
 		c.Optimize.FastConv = config.On
+	}
+	if ofi {
+		c.Optimize.OptimizeForInference = config.On
 	}
 	if int8 {
 		if f.Calib == nil || len(f.Calib.Inputs) != 1 {

@@ -158,3 +158,50 @@ func torchspeedOutputs(t *testing.T, artifactPath string, f fixtures.Fixture) []
 	}
 	return res
 }
+
+// A CNN's optimize_for_inference graph (oneDNN prepacked convolutions) does not load back in
+// libtorch 1.13: the served graph then holds the artifact's other passes, with torchspeed's
+// operators, and the note says optimize_for_inference was left out and why.
+func TestServedModelLeavesOutOFI(t *testing.T) {
+	if mkldnnBroken != "" {
+		t.Skip(mkldnnBroken)
+	}
+	path, _ := artifact(t, "multi_fastlinear_ofi")
+	a, err := Inspect(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(a.Manifest.LoadPasses, torchspeed.PassOptimizeForInference) || !slices.Contains(a.Manifest.LoadPasses, torchspeed.PassFastLinear) {
+		t.Fatalf("artifact load passes %v: want optimize_for_inference and fast_linear", a.Manifest.LoadPasses)
+	}
+	dst := filepath.Join(t.TempDir(), "model.pt")
+	sm, err := writeServedModel(a, dst, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sm.ops || !slices.Contains(sm.passes, torchspeed.PassFastLinear) {
+		t.Fatalf("served passes %v (ops %v): want fast_linear with torchspeed's operators", sm.passes, sm.ops)
+	}
+	plain, err := torch.Load(dst)
+	if err != nil {
+		t.Fatalf("the served file does not load plainly: %v (note %q)", err, sm.note)
+	}
+	counts, err := plain.NodeCounts()
+	plain.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if counts["torchspeed::linear_packed"] == 0 {
+		t.Errorf("the served file calls no torchspeed::linear_packed: %v", counts)
+	}
+	if slices.Contains(sm.passes, torchspeed.PassOptimizeForInference) {
+		t.Logf("libtorch %s loads this optimize_for_inference graph back: %s", torch.Version(), sm.note)
+		return
+	}
+	if !strings.Contains(sm.note, "the optimize_for_inference graph is left out") {
+		t.Errorf("note %q does not say optimize_for_inference was left out", sm.note)
+	}
+	if l := strings.Join(lostAtPlainLoad(a.Manifest, sm.passes), "; "); !strings.Contains(l, "optimize_for_inference cannot be saved") {
+		t.Errorf("what a server loses: %q, want optimize_for_inference named", l)
+	}
+}
