@@ -274,8 +274,6 @@ void tsimpl::register_conv_add(torch::Library& m) {
       &conv2d_add);
 }
 
-#ifndef TS_OPS_LIBRARY  // libtorchspeed_ops.so holds the ops above, not the passes and C ABI below
-
 at::Tensor tsimpl::conv2d_add_run(const at::Tensor& qx, const c10::IValue& packed, double conv_scale,
                                   int64_t conv_zero_point, const at::Tensor& residual, double scale, int64_t zero_point,
                                   bool relu, bool conv_first, bool* ran_fused) {
@@ -285,5 +283,3 @@ at::Tensor tsimpl::conv2d_add_run(const at::Tensor& qx, const c10::IValue& packe
   *ran_fused = tl_fused_calls != before;
   return r;
 }
-
-#endif  // TS_OPS_LIBRARY
