@@ -217,13 +217,18 @@ func CheckRecords(files []*zip.File, name string) error {
 // LoadLibrary loads a shared library of custom operators (one that registers them with
 // TORCH_LIBRARY, as torch.ops.load_library does in Python), so that models calling them load.
 // Call it before Load. path is a file, or a bare name the dynamic linker searches for.
-// Loading one library twice is harmless; a library is never unloaded.
+// Loading one library twice is harmless; a library is never unloaded. torchspeed's own op
+// library (OpsLibraryName) is skipped: libtorchspeed.so registers the same operators.
 func LoadLibrary(path string) error {
 	if err := checkShim(); err != nil {
 		return err
 	}
 	if path == "" {
 		return errors.New("load op library: the path is empty: name a .so file that registers the model's operators")
+	}
+	if isOwnOpsLibrary(path) {
+		// libtorchspeed.so registers the same operators: loading them again would abort.
+		return nil
 	}
 	cs := C.CString(path)
 	defer C.free(unsafe.Pointer(cs))

@@ -75,16 +75,16 @@ func newExportCmd(u *ui) *cobra.Command {
 	return c
 }
 
-// exported is what one target wrote: the file the server loads, whether it holds the saved
-// optimize_for_inference graph, the lines to print, the notes, and the JSON body (with the cost
-// measured on the served file, nil when not measured).
+// exported is what one target wrote: the file the server loads, the load-time passes whose
+// graph it holds, the lines to print, the notes, and the JSON body (with the cost measured on
+// the served file, nil when not measured).
 type exported struct {
-	served         string
-	optimizedSaved bool
-	lines          []string
-	notes          []string
-	json           func(cost *export.Cost) any
-	cost           *export.Cost // measured while writing (Triton's parameters depend on it)
+	served      string
+	savedPasses []string
+	lines       []string
+	notes       []string
+	json        func(cost *export.Cost) any
+	cost        *export.Cost // measured while writing (Triton's parameters depend on it)
 }
 
 // exportTarget is one server export: its subcommand and server name, what its instance count
@@ -128,7 +128,7 @@ func (t exportTarget) run(c *cobra.Command, u *ui, f *exportFlags, count int, sw
 	}
 	cost := e.cost
 	if f.measure && cost == nil {
-		if cost, err = export.MeasureCost(a, e.served, e.optimizedSaved, export.CostOptions{Runs: f.runs, Duration: f.duration, Server: t.server}); err != nil {
+		if cost, err = export.MeasureCost(a, e.served, e.savedPasses, export.CostOptions{Runs: f.runs, Duration: f.duration, Server: t.server}); err != nil {
 			return err
 		}
 	}
@@ -166,9 +166,15 @@ func newExportTritonCmd(u *ui) *cobra.Command {
 			if err != nil {
 				return exported{}, err
 			}
-			return exported{served: e.ModelPath, optimizedSaved: e.OptimizedSaved, notes: e.Notes, cost: e.Cost,
-				lines: []string{"wrote " + e.ModelPath, "wrote " + e.ConfigPath},
-				json:  func(cost *export.Cost) any { return exportTritonOutput{TritonExport: e, Cost: cost} }}, nil
+			lines := []string{"wrote " + e.ModelPath, "wrote " + e.ConfigPath}
+			if e.OpLibrary != "" {
+				lines = append(lines, "wrote "+e.OpLibrary)
+			}
+			if e.EnvPath != "" {
+				lines = append(lines, "wrote "+e.EnvPath)
+			}
+			return exported{served: e.ModelPath, savedPasses: e.SavedPasses, notes: e.Notes, cost: e.Cost, lines: lines,
+				json: func(cost *export.Cost) any { return exportTritonOutput{TritonExport: e, Cost: cost} }}, nil
 		}}
 	c := &cobra.Command{
 		Use:   "triton -m ARTIFACT -o REPO [--name NAME] [--max-batch N] [--instances N]",
@@ -188,6 +194,7 @@ func newExportTritonCmd(u *ui) *cobra.Command {
 	c.Flags().IntVar(&o.MaxBatch, "max-batch", 0, fmt.Sprintf("max_batch_size for a batchable model (0: %d; -1: no batching)", export.DefaultMaxBatch))
 	c.Flags().StringVar(&sweep, "batch-sweep", "", "JSON report of torchspeed bench -m ARTIFACT --sweep-batch 1,2,4,8 --json;\nwrites dynamic_batching when it shows batching pays")
 	c.Flags().IntVar(&o.Instances, "instances", 0, "KIND_CPU instance count, as measured with torchspeed bench --instances\n(0: not measured, write 1)")
+	c.Flags().BoolVar(&o.StockOps, "stock-ops", false, "serve libtorch's operators only: leave out the load-time passes that call\ntorchspeed's (no libtorchspeed_ops.so to preload)")
 	c.Flags().BoolVar(&measureParams, "measure-params", true, "with --measure, also time each executor setting the backend offers and write\nthe fastest significant one (false: the backend's defaults)")
 	return c
 }
@@ -213,7 +220,7 @@ func newExportTorchServeCmd(u *ui) *cobra.Command {
 				lines = append(lines, "wrote "+p)
 			}
 			lines = append(lines, "then run:\n  "+e.ArchiverCommand)
-			return exported{served: e.Files[0], optimizedSaved: e.OptimizedSaved, notes: e.Notes, lines: lines,
+			return exported{served: e.Files[0], savedPasses: e.SavedPasses, notes: e.Notes, lines: lines,
 				json: func(cost *export.Cost) any { return exportTorchServeOutput{TorchServeExport: e, Cost: cost} }}, nil
 		}}
 	c := &cobra.Command{
@@ -224,6 +231,7 @@ func newExportTorchServeCmd(u *ui) *cobra.Command {
 	}
 	f.bind(c)
 	c.Flags().StringVar(&sweep, "batch-sweep", "", "JSON report of torchspeed bench -m ARTIFACT --sweep-batch 1,2,4,8 --json;\nwrites batchSize and maxBatchDelay when it shows batching pays")
+	c.Flags().BoolVar(&o.StockOps, "stock-ops", false, "serve libtorch's operators only: leave out the load-time passes that call\ntorchspeed's (no libtorchspeed_ops.so to load)")
 	c.Flags().IntVar(&o.Workers, "workers", 0, "workers per model, as measured with torchspeed bench --instances\n(0: not measured, write 1)")
 	return c
 }

@@ -1,6 +1,7 @@
 // The torchspeed:: op namespace, registered once. Its own translation unit, linked into
-// libtorchspeed.so only: the kernels' static library also goes into the test library
-// (csrc/testing), which loads beside libtorchspeed.so and must not register the ops again.
+// libtorchspeed.so and into libtorchspeed_ops.so (the ops alone, for stock libtorch processes;
+// never loaded beside libtorchspeed.so): the kernels' static library also goes into the test
+// library (csrc/testing), which loads beside libtorchspeed.so and must not register the ops again.
 #include <torch/library.h>
 
 #include "ops.h"

@@ -2,7 +2,10 @@
 // show that torchspeed's artifacts load in stock libtorch and to time a bare C++ loop.
 //
 //   ts_run MODEL [--input float32:1x3x224x224:in.bin]... [--threads N] [--runs N] [--warmup N]
-//          [--out DIR] [--engine NAME] [--channels-last]
+//          [--out DIR] [--engine NAME] [--channels-last] [--op-library LIB]...
+//
+// --op-library dlopens a library of custom operators (libtorchspeed_ops.so) before loading the
+// model, as a stock server loads one (Triton through LD_PRELOAD, Python torch.ops.load_library).
 //
 // Inputs are raw little-endian files. Outputs (forward's tensors, flattened like the shim does)
 // are written as DIR/NAME.bin with a line "NAME dtype shape" on stdout. With --runs, one line
@@ -10,6 +13,8 @@
 #include <ATen/Parallel.h>
 #include <torch/script.h>
 #include <torch/version.h>
+
+#include <dlfcn.h>
 
 #include <chrono>
 #include <cstdio>
@@ -80,7 +85,7 @@ int main(int argc, char** argv) {
   try {
     if (argc < 2) {
       std::cerr << "usage: ts_run MODEL [--input dtype:shape:file]... [--threads N] [--runs N] [--warmup N] "
-                   "[--out DIR] [--engine NAME] [--channels-last]\n";
+                   "[--out DIR] [--engine NAME] [--channels-last] [--op-library LIB]...\n";
       return 2;
     }
     std::string model = argv[1], outdir, engine;
@@ -100,6 +105,18 @@ int main(int argc, char** argv) {
       else if (a == "--out") outdir = next();
       else if (a == "--engine") engine = next();
       else if (a == "--channels-last") channels_last = true;
+      else if (a == "--op-library") {
+        const std::string lib = next();
+        // RTLD_GLOBAL, as torch.ops.load_library does; never closed: its operators stay registered.
+        if (dlopen(lib.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
+          const char* why = dlerror();
+          std::string msg = "cannot load op library ";
+          msg += lib;
+          msg += ": ";
+          msg += why != nullptr ? why : "unknown error";
+          throw std::runtime_error(msg);
+        }
+      }
       else throw std::invalid_argument("unknown flag " + a);
     }
     if (threads > 0) at::set_num_threads(threads);

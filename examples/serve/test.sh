@@ -21,7 +21,7 @@ trap cleanup EXIT
 prefix=$tmp/prefix
 
 make --no-print-directory install PREFIX="$prefix" >/dev/null
-for f in lib/libtorchspeed.so include/torchspeed.h lib/pkgconfig/torchspeed.pc bin/torchspeed; do
+for f in lib/libtorchspeed.so lib/libtorchspeed_ops.so include/torchspeed.h lib/pkgconfig/torchspeed.pc bin/torchspeed; do
   [ -e "$prefix/$f" ] || { echo "test-example: make install did not install $f" >&2; exit 1; }
 done
 

@@ -46,17 +46,22 @@ type Cost struct {
 	Rounds      int     `json:"rounds"`
 	Threads     int     `json:"threads"`
 	// Lost lists what torchspeed.Load does that a plain load does not.
-	Lost     []string `json:"lost"`
-	Sentence string   `json:"sentence"`
+	Lost []string `json:"lost"`
+	// OpLibrary: the served graph calls torchspeed's operators, and the plain load was timed
+	// with them registered, as a server that loads torch.OpsLibraryName runs it.
+	OpLibrary bool   `json:"op_library"`
+	Sentence  string `json:"sentence"`
 	// Params is the measured choice of Triton's executor parameters (CostOptions.Params).
 	Params *ParamChoice `json:"triton_params,omitempty"`
 }
 
 // MeasureCost times served (the file the server loads: the artifact, or its graph saved after
-// optimize_for_inference when optimizedSaved) loaded plainly against a's artifact loaded with
+// the load-time passes listed in saved) loaded plainly against a's artifact loaded with
 // torchspeed.Load, interleaved in shuffled rounds, at the manifest's thread count; with
-// o.Params, also under each of Triton's executor settings.
-func MeasureCost(a *Artifact, served string, optimizedSaved bool, o CostOptions) (*Cost, error) {
+// o.Params, also under each of Triton's executor settings. A served graph that calls
+// torchspeed's operators runs them as registered in this process by libtorchspeed.so, the
+// same kernels torch.OpsLibraryName registers in a server.
+func MeasureCost(a *Artifact, served string, saved []string, o CostOptions) (*Cost, error) {
 	if o.Runs <= 0 && o.Duration <= 0 {
 		o.Runs = 100
 	}
@@ -88,17 +93,30 @@ func MeasureCost(a *Artifact, served string, optimizedSaved bool, o CostOptions)
 		}
 		ins = append(ins, t)
 	}
-	settings := TritonSettings()
-	if !o.Params {
-		settings = settings[:1]
-	}
 	// The plain modules are loaded first, before torchspeed.Load sets the quantized engine: a
 	// server process does not set it either.
-	plain, closePlain, err := settingTargets(served, settings, ins)
+	plain, err := torch.Load(served)
 	if err != nil {
+		return nil, fmt.Errorf("plain load of %q: %w", served, err)
+	}
+	defer plain.Close()
+	if err := plain.Eval(); err != nil {
 		return nil, err
 	}
-	defer closePlain()
+	// Triton's executor settings (o.Params) are applied before each call, on the shared
+	// inference thread through a Go hand-off (ForwardWith), which costs tens of microseconds on
+	// a busy machine that neither a server nor torchspeed.Load pays: the cost line compares the
+	// plain module called as torchspeed.Load's is (one C call), with libtorch's default settings.
+	var settings []TritonSetting
+	var params []bench.Target
+	if o.Params {
+		settings = TritonSettings()
+		var closeParams func()
+		if params, closeParams, err = settingTargets(served, settings, ins); err != nil {
+			return nil, err
+		}
+		defer closeParams()
+	}
 	tsm, err := torchspeed.Load(a.Path, torchspeed.LoadOptions{KeepThreads: true})
 	if err != nil {
 		return nil, err
@@ -106,7 +124,8 @@ func MeasureCost(a *Artifact, served string, optimizedSaved bool, o CostOptions)
 	defer tsm.Close()
 	targets := append([]bench.Target{
 		&loaderTarget{name: "torchspeed.Load", run: func() ([]torch.Output, error) { return tsm.Predict(ins...) }},
-	}, plain...)
+		&loaderTarget{name: "plain torch::jit::load", run: func() ([]torch.Output, error) { return plain.Forward(ins...) }},
+	}, params...)
 	cmp, err := bench.Compare(targets, bench.CompareOptions{
 		Options: bench.Options{Runs: o.Runs, Duration: o.Duration, Warmup: o.Warmup}, Order: bench.Shuffled, Seed: 1,
 	})
@@ -119,10 +138,11 @@ func MeasureCost(a *Artifact, served string, optimizedSaved bool, o CostOptions)
 		Server:     o.Server,
 		PlainP50Ms: ms(pl.P50), PlainP95Ms: ms(pl.P95), TorchspeedP50Ms: ms(ts.P50), TorchspeedP95Ms: ms(ts.P95),
 		Ratio: pair.Ratio, RatioLo: pair.RatioLo, RatioHi: pair.RatioHi, Significant: pair.Significant,
-		Verdict: pair.Verdict, Rounds: cmp.Rounds, Threads: torch.NumThreads(), Lost: lostAtPlainLoad(a.Manifest, optimizedSaved),
+		Verdict: pair.Verdict, Rounds: cmp.Rounds, Threads: torch.NumThreads(), Lost: lostAtPlainLoad(a.Manifest, saved),
+		OpLibrary: slices.ContainsFunc(saved, func(p string) bool { return slices.Contains(opPasses, p) }),
 	}
 	if o.Params {
-		if c.Params, err = chooseParams(settings, cmp.Results[1:]); err != nil {
+		if c.Params, err = chooseParams(settings, cmp.Results[2:]); err != nil {
 			return nil, err
 		}
 	}
@@ -130,25 +150,27 @@ func MeasureCost(a *Artifact, served string, optimizedSaved bool, o CostOptions)
 	return c, nil
 }
 
-// lostAtPlainLoad is what torchspeed.Load does for m that a plain torch::jit::load does not.
-func lostAtPlainLoad(m *torchspeed.Manifest, optimizedSaved bool) []string {
+// lostAtPlainLoad is what torchspeed.Load does for m that a plain torch::jit::load of a file
+// holding the graph after the passes in saved does not.
+func lostAtPlainLoad(m *torchspeed.Manifest, saved []string) []string {
 	lost := []string{}
-	if slices.Contains(m.LoadPasses, torchspeed.PassOptimizeForInference) && !optimizedSaved {
+	has := func(pass string) bool { return slices.Contains(m.LoadPasses, pass) && !slices.Contains(saved, pass) }
+	if has(torchspeed.PassOptimizeForInference) {
 		lost = append(lost, fmt.Sprintf("optimize_for_inference cannot be saved by libtorch %s", majorMinor(torch.Version())))
 	}
 	if slices.Contains(m.LoadPasses, torchspeed.PassFreeze) {
 		lost = append(lost, "serialization unfolds the frozen graph's constant lists and only a re-freeze at load folds them again")
 	}
-	if slices.Contains(m.LoadPasses, torchspeed.PassFastQDQ) {
+	if has(torchspeed.PassFastQDQ) {
 		lost = append(lost, "the server runs libtorch's own quantize_per_tensor and dequantize (and, with libtorch 1.13, quantized add), not torchspeed's vectorized ones")
 	}
-	if slices.Contains(m.LoadPasses, torchspeed.PassFuseConvAdd) {
+	if has(torchspeed.PassFuseConvAdd) {
 		lost = append(lost, "the server runs each quantized conv and the add after it as two ops, not torchspeed's fused convolution")
 	}
-	if slices.Contains(m.LoadPasses, torchspeed.PassFastLinear) {
+	if has(torchspeed.PassFastLinear) {
 		lost = append(lost, "the server runs libtorch's own linears (its BLAS), not torchspeed's GEMM over packed weights")
 	}
-	if slices.Contains(m.LoadPasses, torchspeed.PassFastConv) {
+	if has(torchspeed.PassFastConv) {
 		lost = append(lost, "the server runs libtorch's own convolutions, not torchspeed's im2col + GEMM over packed weights")
 	}
 	if m.ChannelsLast {
@@ -165,6 +187,9 @@ func (c *Cost) sentence() string {
 	diff := "no significant difference"
 	if c.Significant {
 		diff = fmt.Sprintf("plain loading takes %.2fx the time (95%% CI %.2f-%.2f)", c.Ratio, c.RatioLo, c.RatioHi)
+	}
+	if c.OpLibrary {
+		diff = "with " + torch.OpsLibraryName + " loaded, " + diff
 	}
 	s := fmt.Sprintf("%s will run this model at p50 %.3f ms vs %.3f ms with torchspeed's loader (%s, %d intra-op thread(s), %d interleaved rounds): %s",
 		c.Server, c.PlainP50Ms, c.TorchspeedP50Ms, diff, c.Threads, c.Rounds, why)

@@ -57,10 +57,15 @@ var (
 // matter here) and returns the artifact's path.
 // A name ending in _int8 is the fixture quantized with static INT8 on its calibration set;
 // _int8_fastqdq adds the fast_qdq load pass (optimize.fast_qdq on); _fastlinear keeps
-// fast_linear (optimize.fast_linear on).
+// fast_linear (optimize.fast_linear on), _fastconv fast_conv (optimize.fast_conv on), _fuse
+// fuse_conv_add (with _int8; optimize.fuse_conv_add on); a final _ofi turns
+// optimize.optimize_for_inference on.
 func artifact(t *testing.T, name string) (string, fixtures.Fixture) {
 	t.Helper()
-	base, fastLinear := strings.CutSuffix(name, "_fastlinear")
+	base, ofi := strings.CutSuffix(name, "_ofi")
+	base, fastConv := strings.CutSuffix(base, "_fastconv")
+	base, fuse := strings.CutSuffix(base, "_fuse")
+	base, fastLinear := strings.CutSuffix(base, "_fastlinear")
 	base, fast := strings.CutSuffix(base, "_fastqdq")
 	base, int8 := strings.CutSuffix(base, "_int8")
 	f := fixtures.Load(t).Get(t, base)
@@ -82,6 +87,12 @@ func artifact(t *testing.T, name string) (string, fixtures.Fixture) {
 	if fastLinear {
 		c.Optimize.FastLinear = config.On
 	}
+	if fastConv {
+		c.Optimize.FastConv = config.On
+	}
+	if ofi {
+		c.Optimize.OptimizeForInference = config.On
+	}
 	if int8 {
 		if f.Calib == nil || len(f.Calib.Inputs) != 1 {
 			t.Fatalf("fixture %s has no calibration set", base)
@@ -90,6 +101,9 @@ func artifact(t *testing.T, name string) (string, fixtures.Fixture) {
 		c.Calibration.Path, c.Calibration.Limit = f.Path(f.Calib.Inputs[0].File), 64
 		if fast {
 			c.Optimize.FastQDQ = config.On
+		}
+		if fuse {
+			c.Optimize.FuseConvAdd = config.On
 		}
 	}
 	c.Bench.Runs, c.Bench.Warmup, c.Bench.StageRuns = 4, 1, 3
@@ -148,8 +162,8 @@ func TestTritonExport(t *testing.T) {
 			if strings.Contains(string(text), "dynamic_batching") {
 				t.Errorf("dynamic_batching written without a measurement:\n%s", text)
 			}
-			checkServedModel(t, a, path, e.ModelPath, e.OptimizedSaved, e.Notes)
-			checkPlainLoad(t, tsRun, e.ModelPath, path, a, f)
+			checkServedModel(t, a, path, e.ModelPath, e.SavedPasses, e.Notes)
+			checkPlainLoad(t, tsRun, e.OpLibrary, e.ModelPath, path, a, f)
 		})
 	}
 }
@@ -229,12 +243,16 @@ func tsRunPath(t *testing.T) string {
 	return p
 }
 
-// checkPlainLoad runs model with ts_run (plain torch::jit::load, contiguous inputs, as Triton
-// feeds them) on the fixture's inputs and compares with the artifact run by torchspeed.Load.
-func checkPlainLoad(t *testing.T, tsRun, model, artifactPath string, a *Artifact, f fixtures.Fixture) {
+// checkPlainLoad runs model with ts_run (plain torch::jit::load after dlopen of opLib when not
+// empty, contiguous inputs, as Triton feeds them) on the fixture's inputs and compares with the
+// artifact run by torchspeed.Load.
+func checkPlainLoad(t *testing.T, tsRun, opLib, model, artifactPath string, a *Artifact, f fixtures.Fixture) {
 	t.Helper()
 	dir := t.TempDir()
 	args := []string{model, "--out", dir, "--threads", strconv.Itoa(max(1, a.Manifest.Runtime.Threads))}
+	if opLib != "" {
+		args = append(args, "--op-library", opLib)
+	}
 	if a.Manifest.QEngine != "" {
 		args = append(args, "--engine", a.Manifest.QEngine)
 	}
@@ -354,7 +372,7 @@ func TestMeasureCost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := MeasureCost(a, path, false, CostOptions{Runs: 20, Warmup: 2, Server: "Triton"})
+	c, err := MeasureCost(a, path, nil, CostOptions{Runs: 20, Warmup: 2, Server: "Triton"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -386,98 +404,90 @@ func TestMeasureCost(t *testing.T) {
 	t.Logf("%s (load passes %v, channels-last %v)", c.Sentence, man.LoadPasses, man.ChannelsLast)
 }
 
-// An INT8 artifact with the fast_qdq load pass serves as the file stock libtorch loads, with
-// ATen's ops (never torchspeed::), and the cost sentence says what a server loses.
+// An INT8 artifact with the fast_qdq load pass serves as a graph that calls torchspeed's
+// quantize/dequantize (the server loads the op library), or with --stock-ops as one with ATen's
+// ops only; the cost sentence says what a server loses either way.
 func TestServedModelWithFastQDQ(t *testing.T) {
 	if !torch.FastQDQApplies() {
 		t.Skip("libtorch has FBGEMM: fast_qdq swaps nothing")
 	}
-	path, _ := artifact(t, "digits_int8_fastqdq")
-	a, err := Inspect(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Contains(a.Manifest.LoadPasses, torchspeed.PassFastQDQ) {
-		t.Fatalf("artifact load passes %v: want fast_qdq (optimize.fast_qdq on)", a.Manifest.LoadPasses)
-	}
-	dst := filepath.Join(t.TempDir(), "model.pt")
-	if _, _, err := writeServedModel(a, dst); err != nil {
-		t.Fatal(err)
-	}
-	plain, err := torch.LoadWithEngine(dst, a.Manifest.QEngine)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer plain.Close()
-	counts, err := plain.NodeCounts()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k := range counts {
-		if strings.HasPrefix(k, "torchspeed::") {
-			t.Errorf("the served file calls %s: a stock server cannot load it", k)
-		}
-	}
-	if counts["aten::quantize_per_tensor"] == 0 {
-		t.Errorf("the served file calls no aten::quantize_per_tensor: %v", counts)
-	}
-	if lost := strings.Join(lostAtPlainLoad(a.Manifest, false), "; "); !strings.Contains(lost, "quantize_per_tensor") {
-		t.Errorf("what a server loses: %q, want the fast quantize/dequantize named", lost)
-	}
+	checkServedOps(t, "digits_int8_fastqdq", torchspeed.PassFastQDQ, "torchspeed::quantize_per_tensor", "aten::quantize_per_tensor", "quantize_per_tensor")
 }
 
-// An FP32 artifact with the fast_linear load pass serves as the file stock libtorch loads, with
-// ATen's linears (never torchspeed::), and the cost sentence says what a server loses.
+// An FP32 artifact with the fast_linear load pass serves as a graph that calls
+// torchspeed::linear_packed, or with --stock-ops ATen's linears.
 func TestServedModelWithFastLinear(t *testing.T) {
-	path, _ := artifact(t, "transformer_traced_fastlinear")
+	checkServedOps(t, "transformer_traced_fastlinear", torchspeed.PassFastLinear, "torchspeed::linear_packed", "aten::linear", "GEMM over packed weights")
+}
+
+// checkServedOps: the artifact lists pass; its served file calls op (and names pass among the
+// passes it holds), and with stockOps calls stockOp and never a torchspeed:: operator, the cost
+// sentence naming lost.
+func checkServedOps(t *testing.T, name, pass, op, stockOp, lost string) {
+	t.Helper()
+	path, _ := artifact(t, name)
 	a, err := Inspect(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Contains(a.Manifest.LoadPasses, torchspeed.PassFastLinear) {
-		t.Fatalf("artifact load passes %v: want fast_linear (optimize.fast_linear on)", a.Manifest.LoadPasses)
+	if !slices.Contains(a.Manifest.LoadPasses, pass) {
+		t.Fatalf("artifact load passes %v: want %s", a.Manifest.LoadPasses, pass)
 	}
-	dst := filepath.Join(t.TempDir(), "model.pt")
-	if _, _, err := writeServedModel(a, dst); err != nil {
-		t.Fatal(err)
-	}
-	plain, err := torch.Load(dst)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer plain.Close()
-	counts, err := plain.NodeCounts()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k := range counts {
-		if strings.HasPrefix(k, "torchspeed::") {
-			t.Errorf("the served file calls %s: a stock server cannot load it", k)
+	for _, stock := range []bool{false, true} {
+		dst := filepath.Join(t.TempDir(), "model.pt")
+		sm, err := writeServedModel(a, dst, stock)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if counts["aten::linear"]+counts["aten::matmul"] == 0 {
-		t.Errorf("the served file calls no aten::linear or aten::matmul: %v", counts)
-	}
-	if lost := strings.Join(lostAtPlainLoad(a.Manifest, false), "; "); !strings.Contains(lost, "GEMM over packed weights") {
-		t.Errorf("what a server loses: %q, want torchspeed's linear named", lost)
+		plain, err := torch.LoadWithEngine(dst, a.Manifest.QEngine)
+		if err != nil {
+			t.Fatal(err)
+		}
+		counts, err := plain.NodeCounts()
+		plain.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var custom []string
+		for k := range counts {
+			if strings.HasPrefix(k, "torchspeed::") {
+				custom = append(custom, k)
+			}
+		}
+		if stock {
+			if len(custom) > 0 || sm.ops {
+				t.Errorf("stock ops: the served file calls %v (ops %v)", custom, sm.ops)
+			}
+			if counts[stockOp] == 0 && !(stockOp == "aten::linear" && counts["aten::matmul"] > 0) {
+				t.Errorf("stock ops: the served file calls no %s: %v", stockOp, counts)
+			}
+			if l := strings.Join(lostAtPlainLoad(a.Manifest, sm.passes), "; "); !strings.Contains(l, lost) {
+				t.Errorf("stock ops: what a server loses: %q, want %q named", l, lost)
+			}
+			continue
+		}
+		if counts[op] == 0 || !sm.ops || !slices.Contains(sm.passes, pass) {
+			t.Errorf("the served file calls no %s (ops %v, passes %v): %v", op, sm.ops, sm.passes, counts)
+		}
+		if l := strings.Join(lostAtPlainLoad(a.Manifest, sm.passes), "; "); strings.Contains(l, lost) {
+			t.Errorf("what a server with the op library loses: %q names %q", l, lost)
+		}
 	}
 }
 
-// checkServedModel: the served file is the artifact unless optimize_for_inference could be
-// saved; on libtorch 1.13 it cannot, and the notes say so.
-func checkServedModel(t *testing.T, a *Artifact, artifactPath, served string, saved bool, notes []string) {
+// checkServedModel: the served file is the artifact unless it holds the graph after some of
+// its load-time passes (passes); the notes say what happened to optimize_for_inference.
+func checkServedModel(t *testing.T, a *Artifact, artifactPath, served string, passes []string, notes []string) {
 	t.Helper()
 	hasOFI := slices.Contains(a.Manifest.LoadPasses, torchspeed.PassOptimizeForInference)
-	if saved && !hasOFI {
-		t.Errorf("optimized graph saved for an artifact without optimize_for_inference (passes %v)", a.Manifest.LoadPasses)
+	for _, p := range passes {
+		if !slices.Contains(a.Manifest.LoadPasses, p) {
+			t.Errorf("served file holds %s, which the artifact does not list (%v)", p, a.Manifest.LoadPasses)
+		}
 	}
-	if saved {
-		// libtorch 1.13 cannot reload the graph of a model whose convolutions became
-		// prim::mkldnn_convolution, but a transformer's (linear layers only) reloads; either way
-		// the served file is checked against torchspeed.Load by the plain-load test.
-		t.Logf("libtorch %s: the optimize_for_inference graph of %s saved and loads back", torch.Version(), filepath.Base(artifactPath))
-	}
-	if !saved {
+	if len(passes) > 0 {
+		t.Logf("libtorch %s: %s served as its graph after %v", torch.Version(), filepath.Base(artifactPath), passes)
+	} else {
 		orig, _ := os.ReadFile(artifactPath)
 		copied, _ := os.ReadFile(served)
 		if !bytes.Equal(orig, copied) {

@@ -101,10 +101,7 @@ func settingTargets(served string, settings []TritonSetting, ins []*torch.Tensor
 			close()
 			return nil, nil, err
 		}
-		name := "plain torch::jit::load"
-		if s.Name != DefaultTritonSetting {
-			name += ", " + s.Name
-		}
+		name := "plain torch::jit::load, " + s.Name
 		targets = append(targets, &loaderTarget{name: name, run: func() ([]torch.Output, error) { return m.ForwardWith(s.Exec, ins...) }})
 	}
 	return targets, close, nil

@@ -2,6 +2,7 @@ package export
 
 import (
 	"fmt"
+	"path/filepath"
 	"strings"
 
 	"github.com/torchspeed/torchspeed/pkg/cpu"
@@ -88,4 +89,25 @@ func warningNotes(w []string) []string {
 		out[i] = "warning: " + s
 	}
 	return out
+}
+
+// withOpsPreload adds to env (RuntimeEnvFile's text, nil for none) the LD_PRELOAD of
+// torchspeed's op library at lib: Triton's PyTorch backend loads custom operators only from
+// libraries preloaded into tritonserver. The path is where the export put the library; a
+// server that mounts the repository elsewhere (a container) gives the path it sees there.
+func withOpsPreload(env []byte, lib string) []byte {
+	var b strings.Builder
+	if env == nil {
+		b.WriteString("# Written by torchspeed export: give it to the server process (docker run --env-file,\n")
+		b.WriteString("# systemd EnvironmentFile=, or `set -a; . torchspeed.env; set +a` before starting it).\n")
+	} else {
+		b.Write(env)
+	}
+	fmt.Fprintf(&b, "# The model calls torchspeed's operators: %s registers them and must be loaded before the\n", filepath.Base(lib))
+	b.WriteString("# model (LD_PRELOAD, as Triton documents for TorchScript custom operations). Give the path the\n")
+	b.WriteString("# server sees; the library must be built against the server's libtorch (LIBTORCH_HOME=... make shim),\n")
+	b.WriteString("# whose folder must be on the library path (Triton: LD_LIBRARY_PATH=/opt/tritonserver/backends/pytorch).\n")
+	b.WriteString("# With a preloaded allocator, list both, separated by ':'.\n")
+	fmt.Fprintf(&b, "LD_PRELOAD=%s\n", lib)
+	return []byte(b.String())
 }

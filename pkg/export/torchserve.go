@@ -11,6 +11,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/internal/safefile"
 	"github.com/torchspeed/torchspeed/pkg/bench"
 	"github.com/torchspeed/torchspeed/pkg/runenv"
@@ -45,6 +46,8 @@ type TorchServeOptions struct {
 	// BatchSweep is a `torchspeed bench --sweep-batch` result for the artifact (ReadBatchSweep):
 	// batchSize and maxBatchDelay come from it when it shows batching pays.
 	BatchSweep *bench.SweepResult
+	// StockOps serves the graph with libtorch's operators only (see TritonOptions.StockOps).
+	StockOps bool
 }
 
 // TorchServeModelConfigFile is model-config.yaml: the keys TorchServe reads per model.
@@ -62,6 +65,9 @@ type TorchServeSpec struct {
 	Batchable bool              `json:"batchable"`
 	Threads   int               `json:"threads,omitempty"`
 	QEngine   string            `json:"qengine,omitempty"`
+	// OpLibrary is torch.OpsLibraryName, archived beside the model, when the model calls
+	// torchspeed's operators: the handler loads it before the model.
+	OpLibrary string `json:"op_library,omitempty"`
 }
 
 // TorchServeInput is one model input in TorchServeSpec.
@@ -79,8 +85,10 @@ type TorchServeExport struct {
 	Properties      map[string]string         `json:"config_properties"`
 	ArchiverCommand string                    `json:"archiver_command"`
 	// OptimizedSaved: NAME.pt holds the graph after optimize_for_inference, not the artifact.
-	OptimizedSaved bool     `json:"optimized_saved"`
-	Notes          []string `json:"notes"`
+	OptimizedSaved bool `json:"optimized_saved"`
+	// SavedPasses are the artifact's load-time passes whose result NAME.pt holds.
+	SavedPasses []string `json:"saved_passes"`
+	Notes       []string `json:"notes"`
 }
 
 // WriteTorchServe writes into dir what torch-model-archiver takes for a: the artifact as
@@ -138,10 +146,6 @@ func WriteTorchServe(a *Artifact, dir string, o TorchServeOptions) (*TorchServeE
 	if !a.Batchable {
 		notes = append(notes, "requests carry the full input shapes (no batch dimension added): "+a.BatchNote)
 	}
-	specJSON, err := json.MarshalIndent(spec, "", "  ")
-	if err != nil {
-		return nil, err
-	}
 	mcYAML, err := yaml.Marshal(mc)
 	if err != nil {
 		return nil, err
@@ -152,37 +156,14 @@ func WriteTorchServe(a *Artifact, dir string, o TorchServeOptions) (*TorchServeE
 		fmt.Fprintf(&propText, "%s=%s\n", k, props[k])
 	}
 	modelFile := name + ".pt"
-	cmd := fmt.Sprintf("torch-model-archiver --model-name %s --version 1.0 --serialized-file %s --handler %s --extra-files %s --config-file %s --export-path model-store --force",
-		name, modelFile, TorchServeHandlerFile, TorchServeSpecFile, TorchServeModelConfig)
-	script := "#!/bin/sh\n# Written by torchspeed export torchserve. Run in this folder; then:\n" +
-		"#   torchserve --start --ncs --model-store model-store --models " + name + "=" + name + ".mar --ts-config " + TorchServeConfigProperty + "\n" +
-		"set -e\nmkdir -p model-store\n" + cmd + "\n"
-	e := &TorchServeExport{Dir: dir, ModelConfig: mc, Properties: props, ArchiverCommand: "cd " + dir + " && mkdir -p model-store && " + cmd, Notes: notes}
-	files := []struct {
-		name string
-		data []byte
-	}{
-		{TorchServeHandlerFile, torchServeHandler},
-		{TorchServeSpecFile, append(specJSON, '\n')},
-		{TorchServeModelConfig, mcYAML},
-		{TorchServeConfigProperty, []byte(propText.String())},
-		{"archive.sh", []byte(script)},
-	}
+	e := &TorchServeExport{Dir: dir, ModelConfig: mc, Properties: props, Notes: notes}
 	env, envNote, envWarnings, err := RuntimeEnv(a.Manifest.Runtime, filepath.Join(dir, RuntimeEnvFile), machineOr(o.Machine), a.Manifest.CPU.Name())
 	e.Notes = append(e.Notes, warningNotes(envWarnings)...)
 	if err != nil {
 		return nil, fmt.Errorf("export torchserve: %w", err)
 	}
-	if env != nil {
-		// Workers inherit torchserve's environment.
-		files = append(files, struct {
-			name string
-			data []byte
-		}{RuntimeEnvFile, env})
-		e.Notes = append(e.Notes, envNote+"; the workers inherit torchserve's environment")
-	}
 	var outs []safefile.Named
-	for _, f := range append([]string{modelFile, TorchServeModelConfig, TorchServeConfigProperty}, RuntimeEnvFile) {
+	for _, f := range []string{modelFile, TorchServeModelConfig, TorchServeConfigProperty, RuntimeEnvFile, torch.OpsLibraryName} {
 		outs = append(outs, safefile.Named{What: f, Path: filepath.Join(dir, f)})
 	}
 	if err := safefile.CheckNotInput(outs, keep(a.Path, o.Keep)); err != nil {
@@ -198,22 +179,66 @@ func WriteTorchServe(a *Artifact, dir string, o TorchServeOptions) (*TorchServeE
 	}
 	defer unlock()
 	if !o.Overwrite {
-		for _, f := range append([]string{modelFile}, TorchServeModelConfig, TorchServeConfigProperty) {
+		for _, f := range []string{modelFile, TorchServeModelConfig, TorchServeConfigProperty, torch.OpsLibraryName} {
 			if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
 				return nil, fmt.Errorf("export torchserve: %s exists: pass --overwrite to replace it, or choose another -o", filepath.Join(dir, f))
 			}
 		}
 	}
+	opsLib, stock, why := opsLibrary(a, o.StockOps)
+	if why != "" {
+		e.Notes = append(e.Notes, why)
+	}
 	p := filepath.Join(dir, modelFile)
-	saved, note, err := writeServedModel(a, p)
+	sm, err := writeServedModel(a, p, stock)
 	if err != nil {
 		return nil, fmt.Errorf("export torchserve: %w", err)
 	}
-	e.OptimizedSaved = saved
-	if note != "" {
-		e.Notes = append(e.Notes, note)
+	e.OptimizedSaved, e.SavedPasses = sm.saved(), sm.passes
+	if sm.note != "" {
+		e.Notes = append(e.Notes, sm.note)
 	}
 	e.Files = append(e.Files, p)
+	extra := TorchServeSpecFile
+	if sm.ops {
+		// The handler loads it with torch.ops.load_library before the model.
+		lib := filepath.Join(dir, torch.OpsLibraryName)
+		if err := copyFile(opsLib, lib); err != nil {
+			os.Remove(p)
+			return nil, fmt.Errorf("export torchserve: %w", err)
+		}
+		e.Files = append(e.Files, lib)
+		spec.OpLibrary = torch.OpsLibraryName
+		extra += "," + torch.OpsLibraryName
+	}
+	specJSON, err := json.MarshalIndent(spec, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	cmd := fmt.Sprintf("torch-model-archiver --model-name %s --version 1.0 --serialized-file %s --handler %s --extra-files %s --config-file %s --export-path model-store --force",
+		name, modelFile, TorchServeHandlerFile, extra, TorchServeModelConfig)
+	script := "#!/bin/sh\n# Written by torchspeed export torchserve. Run in this folder; then:\n" +
+		"#   torchserve --start --ncs --model-store model-store --models " + name + "=" + name + ".mar --ts-config " + TorchServeConfigProperty + "\n" +
+		"set -e\nmkdir -p model-store\n" + cmd + "\n"
+	e.ArchiverCommand = "cd " + dir + " && mkdir -p model-store && " + cmd
+	files := []struct {
+		name string
+		data []byte
+	}{
+		{TorchServeHandlerFile, torchServeHandler},
+		{TorchServeSpecFile, append(specJSON, '\n')},
+		{TorchServeModelConfig, mcYAML},
+		{TorchServeConfigProperty, []byte(propText.String())},
+		{"archive.sh", []byte(script)},
+	}
+	if env != nil {
+		// Workers inherit torchserve's environment.
+		files = append(files, struct {
+			name string
+			data []byte
+		}{RuntimeEnvFile, env})
+		e.Notes = append(e.Notes, envNote+"; the workers inherit torchserve's environment")
+	}
 	for _, f := range files {
 		p := filepath.Join(dir, f.name)
 		if err := safefile.WriteFile(p, f.data); err != nil {

@@ -2,7 +2,8 @@
 
 It loads the torchspeed artifact with TorchServe's BaseHandler (plain torch.jit.load), sets
 the quantized engine and thread count the artifact was measured with (torchspeed_inputs.json,
-archived as an extra file), and serves JSON requests:
+archived as an extra file), loads torchspeed's op library first when the model calls its
+operators (libtorchspeed_ops.so, archived beside it), and serves JSON requests:
 
     request:  {"inputs": [INPUT_0, INPUT_1, ...]}   one sample; each input a nested list
               shaped like the model's input without its batch dimension when the model is
@@ -32,6 +33,9 @@ class TorchspeedHandler(BaseHandler):
             torch.backends.quantized.engine = self.spec["qengine"]
         if self.spec.get("threads"):
             torch.set_num_threads(int(self.spec["threads"]))
+        # A model that calls torchspeed's operators needs them registered before it loads.
+        if self.spec.get("op_library"):
+            torch.ops.load_library(os.path.join(model_dir, self.spec["op_library"]))
         super().initialize(context)
         self.model.eval()
 

@@ -44,10 +44,11 @@ json.dump({"responses": out, "threads": torch.get_num_threads(), "engine": torch
 `
 
 // export torchserve writes the archiver's inputs with the manifest's settings, and its
-// handler, run by Python's torch on the exported files, answers like the artifact.
+// handler, run by Python's torch on the exported files, answers like the artifact; for an
+// artifact whose graph calls torchspeed's operators, after loading the op library it archives.
 func TestTorchServeExport(t *testing.T) {
 	py := "/usr/bin/python3"
-	for _, name := range exportFixtures {
+	for _, name := range append(slices.Clip(exportFixtures), "digits_int8_fastqdq") {
 		t.Run(name, func(t *testing.T) {
 			path, f := artifact(t, name)
 			a, err := Inspect(path)
@@ -59,7 +60,7 @@ func TestTorchServeExport(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			checkServedModel(t, a, path, filepath.Join(dir, f.Name+".pt"), e.OptimizedSaved, e.Notes)
+			checkServedModel(t, a, path, filepath.Join(dir, f.Name+".pt"), e.SavedPasses, e.Notes)
 			var mc TorchServeModelConfigFile
 			b, err := os.ReadFile(filepath.Join(dir, TorchServeModelConfig))
 			if err != nil {
@@ -77,7 +78,14 @@ func TestTorchServeExport(t *testing.T) {
 			if props["cpu_launcher_enable"] != "true" || props["cpu_launcher_args"] != wantArgs || props["default_workers_per_model"] != "1" {
 				t.Errorf("config.properties %v, want cpu_launcher_enable=true cpu_launcher_args=%q default_workers_per_model=1", props, wantArgs)
 			}
-			wantCmd := fmt.Sprintf("torch-model-archiver --model-name %s --version 1.0 --serialized-file %s.pt --handler torchspeed_handler.py --extra-files torchspeed_inputs.json --config-file model-config.yaml --export-path model-store --force", f.Name, f.Name)
+			extra := "torchspeed_inputs.json"
+			if slices.ContainsFunc(e.SavedPasses, func(p string) bool { return slices.Contains(opPasses, p) }) {
+				extra += "," + torch.OpsLibraryName
+				if !slices.Contains(e.Files, filepath.Join(dir, torch.OpsLibraryName)) {
+					t.Errorf("the served graph calls torchspeed's operators (passes %v), files %v lack %s", e.SavedPasses, e.Files, torch.OpsLibraryName)
+				}
+			}
+			wantCmd := fmt.Sprintf("torch-model-archiver --model-name %s --version 1.0 --serialized-file %s.pt --handler torchspeed_handler.py --extra-files %s --config-file model-config.yaml --export-path model-store --force", f.Name, f.Name, extra)
 			script, _ := os.ReadFile(filepath.Join(dir, "archive.sh"))
 			if !strings.Contains(string(script), wantCmd+"\n") || !strings.HasSuffix(e.ArchiverCommand, wantCmd) {
 				t.Errorf("archiver command %q / archive.sh:\n%s\nwant %s", e.ArchiverCommand, script, wantCmd)
@@ -87,7 +95,8 @@ func TestTorchServeExport(t *testing.T) {
 			if err := json.Unmarshal(b, &spec); err != nil {
 				t.Fatal(err)
 			}
-			if len(spec.Inputs) != len(f.Inputs) || !spec.Batchable || spec.Threads != threads || spec.QEngine != a.Manifest.QEngine {
+			if len(spec.Inputs) != len(f.Inputs) || !spec.Batchable || spec.Threads != threads || spec.QEngine != a.Manifest.QEngine ||
+				(spec.OpLibrary != "") != strings.Contains(extra, torch.OpsLibraryName) {
 				t.Errorf("%s: %+v", TorchServeSpecFile, spec)
 			}
 			for i, in := range spec.Inputs {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -59,6 +60,9 @@ type TritonOptions struct {
 	// BatchSweep is a `torchspeed bench --sweep-batch` result for the artifact (ReadBatchSweep);
 	// with it, dynamic_batching is written when the sweep shows batching pays.
 	BatchSweep *bench.SweepResult
+	// StockOps serves the graph with libtorch's operators only: the load-time passes that call
+	// torchspeed's operators are left out (a server that cannot load torch.OpsLibraryName).
+	StockOps bool
 	// Measure, when set, times model.pt as Triton loads it against torchspeed.Load (MeasureCost)
 	// after writing it and before writing config.pbtxt; with Measure.Params the executor
 	// parameters written are the measured choice. Without it they are the backend's defaults.
@@ -77,6 +81,11 @@ type TritonExport struct {
 	// OptimizedSaved: model.pt holds the graph after optimize_for_inference (libtorch could
 	// save and reload it), not the artifact's bytes.
 	OptimizedSaved bool `json:"optimized_saved"`
+	// SavedPasses are the artifact's load-time passes whose result model.pt holds.
+	SavedPasses []string `json:"saved_passes"`
+	// OpLibrary is the copy of torch.OpsLibraryName beside config.pbtxt when model.pt calls
+	// torchspeed's operators ("" otherwise); EnvPath's LD_PRELOAD names it.
+	OpLibrary string `json:"op_library,omitempty"`
 	// Notes say what was left out or defaulted, and why.
 	Notes []string `json:"notes"`
 	// Cost is the measurement TritonOptions.Measure asked for (nil without it).
@@ -283,7 +292,7 @@ func WriteTriton(a *Artifact, repo string, o TritonOptions) (*TritonExport, erro
 		ModelPath: filepath.Join(dir, "1", "model.pt"), Config: cfg, Notes: notes,
 	}
 	outs := []safefile.Named{{What: "config.pbtxt", Path: e.ConfigPath}, {What: "model.pt", Path: e.ModelPath},
-		{What: RuntimeEnvFile, Path: filepath.Join(dir, RuntimeEnvFile)}}
+		{What: RuntimeEnvFile, Path: filepath.Join(dir, RuntimeEnvFile)}, {What: torch.OpsLibraryName, Path: filepath.Join(dir, torch.OpsLibraryName)}}
 	if err := safefile.CheckNotInput(outs, keep(a.Path, o.Keep)); err != nil {
 		return nil, tserr.BadInput(fmt.Errorf("export triton: %w", err))
 	}
@@ -298,7 +307,7 @@ func WriteTriton(a *Artifact, repo string, o TritonOptions) (*TritonExport, erro
 	}
 	defer unlock()
 	if !o.Overwrite {
-		for _, p := range []string{e.ConfigPath, e.ModelPath} {
+		for _, p := range []string{e.ConfigPath, e.ModelPath, filepath.Join(dir, torch.OpsLibraryName)} {
 			if _, err := os.Stat(p); err == nil {
 				return nil, fmt.Errorf("export triton: %s exists: pass --overwrite to replace it, or choose another --name", p)
 			}
@@ -314,13 +323,17 @@ func WriteTriton(a *Artifact, repo string, o TritonOptions) (*TritonExport, erro
 	tmp := f.Name()
 	f.Close()
 	defer os.Remove(tmp)
-	saved, note, err := writeServedModel(a, tmp)
+	opsLib, stock, why := opsLibrary(a, o.StockOps)
+	if why != "" {
+		e.Notes = append(e.Notes, why)
+	}
+	sm, err := writeServedModel(a, tmp, stock)
 	if err != nil {
 		return nil, fmt.Errorf("export triton: %w", err)
 	}
-	e.OptimizedSaved = saved
-	if note != "" {
-		e.Notes = append(e.Notes, strings.ReplaceAll(note, filepath.Base(tmp), filepath.Base(e.ModelPath)))
+	e.OptimizedSaved, e.SavedPasses = sm.saved(), sm.passes
+	if sm.note != "" {
+		e.Notes = append(e.Notes, strings.ReplaceAll(sm.note, filepath.Base(tmp), filepath.Base(e.ModelPath)))
 	}
 	text, err := tritonConfigText(a, e, tmp, o.Measure)
 	if err != nil {
@@ -335,12 +348,32 @@ func WriteTriton(a *Artifact, repo string, o TritonOptions) (*TritonExport, erro
 		os.Remove(e.ModelPath)
 		return nil, fmt.Errorf("export triton: %w", err)
 	}
+	if sm.ops {
+		lib, err := filepath.Abs(filepath.Join(dir, torch.OpsLibraryName))
+		if err == nil {
+			err = copyFile(opsLib, lib)
+		}
+		if err != nil {
+			os.Remove(e.ModelPath)
+			return nil, fmt.Errorf("export triton: %w", err)
+		}
+		e.OpLibrary = lib
+		env = withOpsPreload(env, lib)
+		note = fmt.Sprintf("LD_PRELOAD of %s in %s", torch.OpsLibraryName, filepath.Join(dir, RuntimeEnvFile))
+		if a.Manifest.Runtime.Candidate != "" && a.Manifest.Runtime.Candidate != runenv.DefaultCandidate {
+			note = fmt.Sprintf("runtime environment (candidate %s) and the %s", a.Manifest.Runtime.Candidate, note)
+		}
+		note += ": give it to tritonserver's process (docker run --env-file, systemd EnvironmentFile=)"
+	}
 	if env != nil {
 		// Triton's PyTorch backend runs in the tritonserver process: its environment is the
 		// model's.
 		e.EnvPath = filepath.Join(dir, RuntimeEnvFile)
 		if err := safefile.WriteFile(e.EnvPath, env); err != nil {
 			os.Remove(e.ModelPath)
+			if e.OpLibrary != "" {
+				os.Remove(e.OpLibrary)
+			}
 			return nil, fmt.Errorf("export triton: write %s: %w", e.EnvPath, err)
 		}
 		e.Notes = append(e.Notes, note+"; tritonserver runs every model in one process, so it applies to all of them")
@@ -350,6 +383,9 @@ func WriteTriton(a *Artifact, repo string, o TritonOptions) (*TritonExport, erro
 		os.Remove(e.ModelPath)
 		if e.EnvPath != "" {
 			os.Remove(e.EnvPath)
+		}
+		if e.OpLibrary != "" {
+			os.Remove(e.OpLibrary)
 		}
 		return nil, fmt.Errorf("export triton: write %s: %w", e.ConfigPath, err)
 	}
@@ -365,7 +401,7 @@ func tritonConfigText(a *Artifact, e *TritonExport, served string, measure *Cost
 	}
 	o := *measure
 	o.Server = "Triton"
-	c, err := MeasureCost(a, served, e.OptimizedSaved, o)
+	c, err := MeasureCost(a, served, e.SavedPasses, o)
 	if err != nil {
 		return nil, err
 	}
@@ -379,7 +415,20 @@ func tritonConfigText(a *Artifact, e *TritonExport, served string, measure *Cost
 	return MarshalTritonConfig(e.Config)
 }
 
-// copyFile copies src to dst atomically (dst appears whole or not at all).
+// opsLibrary is torch.OpsLibraryName to ship with a's served model, when a lists passes that
+// call torchspeed's operators and stockOps is off; otherwise stock is true (serve libtorch's
+// operators only), with why saying so when the library was wanted but is missing.
+func opsLibrary(a *Artifact, stockOps bool) (lib string, stock bool, why string) {
+	if stockOps || !slices.ContainsFunc(a.Manifest.LoadPasses, func(p string) bool { return slices.Contains(opPasses, p) }) {
+		return "", true, ""
+	}
+	lib, err := torch.OpsLibraryPath()
+	if err != nil {
+		return "", true, "served with libtorch's operators only: " + err.Error()
+	}
+	return lib, false, ""
+}
+
 // lockDir takes an exclusive flock on the folder dir itself (no lock file left behind); the
 // kernel releases it if the process dies.
 func lockDir(dir string) (unlock func(), err error) {
@@ -397,6 +446,7 @@ func lockDir(dir string) (unlock func(), err error) {
 	}, nil
 }
 
+// copyFile copies src to dst atomically (dst appears whole or not at all).
 func copyFile(src, dst string) error {
 	f, err := os.Open(src)
 	if err != nil {

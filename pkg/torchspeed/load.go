@@ -36,6 +36,9 @@ type LoadOptions struct {
 	// is loaded (PassFastQDQ, PassFastLinear, PassFastConv, PassFuseConvAdd): for a module that is saved again
 	// for stock libtorch.
 	StockOps bool
+	// SkipPasses leaves out the listed load-time passes (e.g. PassOptimizeForInference, whose
+	// graph libtorch 1.13 saves but cannot load back): for a module that is saved again.
+	SkipPasses []string
 	// OpLibraries are shared libraries of custom operators (TORCH_LIBRARY extensions) the
 	// model calls, loaded with torch.LoadLibrary before the model.
 	OpLibraries []string
@@ -145,6 +148,9 @@ func Load(path string, opts ...LoadOptions) (*Model, error) {
 		}
 	}
 	for _, pass := range man.LoadPasses {
+		if slices.Contains(o.SkipPasses, pass) {
+			continue
+		}
 		switch pass {
 		case PassFastQDQ, PassFastLinear, PassFastConv, PassFuseConvAdd: // last, below
 		case PassFreeze:
@@ -168,7 +174,7 @@ func Load(path string, opts ...LoadOptions) (*Model, error) {
 			return nil, fmt.Errorf("load artifact %q: unknown load-time pass %q (written by torchspeed %s): upgrade torchspeed", path, torch.Clip(pass), torch.Clip(man.Torchspeed))
 		}
 	}
-	if slices.Contains(man.LoadPasses, PassFastLinear) && !o.StockOps {
+	if o.applies(man, PassFastLinear) {
 		fast, _, _, err := mod.FastLinear()
 		if err != nil {
 			mod.Close()
@@ -177,7 +183,7 @@ func Load(path string, opts ...LoadOptions) (*Model, error) {
 		mod.Close()
 		mod = fast
 	}
-	if slices.Contains(man.LoadPasses, PassFastConv) && !o.StockOps {
+	if o.applies(man, PassFastConv) {
 		fast, _, _, err := mod.FastConv()
 		if err != nil {
 			mod.Close()
@@ -186,7 +192,7 @@ func Load(path string, opts ...LoadOptions) (*Model, error) {
 		mod.Close()
 		mod = fast
 	}
-	if slices.Contains(man.LoadPasses, PassFuseConvAdd) && !o.StockOps {
+	if o.applies(man, PassFuseConvAdd) {
 		if why := torch.ConvAddUnavailable(); why != "" {
 			model.Warnings = append(model.Warnings, fmt.Sprintf("artifact %q lists %s, but %s: its convolutions and adds run unfused", path, PassFuseConvAdd, why))
 		} else {
@@ -199,7 +205,7 @@ func Load(path string, opts ...LoadOptions) (*Model, error) {
 			mod = fused
 		}
 	}
-	if slices.Contains(man.LoadPasses, PassFastQDQ) && !o.StockOps {
+	if o.applies(man, PassFastQDQ) {
 		fast, _, err := mod.FastQDQ()
 		if err != nil {
 			mod.Close()
@@ -214,6 +220,12 @@ func Load(path string, opts ...LoadOptions) (*Model, error) {
 		return nil, fmt.Errorf("load artifact %q: %w", path, err)
 	}
 	return model, nil
+}
+
+// applies says whether Load runs pass, one of the passes whose result calls torchspeed's
+// operators, on an artifact with manifest man.
+func (o *LoadOptions) applies(man *Manifest, pass string) bool {
+	return slices.Contains(man.LoadPasses, pass) && !o.StockOps && !slices.Contains(o.SkipPasses, pass)
 }
 
 func majorMinor(v string) string {

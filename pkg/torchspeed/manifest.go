@@ -28,8 +28,9 @@ const (
 	// PassFastQDQ swaps the graph's aten::quantize_per_tensor and aten::dequantize calls for
 	// torchspeed's vectorized, parallel ops, which give the same tensors bit for bit (a libtorch
 	// without FBGEMM runs ATen's as a scalar loop on one thread). Load applies it after every
-	// other pass, wherever the list has it. Its result runs only where torchspeed's shim is
-	// loaded: exports for stock servers leave it out.
+	// other pass, wherever the list has it. Its result runs only where torchspeed's shim, or
+	// its op library (torch.OpsLibraryName) in a stock libtorch process, is loaded: exports
+	// save it into the served graph and ship that library.
 	PassFastQDQ = "fast_qdq"
 	// PassFastLinear swaps the graph's constant-weight linears (aten::linear, and the
 	// aten::matmul + aten::add that optimize_for_inference leaves of one) for torchspeed's own
