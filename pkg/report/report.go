@@ -32,6 +32,12 @@ type Report struct {
 	Libtorch      string    `json:"libtorch_version"`
 	Started       time.Time `json:"started"`
 	WallMs        float64   `json:"wall_ms"`
+	// Search is how much the run measured (optimize.search): "quick" or "full"; BudgetMs the
+	// wall-time budget it was given (optimize.budget; null: none).
+	Search   string   `json:"search"`
+	BudgetMs *float64 `json:"budget_ms"`
+	// StepTimes is the wall time of each step of the run, in order: where WallMs went.
+	StepTimes []StepTime `json:"step_times"`
 	// Outcome is OutcomePassed or OutcomeValidationFailed.
 	Outcome string `json:"outcome"`
 	// Summary is the plain-language opening of report.md, as lines.
@@ -65,6 +71,12 @@ type Report struct {
 	// NonFinite lists the figures (JSON paths) that were NaN or infinite: they are written as
 	// null, and this list says so.
 	NonFinite []string `json:"non_finite"`
+}
+
+// StepTime is one step of an optimize run and the wall time it took.
+type StepTime struct {
+	Name   string  `json:"name"`
+	WallMs float64 `json:"wall_ms"`
 }
 
 // ModelInfo describes the input model.
