@@ -254,6 +254,9 @@ func (r *run) timePrecision(pc *report.PrecisionCheck, curSetting, altSetting ru
 		return r.judgePrecision(pc, []*bench.ProcessResult{named(d.artifact, r.best().name), named(d.other, dec.alt.name), named(d.control, controlName)}, d.rounds, altSetting,
 			" (from the runtime settings' rounds: both models served with libtorch's defaults there, beside the control group)")
 	}
+	if !r.fits(r.serveEstimate(3, runtimeProcesses, runtimeRounds(r.cfg.Bench.StageRuns))) {
+		return fmt.Errorf("%s", r.budgetNote())
+	}
 	openmp := r.opts.Settings["openmp"]
 	if openmp == "" {
 		openmp = "gnu"

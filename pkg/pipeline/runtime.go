@@ -110,6 +110,7 @@ func (r *run) timeRuntime(rt *report.Runtime) error {
 		if cands, screened, done, err = r.screenRuntime(rt, m, cands, path); err != nil || done {
 			return err
 		}
+		other = m.other // nil when the budget left no time to measure it beside the artifact
 	}
 	r.logf("measuring %d runtime settings, each in %d processes of its own (and a second group of %d with the defaults), %d shuffled rounds at %d thread(s)",
 		len(cands), runtimeProcesses, runtimeProcesses, m.rounds, r.threads)

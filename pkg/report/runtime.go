@@ -126,8 +126,12 @@ func (r *Report) writeRuntime(p func(string, ...any)) {
 		p("Not measured: %s. The artifact runs with libtorch's defaults.\n", rt.Note)
 		return
 	}
-	p("Each candidate served the artifact in %d processes of its own at %s, started in a shuffled order, the processes taking turns (the others stopped) in %d shuffled rounds of %d timed inferences after %d untimed. Processes with the same settings differ by themselves, so each ratio's interval spans the candidate's processes and the defaults' as well as the rounds. A candidate is kept only when it is faster than the defaults beyond doubt (the interval of the ratio lies below 1) without a higher p95, and, when a second group of processes with the defaults (the control) differed from the first beyond doubt, by more than they did. Kept: **%s**.\n\n",
-		rt.Processes, Plural(rt.Threads, "intra-op thread"), rt.Rounds, rt.RunsPerRound, rt.WarmupPerRound, rt.Chosen)
+	procs := fmt.Sprintf("%d processes", rt.Processes)
+	if rt.Processes == 1 {
+		procs = "1 process"
+	}
+	p("Each candidate served the artifact in %s of its own at %s, started in a shuffled order, the processes taking turns (the others stopped) in %d shuffled rounds of %d timed inferences after %d untimed. Processes with the same settings differ by themselves, so each ratio's interval spans the candidate's processes and the defaults' as well as the rounds. A candidate is kept only when it is faster than the defaults beyond doubt (the interval of the ratio lies below 1) without a higher p95, and, when a second group of processes with the defaults (the control) differed from the first beyond doubt, by more than they did. Kept: **%s**.\n\n",
+		procs, Plural(rt.Threads, "intra-op thread"), rt.Rounds, rt.RunsPerRound, rt.WarmupPerRound, rt.Chosen)
 	if sc := rt.Screen; sc != nil {
 		contenders := "none"
 		if len(sc.Contenders) > 0 {
