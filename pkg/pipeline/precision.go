@@ -242,17 +242,18 @@ func (r *run) recheckPrecision() error {
 // timePrecision serves the artifact and the other model, each with its setting, and fills pc.
 func (r *run) timePrecision(pc *report.PrecisionCheck, curSetting, altSetting runenv.Candidate) error {
 	dec := r.int8
-	if d := r.defaults; d != nil && curSetting.Name == runenv.DefaultCandidate && altSetting.Name == runenv.DefaultCandidate {
-		// The runtime step served both models with these settings, and a control group,
-		// in the same rounds: that is this measurement, so it is not taken again.
+	if d := r.defaults; d != nil && curSetting.Name == runenv.DefaultCandidate && d.others[altSetting.Name] != nil {
+		// The runtime step served the artifact with the defaults, a control group of it, and
+		// the other model with its setting, in the same rounds: that is this measurement, so
+		// it is not taken again.
 		named := func(p *bench.ProcessResult, name string) *bench.ProcessResult {
 			c := *p
 			c.Name = name
 			return &c
 		}
 		r.logf("%s (%s) against %s (%s): from the runtime settings' rounds, not timed again", dec.alt.name, altSetting.Name, r.best().name, curSetting.Name)
-		return r.judgePrecision(pc, []*bench.ProcessResult{named(d.artifact, r.best().name), named(d.other, dec.alt.name), named(d.control, controlName)}, d.rounds, altSetting,
-			" (from the runtime settings' rounds: both models served with libtorch's defaults there, beside the control group)")
+		return r.judgePrecision(pc, []*bench.ProcessResult{named(d.artifact, r.best().name), named(d.others[altSetting.Name], dec.alt.name), named(d.control, controlName)}, d.rounds, altSetting,
+			" (from the runtime settings' rounds, where both models served with these settings beside the control group: not timed again)")
 	}
 	if !r.fits(r.serveEstimate(3, runtimeProcesses, runtimeRounds(r.cfg.Bench.StageRuns))) {
 		return fmt.Errorf("%s", r.budgetNote())

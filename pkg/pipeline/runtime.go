@@ -123,7 +123,10 @@ func (r *run) timeRuntime(rt *report.Runtime) error {
 	}
 	if other != nil {
 		if rt.Screen != nil {
-			r.defaults = &sharedDefaults{artifact: res[0], control: control, other: m.otherRes[0], rounds: m.rounds}
+			r.defaults = &sharedDefaults{artifact: res[0], control: control, others: map[string]*bench.ProcessResult{}, rounds: m.rounds}
+			for i, c := range cands {
+				r.defaults.others[c.Name] = m.otherRes[i]
+			}
 		}
 		if err := r.otherRuntime(m.otherRes, cands, envs); err != nil {
 			return err

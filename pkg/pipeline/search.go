@@ -329,8 +329,10 @@ func (r *run) screenRuntime(rt *report.Runtime, m *runtimeMeasure, cands []runen
 	return nil, nil, true, nil
 }
 
-// sharedDefaults are latencies the runtime step took under libtorch's defaults.
+// sharedDefaults are latencies the runtime step took: the artifact's and the control's under
+// libtorch's defaults, and the other precision's model's under each setting (by name).
 type sharedDefaults struct {
-	artifact, control, other *bench.ProcessResult
-	rounds                   int
+	artifact, control *bench.ProcessResult
+	others            map[string]*bench.ProcessResult
+	rounds            int
 }
