@@ -104,12 +104,12 @@ func (r *run) fastVariantOf(base *candidate, p fastPass) *candidate {
 		c.status, c.reason = stSkipped, p.none
 		return c
 	}
-	want, err := outputsOf(base, r.checks)
+	want, err := r.outputsOnChecks(base)
 	if err != nil {
 		c.status, c.reason = stFailed, fmt.Sprintf("running %s for the comparison failed: %v", base.name, err)
 		return c
 	}
-	got, err := outputsOf(c, r.checks)
+	got, err := r.outputsOnChecks(c)
 	if err != nil {
 		c.status, c.reason = stFailed, fmt.Sprintf("running it failed: %v", err)
 		return c
