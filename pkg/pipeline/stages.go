@@ -277,6 +277,15 @@ func (r *run) measureStages() error {
 			decide(c, o.ChannelsLast, "channels_last")
 		}
 	}
+	if r.quick() {
+		fast, err := r.fastOnKept(best)
+		if err != nil {
+			return err
+		}
+		if fast != nil {
+			p50 = fast
+		}
+	}
 	best = r.decideFastLinear(best, p50)
 	best = r.decideFastConv(best, p50)
 	// Only the chain's last kept step stays "kept"; earlier ones are superseded.
