@@ -155,7 +155,7 @@ func screenOut(cands []runenv.Candidate, rate float64, bytes int64, openmp strin
 		case c.HugePages && bytes < hugePageFloor:
 			why = fmt.Sprintf("not measured (quick search): huge pages cut TLB misses, and the artifact is %.1f MiB, under the %d MiB that 4 KiB pages reach; %s", float64(bytes)/(1<<20), hugePageFloor>>20, fullSearchHint)
 		case !c.HugePages && c.Allocator != "" && c.Allocator != "default" && rate > 0 && rate < allocRateFloor:
-			why = fmt.Sprintf("not measured (quick search): the model allocates about %.0f tensors per ms (its tensor-producing operations per call over its p50), under the %.0f per ms where an allocator's speed shows; %s", rate, allocRateFloor, fullSearchHint)
+			why = fmt.Sprintf("not measured (quick search): the model allocates about %.1f tensors a millisecond (its tensor-producing operations per call over its p50), under the %.0f a millisecond where an allocator's speed shows; %s", rate, allocRateFloor, fullSearchHint)
 		}
 		if why == "" {
 			keep = append(keep, c)

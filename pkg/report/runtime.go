@@ -139,7 +139,7 @@ func (r *Report) writeRuntime(p func(string, ...any)) {
 		}
 		rate := "not estimated"
 		if sc.AllocationsPerMs != nil {
-			rate = fmt.Sprintf("about %.0f tensor allocations per ms", *sc.AllocationsPerMs)
+			rate = fmt.Sprintf("about %.1f tensor allocations a millisecond", *sc.AllocationsPerMs)
 		}
 		p("Quick search: first every setting left served the artifact in one process of its own for %d shuffled rounds of %d timed inferences (the screening round); only those faster than the defaults at p50 there (at most two: %s) were measured as above. The allocator and huge-page settings are screened only where the model allocates often or is large (here %s, %.1f MiB). Rows with 1 process are from the screening round. `--search full` measures every setting in full.\n\n",
 			sc.Rounds, sc.RunsPerRound, contenders, rate, float64(sc.ModelBytes)/(1<<20))
