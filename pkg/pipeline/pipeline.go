@@ -171,7 +171,7 @@ func (r *run) steps(start time.Time, out *output) (*report.Report, error) {
 		run  func() error
 	}{
 		{"load and check the original", r.load}, {"build FP32 candidates", r.fp32Stages}, {"build fast_linear/fast_conv variants", r.fp32Fast},
-		{"time the FP32 candidates", r.measureStages}, {"choose threads", r.chooseThreads}, {"quantize, validate and time INT8", r.quantize},
+		{r.stagesStep(), r.measureStages}, {"choose threads", r.chooseThreads}, {"quantize, validate and time INT8", r.quantize},
 		{"runtime settings", r.measureRuntime}, {"INT8 or FP32 where the artifact runs", r.recheckPrecision}, {"final benchmark", r.finalBench},
 	}
 	r.startSearch(start)

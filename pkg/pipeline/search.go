@@ -51,6 +51,14 @@ func (r *run) startSearch(start time.Time) {
 	}
 }
 
+// stagesStep names the FP32 timing step as the search runs it.
+func (r *run) stagesStep() string {
+	if r.quick() {
+		return "time the FP32 candidates, then build and time the kept one's fast variants"
+	}
+	return "time the FP32 candidates"
+}
+
 // quick says whether the run screens the runtime settings instead of measuring each in full.
 func (r *run) quick() bool { return r.cfg.Optimize.Search != config.SearchFull }
 
