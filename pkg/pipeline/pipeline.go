@@ -191,6 +191,9 @@ func (r *run) steps(start time.Time, out *output) (*report.Report, error) {
 	}
 	final := r.best()
 	r.rep.WallMs = float64(time.Since(start).Microseconds()) / 1000
+	if b := r.cfg.Optimize.Budget; b > 0 && time.Since(start) > b {
+		r.warn(fmt.Sprintf("optimize took %.0f s, over optimize.budget %s: the measurements fit the budget, but loading, building, calibrating and validating the model are not cut (the report's step times say where the time went)", time.Since(start).Seconds(), b))
+	}
 	var verr *ValidationError
 	if r.rep.Validation != nil && !r.rep.Validation.Passed {
 		verr = &ValidationError{Failures: r.rep.Validation.Failures}
