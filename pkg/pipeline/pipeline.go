@@ -190,9 +190,10 @@ func (r *run) steps(start time.Time, out *output) (*report.Report, error) {
 		}
 	}
 	final := r.best()
-	r.rep.WallMs = float64(time.Since(start).Microseconds()) / 1000
-	if b := r.cfg.Optimize.Budget; b > 0 && time.Since(start) > b {
-		r.warn(fmt.Sprintf("optimize took %.0f s, over optimize.budget %s: the measurements fit the budget, but loading, building, calibrating and validating the model are not cut (the report's step times say where the time went)", time.Since(start).Seconds(), b))
+	took := time.Since(start)
+	r.rep.WallMs = float64(took.Microseconds()) / 1000
+	if b := r.cfg.Optimize.Budget; b > 0 && took > b {
+		r.warn(fmt.Sprintf("optimize took %.0f s, over optimize.budget %s: the measurements fit the budget, but loading, building, calibrating and validating the model are not cut (the report's step times say where the time went)", took.Seconds(), b))
 	}
 	var verr *ValidationError
 	if r.rep.Validation != nil && !r.rep.Validation.Passed {

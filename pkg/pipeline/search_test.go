@@ -159,3 +159,30 @@ func TestBudgetCapsMeasurements(t *testing.T) {
 		t.Errorf("fits: 10 s %v, 2 min %v, with a minute left", r.fits(10*time.Second), r.fits(2*time.Minute))
 	}
 }
+
+// A run with a budget records it, leaves out (and says so) what no longer fits, and warns when
+// the steps that are not cut took it over the budget.
+func TestBudgetRun(t *testing.T) {
+	f := fixtures.Load(t).Get(t, "digits")
+	cfg := testConfig(t, f, t.TempDir())
+	cfg.Runtime.Threads, cfg.Runtime.Measure = 2, config.On
+	cfg.Optimize.Search, cfg.Optimize.Budget = config.SearchFull, 10*time.Second
+	opts := testOptions()
+	opts.Serve = []string{torchspeedBinary(t), "bench", "--serve"}
+	rep, err := Run(context.Background(), cfg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.BudgetMs == nil || *rep.BudgetMs != 10000 || rep.Search != config.SearchFull || rep.Runtime == nil {
+		t.Fatalf("budget %v, search %q, runtime %+v", rep.BudgetMs, rep.Search, rep.Runtime)
+	}
+	for _, c := range rep.Runtime.NotMeasured {
+		if !strings.HasPrefix(c.Why, "not measured") {
+			t.Errorf("not measured %+v", c)
+		}
+	}
+	over := slices.ContainsFunc(rep.Warnings, func(w string) bool { return strings.Contains(w, "over optimize.budget 10s") })
+	if over != (rep.WallMs > 10000) {
+		t.Errorf("wall %.0f ms against a 10 s budget, warned %v: %q", rep.WallMs, over, rep.Warnings)
+	}
+}
