@@ -141,8 +141,8 @@ proto:
 
 demo: build fixtures
 	$(BIN) optimize -c configs/demo.yaml
-	@echo "demo: the report is build/demo/report.md (and report.json); with the runtime settings measured too (a few minutes more):"
-	@echo "  TORCHSPEED_RUNTIME_MEASURE=true $(BIN) optimize -c configs/demo.yaml"
+	@echo "demo: the report is build/demo/report.md (and report.json); the full measurement, every runtime setting in processes of its own (minutes more):"
+	@echo "  $(BIN) optimize -c configs/demo.yaml --measure-runtime true --search full"
 
 bench: build fixtures
 	go test -run '^$$' -bench . -benchtime 200x -timeout 60m ./bindings/... ./pkg/...

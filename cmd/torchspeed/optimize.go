@@ -46,6 +46,8 @@ var optimizeKeys = map[string]string{
 	"quiet":           "output.quiet",
 	"overwrite":       "output.overwrite",
 	"op-library":      "model.op_libraries",
+	"search":          "optimize.search",
+	"budget":          "optimize.budget",
 }
 
 func newOptimizeCmd(u *ui) *cobra.Command {
@@ -61,7 +63,8 @@ Values come from flags, then TORCHSPEED_* variables (TORCHSPEED_QUANTIZE_MODE=st
 the config file (-c), then defaults; without a file, -m and --input-shape are enough.`,
 		Example: `  torchspeed optimize -m resnet18.pt --input-shape 1x3x224x224 -o out
   torchspeed optimize -m resnet18.pt --input-shape 1x3x224x224 --quantize static --calibration data/
-  torchspeed optimize -c resnet18.yaml --threads 2`,
+  torchspeed optimize -c resnet18.yaml --threads 2
+  torchspeed optimize -c resnet18.yaml --search full --budget 10m`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error { return o.run(c) },
 	}
@@ -81,11 +84,13 @@ the config file (-c), then defaults; without a file, -m and --input-shape are en
 	f.Duration("duration", 0, "run the final benchmark for this long instead of a count of rounds, e.g. 30s; --time is the same flag (bench.duration)")
 	f.String("allocator", "", "default, jemalloc or tcmalloc (runtime.allocator)")
 	f.String("measure-runtime", "", "time OpenMP wait policies and allocators against libtorch's defaults, each in its own process, and keep a winner: auto, true or false (runtime.measure; auto: when --runs >= 100)")
+	f.String("search", "", "quick: screen the runtime settings in one short round and measure only the contenders; full: measure every one (optimize.search; default quick)")
+	f.Duration("budget", 0, "bound optimize's wall time, e.g. 5m: each measuring step fits what is left, and what no longer fits is reported as not measured (optimize.budget; 0: none)")
 	f.Bool("overwrite", false, "replace an existing artifact (output.overwrite)")
 	f.StringArray("op-library", nil, "shared library of custom operators the model calls, loaded before it (repeat; model.op_libraries)")
 	f.BoolVar(&o.asJSON, "json", false, "print report.json to stdout instead of the table")
 	f.SetNormalizeFunc(outAlias)
-	completeEnums(c, map[string][]string{"measure-runtime": {"auto", "true", "false"}, "quantize": quantModes, "engine": engines, "allocator": allocators, "mode": modes, "dtype": dtypes})
+	completeEnums(c, map[string][]string{"search": {"quick", "full"}, "measure-runtime": {"auto", "true", "false"}, "quantize": quantModes, "engine": engines, "allocator": allocators, "mode": modes, "dtype": dtypes})
 	return c
 }
 

@@ -148,7 +148,21 @@ type Optimize struct {
 	// MinSpeedup: a stage must make the model at least this much faster (ratio of medians) to
 	// be kept when auto. 1.0 keeps anything not slower.
 	MinSpeedup float64 `mapstructure:"min_speedup" json:"min_speedup"`
+	// Search is how much optimize measures: "quick" screens the runtime settings in one short
+	// round and measures in full only those that come near the defaults (and skips the
+	// allocator and huge-page settings where the model allocates and touches little); "full"
+	// measures every candidate in full.
+	Search string `mapstructure:"search" json:"search"`
+	// Budget, when > 0, bounds optimize's wall time: each measuring step fits what is left,
+	// and a step that no longer fits is skipped and reported as not measured.
+	Budget time.Duration `mapstructure:"budget" json:"budget"`
 }
+
+// Search values (optimize.search).
+const (
+	SearchQuick = "quick"
+	SearchFull  = "full"
+)
 
 // Quantize configures INT8.
 type Quantize struct {
@@ -236,7 +250,7 @@ func Default() Config {
 	return Config{
 		Optimize: Optimize{
 			Freeze: true, FoldBN: true, OptimizeForInference: Auto, ChannelsLast: Auto, FastQDQ: Auto, FastLinear: Auto, FastConv: Auto, FuseConvAdd: Auto,
-			MaxAbsError: 1e-3, MinCosine: 0.9999, MinSpeedup: 1.02,
+			MaxAbsError: 1e-3, MinCosine: 0.9999, MinSpeedup: 1.02, Search: SearchQuick,
 		},
 		Quantize: Quantize{
 			Mode: "none", Engine: "auto", Observer: "histogram", Percentile: 99.99, PerChannel: true,

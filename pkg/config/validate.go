@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/torchspeed/torchspeed/internal/safefile"
 	"github.com/torchspeed/torchspeed/pkg/bench"
@@ -116,6 +117,14 @@ func (c *Config) ValidateValues() error {
 	}
 	if c.Optimize.MinCosine < -1 || c.Optimize.MinCosine > 1 {
 		bad("optimize.min_cosine", c.Optimize.MinCosine, "between -1 and 1")
+	}
+	if c.Optimize.Search != SearchQuick && c.Optimize.Search != SearchFull {
+		bad("optimize.search", c.Optimize.Search, "quick (screen the runtime settings, measure the contenders) or full (measure every one)")
+	}
+	if c.Optimize.Budget < 0 {
+		bad("optimize.budget", c.Optimize.Budget, "a positive duration like 5m, or 0 for none")
+	} else if c.Optimize.Budget > 0 && c.Optimize.Budget < 10*time.Second {
+		bad("optimize.budget", c.Optimize.Budget, "at least 10s (loading, checking and saving a model take seconds), or 0 for none")
 	}
 	if c.Optimize.MinSpeedup <= 0 {
 		bad("optimize.min_speedup", c.Optimize.MinSpeedup, "a ratio > 0 (1.02 = at least 2% faster)")

@@ -92,6 +92,18 @@ type candidate struct {
 	base *candidate
 	// quantizedOps counts the graph's quantized operators, by kind (quant.QuantizedOps).
 	quantizedOps map[string]int
+	// checkOuts are its outputs on every check input set (r.checks), kept from its own check
+	// so that variants built on it compare against them without running it again (nil: not
+	// run on all of them).
+	checkOuts [][]float64
+}
+
+// outputsOnChecks is c's outputs on every check input set: kept ones, or run now.
+func (r *run) outputsOnChecks(c *candidate) ([][]float64, error) {
+	if c.checkOuts != nil {
+		return c.checkOuts, nil
+	}
+	return outputsOf(c, r.checks)
 }
 
 func (c *candidate) close() {

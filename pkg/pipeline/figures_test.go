@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/torchspeed/torchspeed/internal/fixtures"
+	"github.com/torchspeed/torchspeed/pkg/config"
 	"github.com/torchspeed/torchspeed/pkg/report"
 )
 
@@ -23,6 +24,7 @@ func TestBaselineShiftWarnsAndRowsAgree(t *testing.T) {
 	out := t.TempDir()
 	cfg := testConfig(t, f, out)
 	cfg.Bench.StageRuns = 6
+	cfg.Optimize.Search = config.SearchFull // the quick search warns without measuring again
 	var log strings.Builder
 	opts := testOptions()
 	opts.Log = &log

@@ -32,6 +32,16 @@ func (r *run) finalBench() error {
 		Options: bench.Options{Runs: r.cfg.Bench.Runs, Duration: r.cfg.Bench.Duration, Warmup: r.cfg.Bench.Warmup},
 		Order:   bench.Shuffled, Seed: r.cfg.Bench.Seed,
 	}
+	if !r.deadline.IsZero() {
+		// The budget's end bounds the final benchmark too: the rounds become a maximum.
+		limit := max(time.Second, r.left()*9/10)
+		if opts.Runs > 0 {
+			opts.MaxRuns, opts.Runs = opts.Runs, 0
+			opts.Duration = limit
+		} else {
+			opts.Duration = min(opts.Duration, limit)
+		}
+	}
 	if r.cfg.Bench.Duration > 0 {
 		r.logf("final benchmark: original vs %s, interleaved rounds for %v", final.name, r.cfg.Bench.Duration)
 	} else {
@@ -43,7 +53,15 @@ func (r *run) finalBench() error {
 	if err != nil {
 		return fmt.Errorf("final benchmark: %w", err)
 	}
-	if shift := r.baselineShift(m); shift != "" {
+	if shift := r.baselineShift(m); shift != "" && (r.quick() || !r.deadline.IsZero()) {
+		// Measuring again would double the final benchmark's time: the quick search (and a
+		// budget) says so instead.
+		again := "the quick search does not measure it again; --search full does"
+		if !r.quick() {
+			again = "not measured again: " + r.budgetNote()
+		}
+		r.warn("the machine's load changed during the run: " + shift + " (" + again + "); the speedups of different tables are not comparable: rerun on a quiet machine")
+	} else if shift != "" {
 		r.logf("re-measuring the final benchmark: %s", shift)
 		m.replaced = true
 		opt.meas = nil

@@ -46,13 +46,58 @@ var (
 // the fast_linear variant and then the fast_conv one built on what it kept, each when it is
 // faster. The artifact saves c's module (stock PyTorch loads it) and lists the passes, which Load
 // applies after c's passes (fast_linear, then fast_conv).
+//
+// The quick search builds them later, on the FP32 stage measureStages keeps alone
+// (fastOnKept): a variant of a stage not kept was never a choice, and building and checking
+// every one (up to nine on a CNN) took minutes.
 func (r *run) fp32Fast() error {
+	if r.quick() {
+		return nil
+	}
 	var bases []*candidate
 	for _, c := range r.cands {
 		if c.status == stCandidate && slices.Contains(c.steps, "freeze") {
 			bases = append(bases, c)
 		}
 	}
+	r.buildFast(bases)
+	return nil
+}
+
+// fastOnKept is the quick search's fp32Fast: it builds the variants of best, the FP32 stage
+// kept, times them against it (and the original) in a measurement of their own, and returns
+// the p50s of that measurement, on which decideFastLinear and decideFastConv then decide (nil:
+// no variant to time).
+func (r *run) fastOnKept(best *candidate) (map[string]float64, error) {
+	if !slices.Contains(best.steps, "freeze") {
+		return nil, nil
+	}
+	n := len(r.cands)
+	r.buildFast([]*candidate{best})
+	var fresh []*candidate
+	for _, c := range r.cands[n:] {
+		if c.status == stCandidate {
+			fresh = append(fresh, c)
+		}
+	}
+	if len(fresh) == 0 {
+		return nil, nil
+	}
+	r.logf("measuring %s of %s against it and the original, %d interleaved rounds (quick search: variants of the kept stage only)", report.Plural(len(fresh), "variant"), best.name, r.cfg.Bench.StageRuns)
+	m, err := r.measure("fast variants", append([]*candidate{best}, fresh...), r.stageOptions(r.cfg.Bench.StageRuns))
+	if err != nil {
+		return nil, fmt.Errorf("measuring the fast variants: %w", err)
+	}
+	p50 := map[string]float64{}
+	for _, res := range m.cmp.Results {
+		p50[res.Name] = msOf(res.Stats.P50)
+	}
+	return p50, nil
+}
+
+// buildFast builds the fast_linear variants of bases, then the fast_conv variants of bases and
+// of the fast_linear variants built.
+func (r *run) buildFast(bases []*candidate) {
 	if r.cfg.Optimize.FastLinear != config.Off {
 		if len(bases) > 0 {
 			r.logf("building fast_linear variants")
@@ -72,7 +117,6 @@ func (r *run) fp32Fast() error {
 			r.fastVariantOf(base, fastConvPass)
 		}
 	}
-	return nil
 }
 
 // fastVariantOf builds "<base> + <p.pass>" and checks its outputs against base's.
@@ -104,12 +148,12 @@ func (r *run) fastVariantOf(base *candidate, p fastPass) *candidate {
 		c.status, c.reason = stSkipped, p.none
 		return c
 	}
-	want, err := outputsOf(base, r.checks)
+	want, err := r.outputsOnChecks(base)
 	if err != nil {
 		c.status, c.reason = stFailed, fmt.Sprintf("running %s for the comparison failed: %v", base.name, err)
 		return c
 	}
-	got, err := outputsOf(c, r.checks)
+	got, err := r.outputsOnChecks(c)
 	if err != nil {
 		c.status, c.reason = stFailed, fmt.Sprintf("running it failed: %v", err)
 		return c

@@ -108,6 +108,12 @@ type run struct {
 	runtime runenv.Candidate
 	// int8 is the INT8-or-FP32 decision, for recheckPrecision (nil: none was taken).
 	int8 *int8Decision
+	// deadline is when optimize.budget runs out (zero: no budget).
+	deadline time.Time
+	// defaults are the runtime step's latencies of the artifact and of the other precision's
+	// model under libtorch's defaults, and of the control group (nil: not measured so): the
+	// quick search's precision check takes them rather than timing the same thing again.
+	defaults *sharedDefaults
 }
 
 func (r *run) logf(format string, a ...any) {
@@ -166,12 +172,23 @@ func Preflight(cfg *config.Config) error {
 // was written.
 func (r *run) steps(start time.Time, out *output) (*report.Report, error) {
 	ctx := r.ctx
-	steps := []func() error{r.load, r.fp32Stages, r.fp32Fast, r.measureStages, r.chooseThreads, r.quantize, r.measureRuntime, r.recheckPrecision, r.finalBench}
+	steps := []struct {
+		name string
+		run  func() error
+	}{
+		{"load and check the original", r.load}, {"build FP32 candidates", r.fp32Stages}, {"build fast_linear/fast_conv variants", r.fp32Fast},
+		{r.stagesStep(), r.measureStages}, {"choose threads", r.chooseThreads}, {"quantize, validate and time INT8", r.quantize},
+		{"runtime settings", r.measureRuntime}, {"INT8 or FP32 where the artifact runs", r.recheckPrecision}, {"final benchmark", r.finalBench},
+	}
+	r.startSearch(start)
 	for _, step := range steps {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("optimize interrupted: %w (nothing was written)", err)
 		}
-		if err := step(); err != nil {
+		t0 := time.Now()
+		err := step.run()
+		r.rep.StepTimes = append(r.rep.StepTimes, report.StepTime{Name: step.name, WallMs: msOf(time.Since(t0))})
+		if err != nil {
 			if ctx.Err() != nil {
 				return nil, fmt.Errorf("optimize interrupted: %w (nothing was written)", ctx.Err())
 			}
@@ -179,7 +196,11 @@ func (r *run) steps(start time.Time, out *output) (*report.Report, error) {
 		}
 	}
 	final := r.best()
-	r.rep.WallMs = float64(time.Since(start).Microseconds()) / 1000
+	took := time.Since(start)
+	r.rep.WallMs = float64(took.Microseconds()) / 1000
+	if b := r.cfg.Optimize.Budget; b > 0 && took > b {
+		r.warn(fmt.Sprintf("optimize took %.0f s, over optimize.budget %s: the measurements fit the budget, but loading, building, calibrating and validating the model are not cut (the report's step times say where the time went)", took.Seconds(), b))
+	}
 	var verr *ValidationError
 	if r.rep.Validation != nil && !r.rep.Validation.Passed {
 		verr = &ValidationError{Failures: r.rep.Validation.Failures}
@@ -501,11 +522,14 @@ func (r *run) best() *candidate {
 // stageOptions is the short measurement of all candidates: every candidate runs once per
 // round, in a shuffled order, since a fixed order measured a small model 12-20% slow when it
 // always ran right after an oneDNN candidate (caches), and 1-2% with shuffled rounds.
+//
+// Under optimize.budget the rounds become a maximum: the measurement stops after a third of the
+// time left beyond the final benchmark's.
 func (r *run) stageOptions(rounds int) bench.CompareOptions {
-	return bench.CompareOptions{
+	return r.capped(bench.CompareOptions{
 		Options: bench.Options{Runs: rounds, Warmup: max(2, rounds/10)},
 		Order:   bench.Shuffled, Seed: r.cfg.Bench.Seed,
-	}
+	}, 1.0/3)
 }
 
 func absPath(p string) string {

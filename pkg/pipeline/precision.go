@@ -242,6 +242,22 @@ func (r *run) recheckPrecision() error {
 // timePrecision serves the artifact and the other model, each with its setting, and fills pc.
 func (r *run) timePrecision(pc *report.PrecisionCheck, curSetting, altSetting runenv.Candidate) error {
 	dec := r.int8
+	if d := r.defaults; d != nil && curSetting.Name == runenv.DefaultCandidate && d.others[altSetting.Name] != nil {
+		// The runtime step served the artifact with the defaults, a control group of it, and
+		// the other model with its setting, in the same rounds: that is this measurement, so
+		// it is not taken again.
+		named := func(p *bench.ProcessResult, name string) *bench.ProcessResult {
+			c := *p
+			c.Name = name
+			return &c
+		}
+		r.logf("%s (%s) against %s (%s): from the runtime settings' rounds, not timed again", dec.alt.name, altSetting.Name, r.best().name, curSetting.Name)
+		return r.judgePrecision(pc, []*bench.ProcessResult{named(d.artifact, r.best().name), named(d.others[altSetting.Name], dec.alt.name), named(d.control, controlName)}, d.rounds, altSetting,
+			" (from the runtime settings' rounds, where both models served with these settings beside the control group: not timed again)")
+	}
+	if !r.fits(r.serveEstimate(3, runtimeProcesses, runtimeRounds(r.cfg.Bench.StageRuns))) {
+		return fmt.Errorf("%s", r.budgetNote())
+	}
 	openmp := r.opts.Settings["openmp"]
 	if openmp == "" {
 		openmp = "gnu"
@@ -280,12 +296,20 @@ func (r *run) timePrecision(pc *report.PrecisionCheck, curSetting, altSetting ru
 	if err != nil {
 		return err
 	}
+	return r.judgePrecision(pc, res, m.rounds, altSetting, "")
+}
+
+// judgePrecision fills pc from the latencies of the artifact, the other model and the control
+// (res, in that order), measured in rounds rounds; from says where they came from ("": this
+// check's own processes).
+func (r *run) judgePrecision(pc *report.PrecisionCheck, res []*bench.ProcessResult, rounds int, altSetting runenv.Candidate, from string) error {
+	dec, cur := r.int8, r.best()
 	ch, err := bench.ChooseRuntime(res[0], res[2], res[1:2], r.cfg.Optimize.MinSpeedup, r.cfg.Bench.Seed+201)
 	if err != nil {
 		return err
 	}
 	v, ctl := ch.Verdicts[1], ch.Verdicts[2]
-	pc.Measured, pc.Processes, pc.Rounds, pc.RunsPerRound = true, runtimeProcesses, m.rounds, runtimeTurnRuns
+	pc.Measured, pc.Processes, pc.Rounds, pc.RunsPerRound = true, runtimeProcesses, rounds, runtimeTurnRuns
 	pc.FirstP50Ms, pc.FirstP95Ms = msOf(ch.Verdicts[0].Stats.P50), msOf(ch.Verdicts[0].Stats.P95)
 	pc.OtherP50Ms, pc.OtherP95Ms = msOf(v.Stats.P50), msOf(v.Stats.P95)
 	pc.Ratio, pc.RatioLo, pc.RatioHi, pc.P95Ratio = v.Ratio, v.RatioLo, v.RatioHi, v.P95Ratio
@@ -303,6 +327,7 @@ func (r *run) timePrecision(pc *report.PrecisionCheck, curSetting, altSetting ru
 			pc.Why += fmt.Sprintf("; two groups of %s differed beyond doubt (ratio %.3f, 95%% CI %.3f-%.3f)", cur.name, ctl.Ratio, ctl.RatioLo, ctl.RatioHi)
 		}
 	}
+	pc.Why += from
 	r.logf("  %s", pc.Why)
 	return nil
 }

@@ -61,7 +61,7 @@ func (r *run) measureRuntime() error {
 		if r.ctx.Err() != nil {
 			return r.ctx.Err()
 		}
-		rt.Measured, rt.Candidates, rt.Chosen = false, nil, runenv.DefaultCandidate
+		rt.Measured, rt.Candidates, rt.Chosen, rt.Screen, rt.NotMeasured = false, nil, runenv.DefaultCandidate, nil, nil
 		rt.Note = err.Error()
 		r.warn("runtime settings not measured, libtorch's defaults kept: " + err.Error())
 	}
@@ -95,6 +95,23 @@ func (r *run) timeRuntime(rt *report.Runtime) error {
 		return err
 	}
 	m := &runtimeMeasure{r: r, path: path, openmp: openmp, rounds: runtimeRounds(r.cfg.Bench.StageRuns), other: other}
+	groups := len(cands) + 1
+	if other != nil {
+		groups += len(cands)
+	}
+	full := !r.quick()
+	if full && !r.fits(r.serveEstimate(groups, runtimeProcesses, m.rounds)) {
+		full = false
+		r.rep.Decisions = append(r.rep.Decisions, fmt.Sprintf("runtime: screened as the quick search does (%s for the full search)", r.budgetNote()))
+	}
+	var screened []report.RuntimeCandidate
+	if !full {
+		var done bool
+		if cands, screened, done, err = r.screenRuntime(rt, m, cands, path); err != nil || done {
+			return err
+		}
+		other = m.other // nil when the budget left no time to measure it beside the artifact
+	}
 	r.logf("measuring %d runtime settings, each in %d processes of its own (and a second group of %d with the defaults), %d shuffled rounds at %d thread(s)",
 		len(cands), runtimeProcesses, runtimeProcesses, m.rounds, r.threads)
 	if other != nil {
@@ -105,6 +122,12 @@ func (r *run) timeRuntime(rt *report.Runtime) error {
 		return err
 	}
 	if other != nil {
+		if rt.Screen != nil {
+			r.defaults = &sharedDefaults{artifact: res[0], control: control, others: map[string]*bench.ProcessResult{}, rounds: m.rounds}
+			for i, c := range cands {
+				r.defaults.others[c.Name] = m.otherRes[i]
+			}
+		}
 		if err := r.otherRuntime(m.otherRes, cands, envs); err != nil {
 			return err
 		}
@@ -117,6 +140,10 @@ func (r *run) timeRuntime(rt *report.Runtime) error {
 	rt.Measured, rt.Chosen, rt.Noisy, rt.Note = true, ch.Chosen, ch.Noisy, ch.Why
 	rt.Rounds, rt.RunsPerRound, rt.WarmupPerRound, rt.Processes = m.rounds, runtimeTurnRuns, runtimeTurnWarmup, runtimeProcesses
 	envs = append(envs, envs[0]) // the control's
+	defer func() {
+		// The screened-out rows go before the control, the last.
+		rt.Candidates = slices.Insert(rt.Candidates, len(rt.Candidates)-1, screened...)
+	}()
 	kept := -1
 	for i, v := range ch.Verdicts {
 		rt.Candidates = append(rt.Candidates, runtimeRow(v, envs[i]))
@@ -201,6 +228,34 @@ type runtimeMeasure struct {
 	// times it under every candidate too, in the same rounds, into otherRes.
 	other    *serveGroup
 	otherRes []*bench.ProcessResult
+	// procs is how many processes serve each group (0: runtimeProcesses).
+	procs int
+}
+
+func (m *runtimeMeasure) processes() int {
+	if m.procs > 0 {
+		return m.procs
+	}
+	return runtimeProcesses
+}
+
+// groups are the serve groups of cands on the artifact, with each candidate's variables.
+func (m *runtimeMeasure) groups(cands []runenv.Candidate) ([]serveGroup, [][]string, error) {
+	base := runenv.ScrubEnv(os.Environ())
+	envs := make([][]string, len(cands))
+	groups := make([]serveGroup, 0, len(cands)+1)
+	for i, c := range cands {
+		var err error
+		if envs[i], err = c.Env(m.openmp); err != nil {
+			return nil, nil, err
+		}
+		environ, err := c.Environ(m.openmp, base)
+		if err != nil {
+			return nil, nil, err
+		}
+		groups = append(groups, serveGroup{name: "runtime candidate " + c.Name, path: m.path, threads: m.r.threads, environ: environ})
+	}
+	return groups, envs, nil
 }
 
 // serveGroup is runtimeProcesses serve processes of one artifact at one thread count and
@@ -216,19 +271,9 @@ type serveGroup struct {
 // defaults (cands[0]): the control. It returns each candidate's latencies by process and
 // round, the control's, and each candidate's variables.
 func (m *runtimeMeasure) measure(cands []runenv.Candidate, what string) ([]*bench.ProcessResult, *bench.ProcessResult, [][]string, error) {
-	base := runenv.ScrubEnv(os.Environ())
-	envs := make([][]string, len(cands))
-	groups := make([]serveGroup, 0, len(cands)+1)
-	for i, c := range cands {
-		var err error
-		if envs[i], err = c.Env(m.openmp); err != nil {
-			return nil, nil, nil, err
-		}
-		environ, err := c.Environ(m.openmp, base)
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		groups = append(groups, serveGroup{name: "runtime candidate " + c.Name, path: m.path, threads: m.r.threads, environ: environ})
+	groups, envs, err := m.groups(cands)
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	groups = append(groups, serveGroup{name: "runtime control " + controlName, path: m.path, threads: m.r.threads, environ: groups[0].environ})
 	n := len(groups)
@@ -264,8 +309,9 @@ func (m *runtimeMeasure) serve(groups []serveGroup, what string) ([]*bench.Proce
 	r := m.r
 	type slot struct{ group, proc int }
 	var slots []slot
+	procs := m.processes()
 	for g := range groups {
-		for p := range runtimeProcesses {
+		for p := range procs {
 			slots = append(slots, slot{g, p})
 		}
 	}
@@ -299,7 +345,7 @@ func (m *runtimeMeasure) serve(groups []serveGroup, what string) ([]*bench.Proce
 	}
 	res := make([]*bench.ProcessResult, len(groups))
 	for g := range res {
-		res[g] = &bench.ProcessResult{Name: groups[g].name, Blocks: make([][][]time.Duration, runtimeProcesses)}
+		res[g] = &bench.ProcessResult{Name: groups[g].name, Blocks: make([][][]time.Duration, procs)}
 	}
 	for i, s := range slots {
 		if res[s.group].Blocks[s.proc], err = bench.SplitRounds(lat[i], runtimeTurnRuns); err != nil {

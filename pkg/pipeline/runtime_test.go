@@ -52,6 +52,7 @@ func TestRuntimeMeasured(t *testing.T) {
 	out := t.TempDir()
 	cfg := testConfig(t, f, out)
 	cfg.Runtime.Threads, cfg.Runtime.Measure = 2, config.On
+	cfg.Optimize.Search = config.SearchFull
 	opts := testOptions()
 	opts.Serve = []string{torchspeedBinary(t), "bench", "--serve"}
 	probe, err := cpu.Detect(cpu.Options{})

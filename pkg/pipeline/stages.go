@@ -51,6 +51,9 @@ func (r *run) addCandidate(name string, k kind, steps []string, build func() (*c
 		r.cands = append(r.cands, c)
 		return nil
 	}
+	if len(checks) == len(r.checks) {
+		c.checkOuts = got
+	}
 	c.maxAbs, c.cosine, err = validate.CompareOutputs(ref, got)
 	switch {
 	case err != nil:
@@ -272,6 +275,15 @@ func (r *run) measureStages() error {
 	for _, c := range r.cands {
 		if c.kind == kindChannelsLast {
 			decide(c, o.ChannelsLast, "channels_last")
+		}
+	}
+	if r.quick() {
+		fast, err := r.fastOnKept(best)
+		if err != nil {
+			return err
+		}
+		if fast != nil {
+			p50 = fast
 		}
 	}
 	best = r.decideFastLinear(best, p50)

@@ -45,6 +45,9 @@ func (r *Report) prepare() {
 	if r.Measurements == nil {
 		r.Measurements = []Measurement{}
 	}
+	if r.StepTimes == nil {
+		r.StepTimes = []StepTime{}
+	}
 	if r.Settings.Env == nil {
 		r.Settings.Env = []EnvVar{}
 	}
@@ -206,6 +209,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	if n := r.threadsNote(); n != "" {
 		fmt.Fprintf(w, "note: %s\n", n)
+	}
+	if len(r.StepTimes) > 0 {
+		fmt.Fprintf(w, "optimize took %.1f s (%s search; report.md has each step's time)\n", r.WallMs/1000, r.Search)
 	}
 	if b := r.Bench; b != nil {
 		fmt.Fprintf(w, "\nfinal (%s, %s): p50 %s ms (original %s ms), p95 %s ms (original %s ms), %s; %d runs interleaved\n",
@@ -398,6 +404,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	}
 	r.writeSettings(p)
 	r.writeRuntime(p)
+	r.writeStepTimes(p)
 	if len(r.Warnings) > 0 {
 		p("\n## Warnings\n\n")
 		for _, w := range r.Warnings {
@@ -496,4 +503,19 @@ func nonNilRows(rows []RuntimeCandidate) []RuntimeCandidate {
 		}
 	}
 	return rows
+}
+
+// writeStepTimes is where optimize's wall time went, step by step.
+func (r *Report) writeStepTimes(p func(string, ...any)) {
+	if len(r.StepTimes) == 0 {
+		return
+	}
+	budget := ""
+	if r.BudgetMs != nil {
+		budget = fmt.Sprintf(", budget %.0f s", *r.BudgetMs/1000)
+	}
+	p("\n## Where optimize's time went\n\n%.1f s in all (%s search%s).\n\n| step | wall s | share |\n|---|---:|---:|\n", r.WallMs/1000, r.Search, budget)
+	for _, s := range r.StepTimes {
+		p("| %s | %.1f | %.0f%% |\n", s.Name, s.WallMs/1000, 100*s.WallMs/max(r.WallMs, 1))
+	}
 }

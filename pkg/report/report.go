@@ -34,6 +34,12 @@ type Report struct {
 	Libtorch      string    `json:"libtorch_version"`
 	Started       time.Time `json:"started"`
 	WallMs        float64   `json:"wall_ms"`
+	// Search is how much the run measured (optimize.search): "quick" or "full"; BudgetMs the
+	// wall-time budget it was given (optimize.budget; null: none).
+	Search   string   `json:"search"`
+	BudgetMs *float64 `json:"budget_ms"`
+	// StepTimes is the wall time of each step of the run, in order: where WallMs went.
+	StepTimes []StepTime `json:"step_times"`
 	// Outcome is OutcomePassed or OutcomeValidationFailed.
 	Outcome string `json:"outcome"`
 	// Summary is the plain-language opening of report.md, as lines.
@@ -95,6 +101,12 @@ func (m *Memory) Line() string {
 		s += fmt.Sprintf("; optimize's peak resident memory %s", bench.FormatBytes(*m.PeakRSSBytes))
 	}
 	return s + "."
+}
+
+// StepTime is one step of an optimize run and the wall time it took.
+type StepTime struct {
+	Name   string  `json:"name"`
+	WallMs float64 `json:"wall_ms"`
 }
 
 // ModelInfo describes the input model.

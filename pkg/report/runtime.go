@@ -1,6 +1,9 @@
 package report
 
-import "strings"
+import (
+	"fmt"
+	"strings"
+)
 
 // Runtime is how optimize chose the runtime settings the artifact's manifest carries: each
 // candidate (libtorch's defaults always one) timed by the artifact in processes of its own, the
@@ -23,9 +26,38 @@ type Runtime struct {
 	RunsPerRound   int                `json:"runs_per_round"`
 	WarmupPerRound int                `json:"warmup_per_round"`
 	Candidates     []RuntimeCandidate `json:"candidates"`
+	// Screen is the quick search's first round, in which every candidate left ran in one
+	// process of its own for a few rounds (nil: the full search measured every candidate in
+	// full). Its rows are in Candidates with Processes 1 and a Why that says so.
+	Screen *RuntimeScreen `json:"screen,omitempty"`
+	// NotMeasured are the candidates the search left out, each with the reason and how to
+	// have it measured.
+	NotMeasured []RuntimeSkip `json:"not_measured,omitempty"`
 	// Precision is the INT8-or-FP32 decision taken again under the setting kept (nil: there
 	// was no such decision, or it was forced).
 	Precision *PrecisionCheck `json:"precision,omitempty"`
+}
+
+// RuntimeScreen is the quick search's screening round: each candidate served the artifact in
+// one process for Rounds shuffled rounds of RunsPerRound timed inferences; the Contenders (at
+// most a few, faster than the defaults at p50 there) were then measured in full.
+type RuntimeScreen struct {
+	Rounds       int      `json:"rounds"`
+	RunsPerRound int      `json:"runs_per_round"`
+	Contenders   []string `json:"contenders"`
+	// AllocationsPerMs estimates how often the artifact allocates a tensor: its graph's
+	// tensor-producing operations per call over its p50 (null: not estimated); ModelBytes is
+	// the artifact's size. The allocator and huge-page candidates are screened only where
+	// these are high.
+	AllocationsPerMs *float64 `json:"allocations_per_ms"`
+	ModelBytes       int64    `json:"model_bytes"`
+}
+
+// RuntimeSkip is a runtime candidate not measured, and why.
+type RuntimeSkip struct {
+	Name string   `json:"name"`
+	Env  []string `json:"env"`
+	Why  string   `json:"why"`
 }
 
 // PrecisionCheck is the model the INT8-or-FP32 decision in optimize's own process kept (First)
@@ -94,8 +126,24 @@ func (r *Report) writeRuntime(p func(string, ...any)) {
 		p("Not measured: %s. The artifact runs with libtorch's defaults.\n", rt.Note)
 		return
 	}
-	p("Each candidate served the artifact in %d processes of its own at %s, started in a shuffled order, the processes taking turns (the others stopped) in %d shuffled rounds of %d timed inferences after %d untimed. Processes with the same settings differ by themselves, so each ratio's interval spans the candidate's processes and the defaults' as well as the rounds. A candidate is kept only when it is faster than the defaults beyond doubt (the interval of the ratio lies below 1) without a higher p95, and, when a second group of processes with the defaults (the control) differed from the first beyond doubt, by more than they did. Kept: **%s**.\n\n",
-		rt.Processes, Plural(rt.Threads, "intra-op thread"), rt.Rounds, rt.RunsPerRound, rt.WarmupPerRound, rt.Chosen)
+	procs := fmt.Sprintf("%d processes", rt.Processes)
+	if rt.Processes == 1 {
+		procs = "1 process"
+	}
+	p("Each candidate served the artifact in %s of its own at %s, started in a shuffled order, the processes taking turns (the others stopped) in %d shuffled rounds of %d timed inferences after %d untimed. Processes with the same settings differ by themselves, so each ratio's interval spans the candidate's processes and the defaults' as well as the rounds. A candidate is kept only when it is faster than the defaults beyond doubt (the interval of the ratio lies below 1) without a higher p95, and, when a second group of processes with the defaults (the control) differed from the first beyond doubt, by more than they did. Kept: **%s**.\n\n",
+		procs, Plural(rt.Threads, "intra-op thread"), rt.Rounds, rt.RunsPerRound, rt.WarmupPerRound, rt.Chosen)
+	if sc := rt.Screen; sc != nil {
+		contenders := "none"
+		if len(sc.Contenders) > 0 {
+			contenders = strings.Join(sc.Contenders, ", ")
+		}
+		rate := "not estimated"
+		if sc.AllocationsPerMs != nil {
+			rate = fmt.Sprintf("about %.1f tensor allocations a millisecond", *sc.AllocationsPerMs)
+		}
+		p("Quick search: first every setting left served the artifact in one process of its own for %d shuffled rounds of %d timed inferences (the screening round); only those faster than the defaults at p50 there (at most two: %s) were measured as above. The allocator and huge-page settings are screened only where the model allocates often or is large (here %s, %.1f MiB). Rows with 1 process are from the screening round. `--search full` measures every setting in full.\n\n",
+			sc.Rounds, sc.RunsPerRound, contenders, rate, float64(sc.ModelBytes)/(1<<20))
+	}
 	if rt.Noisy || (rt.Precision != nil && rt.Precision.Switched && rt.Note != "") {
 		p("**%s.**\n\n", strings.ToUpper(rt.Note[:1])+rt.Note[1:])
 	}
@@ -110,6 +158,9 @@ func (r *Report) writeRuntime(p func(string, ...any)) {
 			kept = "**yes**"
 		}
 		p("| %s | %s | %d | %s | %s | %.3f [%.3f, %.3f] | %.3f | %s | %s |\n", c.Name, env, c.Processes, ms(c.P50Ms), ms(c.P95Ms), c.Ratio, c.RatioLo, c.RatioHi, c.P95Ratio, kept, c.Why)
+	}
+	for _, c := range rt.NotMeasured {
+		p("| %s | %s | 0 | - | - | - | - | not measured | %s |\n", c.Name, strings.Join(c.Env, " "), c.Why)
 	}
 	writePrecision(p, rt.Precision)
 }
