@@ -291,28 +291,11 @@ func WriteTriton(a *Artifact, repo string, o TritonOptions) (*TritonExport, erro
 		ModelDir: dir, ConfigPath: filepath.Join(dir, "config.pbtxt"),
 		ModelPath: filepath.Join(dir, "1", "model.pt"), Config: cfg, Notes: notes,
 	}
-	outs := []safefile.Named{{What: "config.pbtxt", Path: e.ConfigPath}, {What: "model.pt", Path: e.ModelPath},
-		{What: RuntimeEnvFile, Path: filepath.Join(dir, RuntimeEnvFile)}, {What: torch.OpsLibraryName, Path: filepath.Join(dir, torch.OpsLibraryName)}}
-	if err := safefile.CheckNotInput(outs, keep(a.Path, o.Keep)); err != nil {
-		return nil, tserr.BadInput(fmt.Errorf("export triton: %w", err))
-	}
-	if err := os.MkdirAll(filepath.Dir(e.ModelPath), 0o777); err != nil {
-		return nil, fmt.Errorf("export triton: create %s: %w", filepath.Dir(e.ModelPath), err)
-	}
-	// Two exports into one entry take turns: the second then finds the first's files (or, with
-	// Overwrite, replaces them whole), and never model.pt of one beside config.pbtxt of the other.
-	unlock, err := lockDir(dir)
+	unlock, err := claimTritonEntry(a, e, o)
 	if err != nil {
-		return nil, fmt.Errorf("export triton: %w", err)
+		return nil, err
 	}
 	defer unlock()
-	if !o.Overwrite {
-		for _, p := range []string{e.ConfigPath, e.ModelPath, filepath.Join(dir, torch.OpsLibraryName)} {
-			if _, err := os.Stat(p); err == nil {
-				return nil, fmt.Errorf("export triton: %s exists: pass --overwrite to replace it, or choose another --name", p)
-			}
-		}
-	}
 	// model.pt is written beside its final name and measured there: a failed measurement
 	// leaves no new file, and an earlier export's files stay as they were. The name is this
 	// export's own, so an export that lost the lock (a killed holder) cannot remove it.
@@ -342,41 +325,9 @@ func WriteTriton(a *Artifact, repo string, o TritonOptions) (*TritonExport, erro
 	if err := os.Rename(tmp, e.ModelPath); err != nil {
 		return nil, fmt.Errorf("export triton: %w", err)
 	}
-	env, note, envWarnings, err := RuntimeEnv(a.Manifest.Runtime, filepath.Join(dir, RuntimeEnvFile), machineOr(o.Machine), a.Manifest.CPU.Name())
-	e.Notes = append(e.Notes, warningNotes(envWarnings)...)
-	if err != nil {
+	if err := writeTritonEnv(a, e, o, opsLib, sm.ops); err != nil {
 		os.Remove(e.ModelPath)
-		return nil, fmt.Errorf("export triton: %w", err)
-	}
-	if sm.ops {
-		lib, err := filepath.Abs(filepath.Join(dir, torch.OpsLibraryName))
-		if err == nil {
-			err = copyFile(opsLib, lib)
-		}
-		if err != nil {
-			os.Remove(e.ModelPath)
-			return nil, fmt.Errorf("export triton: %w", err)
-		}
-		e.OpLibrary = lib
-		env = withOpsPreload(env, lib)
-		note = fmt.Sprintf("LD_PRELOAD of %s in %s", torch.OpsLibraryName, filepath.Join(dir, RuntimeEnvFile))
-		if a.Manifest.Runtime.Candidate != "" && a.Manifest.Runtime.Candidate != runenv.DefaultCandidate {
-			note = fmt.Sprintf("runtime environment (candidate %s) and the %s", a.Manifest.Runtime.Candidate, note)
-		}
-		note += ": give it to tritonserver's process (docker run --env-file, systemd EnvironmentFile=)"
-	}
-	if env != nil {
-		// Triton's PyTorch backend runs in the tritonserver process: its environment is the
-		// model's.
-		e.EnvPath = filepath.Join(dir, RuntimeEnvFile)
-		if err := safefile.WriteFile(e.EnvPath, env); err != nil {
-			os.Remove(e.ModelPath)
-			if e.OpLibrary != "" {
-				os.Remove(e.OpLibrary)
-			}
-			return nil, fmt.Errorf("export triton: write %s: %w", e.EnvPath, err)
-		}
-		e.Notes = append(e.Notes, note+"; tritonserver runs every model in one process, so it applies to all of them")
+		return nil, err
 	}
 	if err := safefile.WriteFile(e.ConfigPath, text); err != nil {
 		// No half-written repository entry: model.pt goes with the config it needs.
@@ -390,6 +341,76 @@ func WriteTriton(a *Artifact, repo string, o TritonOptions) (*TritonExport, erro
 		return nil, fmt.Errorf("export triton: write %s: %w", e.ConfigPath, err)
 	}
 	return e, nil
+}
+
+// claimTritonEntry checks e's files against the inputs, creates the entry's folders and takes
+// the entry's lock (the returned func releases it); without Overwrite, existing files are an error.
+func claimTritonEntry(a *Artifact, e *TritonExport, o TritonOptions) (func(), error) {
+	dir := e.ModelDir
+	outs := []safefile.Named{{What: "config.pbtxt", Path: e.ConfigPath}, {What: "model.pt", Path: e.ModelPath},
+		{What: RuntimeEnvFile, Path: filepath.Join(dir, RuntimeEnvFile)}, {What: torch.OpsLibraryName, Path: filepath.Join(dir, torch.OpsLibraryName)}}
+	if err := safefile.CheckNotInput(outs, keep(a.Path, o.Keep)); err != nil {
+		return nil, tserr.BadInput(fmt.Errorf("export triton: %w", err))
+	}
+	if err := os.MkdirAll(filepath.Dir(e.ModelPath), 0o777); err != nil {
+		return nil, fmt.Errorf("export triton: create %s: %w", filepath.Dir(e.ModelPath), err)
+	}
+	// Two exports into one entry take turns: the second then finds the first's files (or, with
+	// Overwrite, replaces them whole), and never model.pt of one beside config.pbtxt of the other.
+	unlock, err := lockDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("export triton: %w", err)
+	}
+	if !o.Overwrite {
+		for _, p := range []string{e.ConfigPath, e.ModelPath, filepath.Join(dir, torch.OpsLibraryName)} {
+			if _, err := os.Stat(p); err == nil {
+				unlock()
+				return nil, fmt.Errorf("export triton: %s exists: pass --overwrite to replace it, or choose another --name", p)
+			}
+		}
+	}
+	return unlock, nil
+}
+
+// writeTritonEnv writes the entry's torchspeed.env (the measured runtime environment, and the
+// LD_PRELOAD of the op library copied beside the model when the served graph calls its
+// operators). On an error it leaves neither file.
+func writeTritonEnv(a *Artifact, e *TritonExport, o TritonOptions, opsLib string, ops bool) error {
+	dir := e.ModelDir
+	env, note, envWarnings, err := RuntimeEnv(a.Manifest.Runtime, filepath.Join(dir, RuntimeEnvFile), machineOr(o.Machine), a.Manifest.CPU.Name())
+	e.Notes = append(e.Notes, warningNotes(envWarnings)...)
+	if err != nil {
+		return fmt.Errorf("export triton: %w", err)
+	}
+	if ops {
+		lib, err := filepath.Abs(filepath.Join(dir, torch.OpsLibraryName))
+		if err == nil {
+			err = copyFile(opsLib, lib)
+		}
+		if err != nil {
+			return fmt.Errorf("export triton: %w", err)
+		}
+		e.OpLibrary = lib
+		env = withOpsPreload(env, lib)
+		note = fmt.Sprintf("LD_PRELOAD of %s in %s", torch.OpsLibraryName, filepath.Join(dir, RuntimeEnvFile))
+		if a.Manifest.Runtime.Candidate != "" && a.Manifest.Runtime.Candidate != runenv.DefaultCandidate {
+			note = fmt.Sprintf("runtime environment (candidate %s) and the %s", a.Manifest.Runtime.Candidate, note)
+		}
+		note += ": give it to tritonserver's process (docker run --env-file, systemd EnvironmentFile=)"
+	}
+	if env == nil {
+		return nil
+	}
+	// Triton's PyTorch backend runs in the tritonserver process: its environment is the model's.
+	e.EnvPath = filepath.Join(dir, RuntimeEnvFile)
+	if err := safefile.WriteFile(e.EnvPath, env); err != nil {
+		if e.OpLibrary != "" {
+			os.Remove(e.OpLibrary)
+		}
+		return fmt.Errorf("export triton: write %s: %w", e.EnvPath, err)
+	}
+	e.Notes = append(e.Notes, note+"; tritonserver runs every model in one process, so it applies to all of them")
+	return nil
 }
 
 // tritonConfigText measures the served model (at served) when asked, sets the executor
