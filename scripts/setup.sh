@@ -19,6 +19,8 @@ pkgs+=(jq curl)
 pkgs+=(clang-tidy python3-flake8 shellcheck)
 # make check-isa runs the CLI on an emulated CPU without AVX-512 (QEMU user mode).
 pkgs+=(qemu-user)
+# The hostile-input tests read a command's own peak RSS with GNU time (see cliRSS).
+pkgs+=(time)
 # make proto regenerates the committed Go code of pkg/export/tritonpb and pkg/serve/inferencepb.
 pkgs+=(protobuf-compiler)
 # Allocators that `torchspeed launch --allocator` preloads (Debian 13 renamed tcmalloc's package).

@@ -26,18 +26,35 @@ const maxBombRSS = 256 << 20
 // cliRSS is cli, with the process's peak resident memory.
 func cliRSS(t *testing.T, dir string, args ...string) (stderr string, code int, rss int64) {
 	t.Helper()
-	cmd := exec.Command(torchspeedBin(t), args...)
+	// The peak RSS comes from GNU time, which starts the command itself: a process this test
+	// starts would report at least this test process's own peak (Linux records the peak of the
+	// address space a child replaces at exec, and Go starts children with vfork, which shares
+	// the parent's), whatever the command used.
+	gnuTime, err := exec.LookPath("/usr/bin/time")
+	if err != nil {
+		t.Fatalf("GNU time (Debian's package time, which scripts/setup.sh installs) is needed to read a command's peak RSS: %v", err)
+	}
+	rssFile := filepath.Join(t.TempDir(), "rss")
+	cmd := exec.Command(gnuTime, append([]string{"-q", "-f", "%M", "-o", rssFile, torchspeedBin(t)}, args...)...)
 	cmd.Dir = dir
 	cmd.Env = scrubbedEnv()
 	var errOut bytes.Buffer
 	cmd.Stderr = &errOut
-	err := cmd.Run()
+	err = cmd.Run()
 	if ee, ok := err.(*exec.ExitError); ok {
 		code = ee.ExitCode()
 	} else if err != nil {
 		t.Fatal(err)
 	}
-	return errOut.String(), code, cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss << 10
+	b, err := os.ReadFile(rssFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		t.Fatalf("GNU time wrote %q: %v", b, err)
+	}
+	return errOut.String(), code, kb << 10
 }
 
 // Archives whose records inflate far past their size on disk once made run peak at 2.3 GB (a
