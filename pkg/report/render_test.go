@@ -160,8 +160,8 @@ func TestVerdict(t *testing.T) {
 	}{
 		{1.10, 0.68, 1.75, 0.015, "no clear difference: the interval includes 1", false},
 		{1.10, 1.02, 1.20, 0.30, "no clear difference (", false},
-		{2.00, 1.80, 2.20, 0.001, "optimized is 100.0% faster", true},
-		{0.50, 0.45, 0.55, 0.001, "optimized is 100.0% slower", true},
+		{2.00, 1.80, 2.20, 0.001, "optimized is faster: 2.00x", true},
+		{0.50, 0.45, 0.55, 0.001, "optimized is slower: it takes 2.00x the time", true},
 	} {
 		got, sig := Verdict(c.sp, c.lo, c.hi, c.p)
 		if !strings.HasPrefix(got, c.want) || sig != c.sig {

@@ -16,9 +16,9 @@ func Verdict(speedup, lo, hi, p float64) (string, bool) {
 	case lo <= 1 && hi >= 1:
 		return "no clear difference: the interval includes 1 (" + ci + ")", false
 	case speedup > 1:
-		return fmt.Sprintf("optimized is %.1f%% faster (%s)", (speedup-1)*100, ci), true
+		return "optimized is faster: " + ci, true
 	default:
-		return fmt.Sprintf("optimized is %.1f%% slower (%s)", (1/speedup-1)*100, ci), true
+		return fmt.Sprintf("optimized is slower: it takes %.2fx the time (%s)", 1/speedup, ci), true
 	}
 }
 
