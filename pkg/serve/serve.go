@@ -1,7 +1,8 @@
 // Package serve is an inference server over torchspeed's library that speaks the Open Inference
 // Protocol (KServe v2) over HTTP/REST, the protocol of Triton and KServe runtimes, so that their
-// clients and load generators work unchanged. Each model instance is a torchspeed Session on a
-// locked OS thread of its own (its own OpenMP pool, at the artifact's measured thread count);
+// clients and load generators work unchanged. Each model instance is a torchspeed Session: at
+// one intra-op thread a request runs it on the request's own goroutine, at more on a locked OS
+// thread of the instance's own (its own OpenMP pool, at the artifact's measured thread count);
 // requests wait in one bounded queue for the next free instance.
 package serve
 
@@ -103,11 +104,19 @@ type inputSpec struct {
 	batchDim int     // -1: none
 }
 
-// New starts cfg.Instances sessions of model, each on its own OS thread, and runs one call on
-// zeros of the manifest's input shapes on each: it learns the outputs the metadata lists, and
-// no client pays for the first call's warm-up. The Server does not own model: close the Server,
-// then the model.
+// New starts cfg.Instances sessions of model and runs one call on zeros of the manifest's input
+// shapes on each: it learns the outputs the metadata lists, and no client pays for the first
+// call's warm-up. At one intra-op thread a request runs its forward on its own goroutine's OS
+// thread (a one-thread team keeps no pool there): handing it to an instance's thread and back
+// cost more than a small model's forward; the instances still bound how many run at once. At
+// more threads each instance has an OS thread (and OpenMP pool) of its own. The Server does not
+// own model: close the Server, then the model.
 func New(model *torchspeed.Model, cfg Config) (*Server, error) {
+	return newServer(model, cfg, torch.NumThreads() == 1)
+}
+
+// newServer is New with the choice of thread made: here (true), or a thread per instance.
+func newServer(model *torchspeed.Model, cfg Config, here bool) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("serve: %w", err)
 	}
@@ -151,8 +160,9 @@ func New(model *torchspeed.Model, cfg Config) (*Server, error) {
 			s.meta.Inputs = append(s.meta.Inputs, md)
 		}
 	}
+	opts := torchspeed.SessionOptions{OwnThread: !here, OneThreadHere: here}
 	for i := 0; i < cfg.Instances; i++ {
-		sess, err := model.NewSession(torchspeed.SessionOptions{OwnThread: true})
+		sess, err := model.NewSession(opts)
 		if err != nil {
 			s.closeSessions()
 			return nil, fmt.Errorf("serve: model %s: starting instance %d of %d: %w", cfg.Name, i+1, cfg.Instances, err)
