@@ -37,8 +37,8 @@ const (
 type Config struct {
 	// Name is the model's name in URLs (/v2/models/{name}); required.
 	Name string
-	// Instances is how many sessions run requests side by side, each on its own OS thread
-	// (0: 1).
+	// Instances is how many sessions run requests side by side (0: 1); at more than one
+	// intra-op thread each on its own OS thread.
 	Instances int
 	// MaxQueue bounds the requests waiting for an instance; one more is answered 429
 	// (0: DefaultMaxQueue; negative: none wait, a request is taken only by an idle instance).
