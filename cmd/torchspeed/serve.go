@@ -34,10 +34,10 @@ malformed request INVALID_ARGUMENT, a draining server UNAVAILABLE.
 
 At one thread a request runs the model on its own goroutine's thread, at most --instances at
 once; at more, each of --instances runs on its own OS thread with its own OpenMP pool. Requests
-wait in one queue of --max-queue, beyond which they are answered 429. --max-batch N joins requests that
-arrive within --batch-delay into one call of up to N samples (inputs batched along dimension
-0). SIGTERM or SIGINT drain the server: readiness turns false, new requests get 503, requests
-in flight are answered, exit 0.`,
+wait in one queue of --max-queue, beyond which they are answered 429. --max-batch N joins
+requests that arrive within --batch-delay into one call of up to N samples (inputs batched along
+dimension 0). SIGTERM or SIGINT drain the server: readiness turns false, new requests get 503,
+requests in flight are answered, exit 0.`,
 		Example: `  torchspeed serve -m out/resnet18.torchspeed.pt --http 0.0.0.0:8000 --instances 2
   curl -s localhost:8000/v2/models/resnet18`,
 		Args: cobra.NoArgs,

@@ -89,6 +89,8 @@ type Server struct {
 	metrics *metrics
 	// draining: Shutdown has begun; new inference requests are answered 503.
 	draining atomic.Bool
+	// lastRefused is when the last request was refused for the drain (Unix ns).
+	lastRefused atomic.Int64
 	// pending counts requests between admission and their answer; Shutdown waits for it.
 	pending   sync.WaitGroup
 	admitMu   sync.RWMutex // admission (read side) against the start of a drain (write side)
@@ -281,7 +283,9 @@ func (s *Server) predict(sess *torchspeed.Session, ins []*torch.Tensor) (outs []
 func (s *Server) Metadata() ModelMetadata { return s.meta }
 
 // Shutdown drains the server: new inference requests are answered 503 and readiness turns
-// false, requests already admitted are answered, then the instances stop. It returns ctx's error
+// false, requests already admitted are answered, then the instances stop; it returns once no
+// request has been refused for 100 ms (at most 2 s more), so that requests clients sent on
+// keep-alive connections just before are answered 503 rather than reset. It returns ctx's error
 // if requests are still in flight when ctx ends (their instances keep running; Close waits for
 // them). Stop the HTTP server (http.Server.Shutdown) after it, so that answers reach clients.
 func (s *Server) Shutdown(ctx context.Context) error {
@@ -292,11 +296,39 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	go func() { s.pending.Wait(); close(done) }()
 	select {
 	case <-done:
-		return s.Close()
+		err := s.Close()
+		s.settle(ctx)
+		return err
 	case <-ctx.Done():
 		return fmt.Errorf("serve: drain: %d request(s) still in flight: %w", s.metrics.inflight.Load(), ctx.Err())
 	}
 }
+
+// settle returns once no inference request has been refused for settleQuiet (at most
+// settleMax, or when ctx ends). A client may have sent a request on a keep-alive connection
+// just before the drain that the server has not read yet: http.Server.Shutdown, which comes
+// next, closes such a connection as idle and the client reads a reset instead of an answer.
+// Meanwhile they are read and answered 503 (with Connection: close), and the connections
+// close as they answer.
+func (s *Server) settle(ctx context.Context) {
+	start := time.Now()
+	for time.Since(start) < settleMax && ctx.Err() == nil {
+		last := time.Unix(0, s.lastRefused.Load())
+		if time.Since(last) >= settleQuiet && time.Since(start) >= settleQuiet {
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(settleQuiet / 5):
+		}
+	}
+}
+
+// How long settle waits for refusals to stop, and at most.
+const (
+	settleQuiet = 100 * time.Millisecond
+	settleMax   = 2 * time.Second
+)
 
 // Close stops the instances after the requests already queued, and frees their sessions. It is
 // idempotent; it does not close the model.
@@ -331,6 +363,7 @@ func (s *Server) admit() bool {
 	s.admitMu.RLock()
 	defer s.admitMu.RUnlock()
 	if s.draining.Load() {
+		s.lastRefused.Store(time.Now().UnixNano())
 		return false
 	}
 	s.pending.Add(1)
