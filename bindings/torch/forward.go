@@ -51,6 +51,17 @@ func (m *Module) ForwardOnThisThread(inputs ...*Tensor) ([]Output, error) {
 	return m.call("forward", inputs, nil, false)
 }
 
+// ForwardOneThread runs the module on the calling goroutine's OS thread with a one-thread
+// OpenMP team, whatever that thread's own count: no pool is started or kept, so any goroutine
+// may call it, locked to its thread or not, and calls on different goroutines run side by side
+// (unlike Forward's, which the process takes one at a time). For a server at one intra-op
+// thread, where handing a small model's forward to an inference thread and back cost more than
+// the forward (docs/architecture.md).
+func (m *Module) ForwardOneThread(inputs ...*Tensor) ([]Output, error) {
+	defer yieldIfDue()()
+	return m.call("forward", inputs, nil, true)
+}
+
 // RunMethod runs a method other than forward on the shared inference thread.
 func (m *Module) RunMethod(method string, inputs ...*Tensor) ([]Output, error) {
 	var (

@@ -161,3 +161,47 @@ func TestForwardAtOneThreadStartsNoPool(t *testing.T) {
 		}
 	}
 }
+
+// ForwardOneThread runs on its callers' threads whatever the process's count, side by side:
+// with the shared thread busy and the process at two threads, eight goroutines (not locked to
+// their threads) answer as PyTorch did.
+func TestForwardOneThreadSideBySide(t *testing.T) {
+	f := fixtures.Load(t).Get(t, "digits")
+	m := loadFixture(t, f)
+	in := tensorsOf(t, f.InputArrays(t))
+	defer func() { _ = torch.SetNumThreads(1) }()
+	if torch.AvailableCPUs() >= 2 {
+		if err := torch.SetNumThreads(2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	release := blockShared(t)
+	defer release()
+	const callers, calls = 8, 25
+	type result struct {
+		outs []torch.Output
+		err  error
+	}
+	results := make(chan result, callers*calls)
+	for range callers {
+		go func() {
+			for range calls {
+				outs, err := m.ForwardOneThread(in...)
+				results <- result{outs, err}
+			}
+		}()
+	}
+	timeout := time.After(60 * time.Second)
+	for range callers * calls {
+		select {
+		case r := <-results:
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			checkOutputs(t, f, r.outs, crossPathTol)
+			torch.CloseOutputs(r.outs)
+		case <-timeout:
+			t.Fatal("ForwardOneThread waited for the busy shared thread")
+		}
+	}
+}

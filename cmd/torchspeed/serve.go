@@ -32,11 +32,12 @@ grpc_predict_v2.proto): ServerLive, ServerReady, ModelReady, ServerMetadata, Mod
 ModelInfer (raw_input_contents or typed contents). A full queue answers RESOURCE_EXHAUSTED, a
 malformed request INVALID_ARGUMENT, a draining server UNAVAILABLE.
 
-Each of --instances runs on its own OS thread with its own OpenMP pool; requests wait in one
-queue of --max-queue, beyond which they are answered 429. --max-batch N joins requests that
-arrive within --batch-delay into one call of up to N samples (inputs batched along dimension
-0). SIGTERM or SIGINT drain the server: readiness turns false, new requests get 503, requests
-in flight are answered, exit 0.`,
+At one thread a request runs the model on its own goroutine's thread, at most --instances at
+once; at more, each of --instances runs on its own OS thread with its own OpenMP pool. Requests
+wait in one queue of --max-queue, beyond which they are answered 429. --max-batch N joins
+requests that arrive within --batch-delay into one call of up to N samples (inputs batched along
+dimension 0). SIGTERM or SIGINT drain the server: readiness turns false, new requests get 503,
+requests in flight are answered, exit 0.`,
 		Example: `  torchspeed serve -m out/resnet18.torchspeed.pt --http 0.0.0.0:8000 --instances 2
   curl -s localhost:8000/v2/models/resnet18`,
 		Args: cobra.NoArgs,
@@ -74,7 +75,7 @@ in flight are answered, exit 0.`,
 	f.StringVar(&o.Name, "name", "", "model name in URLs (default: the file name without .torchspeed.pt)")
 	f.StringVar(&o.Addr, "http", "127.0.0.1:8000", "HTTP listen address, host:port (port 0: any free port)")
 	f.StringVar(&o.GRPCAddr, "grpc", "", "gRPC listen address, host:port (port 0: any free port; default: no gRPC)")
-	f.IntVar(&o.Instances, "instances", 1, "model instances answering side by side, each on its own OS thread")
+	f.IntVar(&o.Instances, "instances", 1, "model instances answering side by side, each on its own OS thread at more than one thread")
 	f.IntVar(&o.Threads, "threads", 0, "intra-op threads per instance (0: the artifact's measured count)")
 	f.IntVar(&o.MaxQueue, "max-queue", serve.DefaultMaxQueue, "requests that may wait for an instance; more are answered 429 (-1: none wait)")
 	f.Int64Var(&o.MaxRequestBytes, "max-request-bytes", serve.DefaultMaxRequestBytes, "largest request body; larger ones are answered 413")

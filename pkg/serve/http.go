@@ -220,6 +220,13 @@ func decodeRequest(body []byte, req *InferRequest) error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return badRequest(`empty request body: send {"inputs": [{"name": ..., "shape": [...], "datatype": "FP32", "data": [...]}]}`)
 	}
+	noInputs := badRequest(`request has no "inputs": give each input's name, shape, datatype and data`)
+	if fastRequest(body, req) {
+		if len(req.Inputs) == 0 {
+			return noInputs
+		}
+		return nil
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(req); err != nil {
@@ -229,7 +236,7 @@ func decodeRequest(body []byte, req *InferRequest) error {
 		return badRequest("request body has data after the JSON object: send one object")
 	}
 	if len(req.Inputs) == 0 {
-		return badRequest(`request has no "inputs": give each input's name, shape, datatype and data`)
+		return noInputs
 	}
 	return nil
 }

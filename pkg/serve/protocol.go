@@ -340,28 +340,8 @@ func decodeData[T any](raw json.RawMessage, depth int) ([]T, error) {
 // Anything else (nesting, strings, booleans, out-of-range values) reports !ok, and the caller
 // takes encoding/json's path, which words the errors.
 func fastFlat[T any](raw []byte) ([]T, bool) {
-	var parse func(string) (T, bool)
 	switch any(*new(T)).(type) {
-	case float32:
-		parse = func(s string) (T, bool) {
-			f, err := strconv.ParseFloat(s, 32)
-			return any(float32(f)).(T), err == nil
-		}
-	case float64:
-		parse = func(s string) (T, bool) {
-			f, err := strconv.ParseFloat(s, 64)
-			return any(f).(T), err == nil
-		}
-	case int64:
-		parse = func(s string) (T, bool) {
-			i, err := strconv.ParseInt(s, 10, 64)
-			return any(i).(T), err == nil
-		}
-	case int32:
-		parse = func(s string) (T, bool) {
-			i, err := strconv.ParseInt(s, 10, 32)
-			return any(int32(i)).(T), err == nil
-		}
+	case float32, float64, int64, int32:
 	default:
 		return nil, false
 	}
@@ -391,7 +371,7 @@ func fastFlat[T any](raw []byte) ([]T, bool) {
 		if start == i || !validJSONNumber(raw[start:i]) {
 			return nil, false
 		}
-		v, ok := parse(string(raw[start:i]))
+		v, ok := parseNumber[T](raw[start:i])
 		if !ok {
 			return nil, false
 		}
@@ -411,6 +391,29 @@ func fastFlat[T any](raw []byte) ([]T, bool) {
 		i++
 		skip()
 	}
+}
+
+// parseNumber reads one element for fastFlat. Calling strconv directly, rather than through a
+// function value, keeps the string conversion off the heap: one allocation per element was
+// most of a request's.
+func parseNumber[T any](b []byte) (T, bool) {
+	var v any
+	var err error
+	switch any(*new(T)).(type) {
+	case float32:
+		var f float64
+		f, err = strconv.ParseFloat(string(b), 32)
+		v = float32(f)
+	case float64:
+		v, err = strconv.ParseFloat(string(b), 64)
+	case int64:
+		v, err = strconv.ParseInt(string(b), 10, 64)
+	default:
+		var i int64
+		i, err = strconv.ParseInt(string(b), 10, 32)
+		v = int32(i)
+	}
+	return v.(T), err == nil
 }
 
 // validJSONNumber refuses what strconv takes but JSON does not ("+1", ".5", "1.", "01").

@@ -1,7 +1,8 @@
 // Package serve is an inference server over torchspeed's library that speaks the Open Inference
 // Protocol (KServe v2) over HTTP/REST, the protocol of Triton and KServe runtimes, so that their
-// clients and load generators work unchanged. Each model instance is a torchspeed Session on a
-// locked OS thread of its own (its own OpenMP pool, at the artifact's measured thread count);
+// clients and load generators work unchanged. Each model instance is a torchspeed Session: at
+// one intra-op thread a request runs it on the request's own goroutine, at more on a locked OS
+// thread of the instance's own (its own OpenMP pool, at the artifact's measured thread count);
 // requests wait in one bounded queue for the next free instance.
 package serve
 
@@ -36,8 +37,8 @@ const (
 type Config struct {
 	// Name is the model's name in URLs (/v2/models/{name}); required.
 	Name string
-	// Instances is how many sessions run requests side by side, each on its own OS thread
-	// (0: 1).
+	// Instances is how many sessions run requests side by side (0: 1); at more than one
+	// intra-op thread each on its own OS thread.
 	Instances int
 	// MaxQueue bounds the requests waiting for an instance; one more is answered 429
 	// (0: DefaultMaxQueue; negative: none wait, a request is taken only by an idle instance).
@@ -88,6 +89,8 @@ type Server struct {
 	metrics *metrics
 	// draining: Shutdown has begun; new inference requests are answered 503.
 	draining atomic.Bool
+	// lastRefused is when the last request was refused for the drain (Unix ns).
+	lastRefused atomic.Int64
 	// pending counts requests between admission and their answer; Shutdown waits for it.
 	pending   sync.WaitGroup
 	admitMu   sync.RWMutex // admission (read side) against the start of a drain (write side)
@@ -103,11 +106,19 @@ type inputSpec struct {
 	batchDim int     // -1: none
 }
 
-// New starts cfg.Instances sessions of model, each on its own OS thread, and runs one call on
-// zeros of the manifest's input shapes on each: it learns the outputs the metadata lists, and
-// no client pays for the first call's warm-up. The Server does not own model: close the Server,
-// then the model.
+// New starts cfg.Instances sessions of model and runs one call on zeros of the manifest's input
+// shapes on each: it learns the outputs the metadata lists, and no client pays for the first
+// call's warm-up. At one intra-op thread a request runs its forward on its own goroutine's OS
+// thread (a one-thread team keeps no pool there): handing it to an instance's thread and back
+// cost more than a small model's forward; the instances still bound how many run at once. At
+// more threads each instance has an OS thread (and OpenMP pool) of its own. The Server does not
+// own model: close the Server, then the model.
 func New(model *torchspeed.Model, cfg Config) (*Server, error) {
+	return newServer(model, cfg, torch.NumThreads() == 1)
+}
+
+// newServer is New with the choice of thread made: here (true), or a thread per instance.
+func newServer(model *torchspeed.Model, cfg Config, here bool) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("serve: %w", err)
 	}
@@ -151,8 +162,9 @@ func New(model *torchspeed.Model, cfg Config) (*Server, error) {
 			s.meta.Inputs = append(s.meta.Inputs, md)
 		}
 	}
+	opts := torchspeed.SessionOptions{OwnThread: !here, OneThreadHere: here}
 	for i := 0; i < cfg.Instances; i++ {
-		sess, err := model.NewSession(torchspeed.SessionOptions{OwnThread: true})
+		sess, err := model.NewSession(opts)
 		if err != nil {
 			s.closeSessions()
 			return nil, fmt.Errorf("serve: model %s: starting instance %d of %d: %w", cfg.Name, i+1, cfg.Instances, err)
@@ -271,7 +283,9 @@ func (s *Server) predict(sess *torchspeed.Session, ins []*torch.Tensor) (outs []
 func (s *Server) Metadata() ModelMetadata { return s.meta }
 
 // Shutdown drains the server: new inference requests are answered 503 and readiness turns
-// false, requests already admitted are answered, then the instances stop. It returns ctx's error
+// false, requests already admitted are answered, then the instances stop; it returns once no
+// request has been refused for 100 ms (at most 2 s more), so that requests clients sent on
+// keep-alive connections just before are answered 503 rather than reset. It returns ctx's error
 // if requests are still in flight when ctx ends (their instances keep running; Close waits for
 // them). Stop the HTTP server (http.Server.Shutdown) after it, so that answers reach clients.
 func (s *Server) Shutdown(ctx context.Context) error {
@@ -282,11 +296,39 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	go func() { s.pending.Wait(); close(done) }()
 	select {
 	case <-done:
-		return s.Close()
+		err := s.Close()
+		s.settle(ctx)
+		return err
 	case <-ctx.Done():
 		return fmt.Errorf("serve: drain: %d request(s) still in flight: %w", s.metrics.inflight.Load(), ctx.Err())
 	}
 }
+
+// settle returns once no inference request has been refused for settleQuiet (at most
+// settleMax, or when ctx ends). A client may have sent a request on a keep-alive connection
+// just before the drain that the server has not read yet: http.Server.Shutdown, which comes
+// next, closes such a connection as idle and the client reads a reset instead of an answer.
+// Meanwhile they are read and answered 503 (with Connection: close), and the connections
+// close as they answer.
+func (s *Server) settle(ctx context.Context) {
+	start := time.Now()
+	for time.Since(start) < settleMax && ctx.Err() == nil {
+		last := time.Unix(0, s.lastRefused.Load())
+		if time.Since(last) >= settleQuiet && time.Since(start) >= settleQuiet {
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(settleQuiet / 5):
+		}
+	}
+}
+
+// How long settle waits for refusals to stop, and at most.
+const (
+	settleQuiet = 100 * time.Millisecond
+	settleMax   = 2 * time.Second
+)
 
 // Close stops the instances after the requests already queued, and frees their sessions. It is
 // idempotent; it does not close the model.
@@ -321,6 +363,7 @@ func (s *Server) admit() bool {
 	s.admitMu.RLock()
 	defer s.admitMu.RUnlock()
 	if s.draining.Load() {
+		s.lastRefused.Store(time.Now().UnixNano())
 		return false
 	}
 	s.pending.Add(1)

@@ -69,6 +69,11 @@ func startServer(t testing.TB, m *torchspeed.Model, cfg Config) (*Server, string
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveHTTP(t, s)
+}
+
+// serveHTTP serves s's REST endpoints on 127.0.0.1 until the test ends, then closes s.
+func serveHTTP(t testing.TB, s *Server) (*Server, string) {
 	hs := httptest.NewServer(s.Handler()) // listens on 127.0.0.1
 	t.Cleanup(func() {
 		hs.Close()

@@ -172,11 +172,15 @@ func (m *Model) Reset() error {
 // callerThread stands for the calling goroutine's thread (SessionOptions.CallerThread).
 var callerThread = new(torch.Thread)
 
-// do runs f on th: the shared inference workers when th is nil, the calling thread for
-// callerThread.
+// oneThreadHere stands for the calling goroutine's thread at one intra-op thread
+// (SessionOptions.OneThreadHere): forwards run there, other methods on the shared workers.
+var oneThreadHere = new(torch.Thread)
+
+// do runs f on th: the shared inference workers when th is nil (or oneThreadHere, whose
+// threads keep no OpenMP pool for f to use), the calling thread for callerThread.
 func do(th *torch.Thread, f func()) error {
 	switch th {
-	case nil:
+	case nil, oneThreadHere:
 		torch.Do(f)
 		return nil
 	case callerThread:
@@ -188,7 +192,7 @@ func do(th *torch.Thread, f func()) error {
 
 // closeThread closes a session's own thread.
 func closeThread(th *torch.Thread) {
-	if th != callerThread {
+	if th != callerThread && th != oneThreadHere {
 		th.Close()
 	}
 }
@@ -211,6 +215,8 @@ func tensorCall(mod *torch.Module, th *torch.Thread, method string, inputs []*to
 			return mod.Forward(inputs...)
 		case callerThread:
 			return mod.ForwardOnThisThread(inputs...)
+		case oneThreadHere:
+			return mod.ForwardOneThread(inputs...)
 		}
 		return th.Forward(mod, inputs...)
 	}
@@ -403,6 +409,11 @@ type SessionOptions struct {
 	// bench's streams do, so that each stream uses its own thread's OpenMP pool. Ignored with
 	// OwnThread.
 	CallerThread bool
+	// OneThreadHere runs the session's forwards on the calling goroutine's OS thread with a
+	// one-thread OpenMP team, whatever the process's count, with no hand-off and no pool: any
+	// goroutine may call, locked or not (a server's request handlers). Its other methods run
+	// on the shared inference workers. Ignored with OwnThread or CallerThread.
+	OneThreadHere bool
 }
 
 // NewSession starts a stream from a reset state.
@@ -416,6 +427,8 @@ func (m *Model) NewSession(opts ...SessionOptions) (*Session, error) {
 		s.thread = torch.NewThread()
 	case len(opts) > 0 && opts[0].CallerThread:
 		s.thread = callerThread
+	case len(opts) > 0 && opts[0].OneThreadHere:
+		s.thread = oneThreadHere
 	}
 	if !m.Stateful() {
 		return s, nil

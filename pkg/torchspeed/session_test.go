@@ -92,9 +92,9 @@ func TestConcurrentSessionsStreaming(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				// The shared workers, a thread of the session's own, or the caller's
-				// locked thread (bench's streams).
-				opts := SessionOptions{OwnThread: g%3 == 1, CallerThread: g%3 == 2}
+				// The shared workers, a thread of the session's own, the caller's locked
+				// thread (bench's streams), or forwards on any caller's thread (serve's).
+				opts := SessionOptions{OwnThread: g%4 == 1, CallerThread: g%4 == 2, OneThreadHere: g%4 == 3}
 				if opts.CallerThread {
 					runtime.LockOSThread()
 					defer runtime.UnlockOSThread()
