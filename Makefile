@@ -105,6 +105,7 @@ test-fuzz:
 	$(FUZZ) '^FuzzReadNPZ$$' ./pkg/npy
 	$(FUZZ) '^FuzzLoad$$' ./pkg/config
 	$(FUZZ) '^FuzzVerifyArchive$$' ./pkg/torchspeed
+	$(FUZZ) '^FuzzFastRequest$$' ./pkg/serve
 
 test: build fixtures lint test-purego test-go test-fuzz test-example check-isa
 
