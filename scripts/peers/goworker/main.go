@@ -4,7 +4,8 @@
 //	goworker -model ART.pt -input X.npy -threads N [-ref OUT.npy] [-mode predict|locked|cxx] [-stream]
 //
 // -stream: a stateful streaming model (Silero VAD): X.npy holds the ordered chunks, each call
-// is Predict on the next one with the state carried, and the ready line gives the largest
+// is Session.Predict on the next one (a Session on this goroutine's locked thread, as a Go
+// service runs one audio stream) with the state carried, and the ready line gives the largest
 // difference from OUT.npy over the whole stream (stream.go).
 //
 // Modes, to split the per-call cost from Go (the hop to the locked inference thread, the
@@ -44,7 +45,7 @@ func main() {
 	ref := flag.String("ref", "", "FP32 reference output (npy) for the cosine in the ready line")
 	mode := flag.String("mode", "predict", "predict, locked or cxx")
 	warmup := flag.Int("warmup", 10, "untimed runs before ready")
-	stream := flag.Bool("stream", false, "call Predict on the chunks of -input in order, state carried (predict mode)")
+	stream := flag.Bool("stream", false, "call Session.Predict on the chunks of -input in order, state carried (predict mode)")
 	flag.Parse()
 	run := run
 	if *stream {

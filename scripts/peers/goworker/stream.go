@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -15,17 +16,18 @@ import (
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
 )
 
-// chunkStream is a stateful model called with Predict on the ordered chunks of one tensor
-// (call i takes slice i along the first axis), its state carried in the model between calls,
-// as a Go service streams audio through Silero VAD. The artifact's manifest supplies the
-// constant arguments (sr). At the stream's end the model is reset, untimed.
+// chunkStream is a stateful model's stream, as a Go service streams audio through Silero VAD:
+// a Session (its own copy of the state) on the calling goroutine's locked OS thread, called
+// with Predict on the ordered chunks of one tensor (call i takes slice i along the first axis).
+// The artifact's manifest supplies the constant arguments (sr). At the stream's end the
+// session is reset, untimed.
 type chunkStream struct {
-	m      *torchspeed.Model
+	m      *torchspeed.Session
 	chunks []*torch.Tensor
 	next   int
 }
 
-func newChunkStream(m *torchspeed.Model, path string) (*chunkStream, error) {
+func newChunkStream(m *torchspeed.Session, path string) (*chunkStream, error) {
 	a, err := npy.ReadFile(path)
 	if err != nil {
 		return nil, err
@@ -120,12 +122,23 @@ func (s *chunkStream) maxAbsVs(refPath string) (float64, error) {
 // runStream is run for -stream: ready with max_abs_vs_ref, then "run K" answered with K
 // per-call latencies of Predict on the next chunks.
 func runStream(m *torchspeed.Model, inputPath, refPath string, threads, warmup int, t0 time.Time) error {
-	s, err := newChunkStream(m, inputPath)
+	// Every call runs on this goroutine's thread (Session CallerThread), with its OpenMP pool
+	// sized here, as bench's streams run: no hand-off to the shared inference workers.
+	runtime.LockOSThread()
+	if err := torch.SetNumThreads(max(1, threads)); err != nil {
+		return err
+	}
+	sess, err := m.NewSession(torchspeed.SessionOptions{CallerThread: true})
+	if err != nil {
+		return err
+	}
+	defer sess.Close()
+	s, err := newChunkStream(sess, inputPath)
 	if err != nil {
 		return err
 	}
 	defer s.close()
-	info := map[string]any{"mode": "predict-stream", "threads": threads, "precision": m.Manifest.Precision,
+	info := map[string]any{"mode": "session-stream", "threads": threads, "precision": m.Manifest.Precision,
 		"stream_calls": len(s.chunks), "warnings": m.Warnings}
 	if refPath != "" {
 		if info["max_abs_vs_ref"], err = s.maxAbsVs(refPath); err != nil {
