@@ -68,7 +68,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 PY = "/usr/bin/python3"
-DEFAULT_MODELS = "resnet18,resnet50,mobilenet_v2,transformer_traced,transformer_scripted,digits"
+DEFAULT_MODELS = "resnet18,resnet50,mobilenet_v2,transformer_traced,transformer_scripted,digits,silero_v5,silero_v4"
 # 2: figures from peerstats; ratio_to_best is ProcessRatioCI's (levels over processes), no
 # ratio_rounds_median; p50_ci95 and above_floor added.
 SCHEMA_VERSION = 2
