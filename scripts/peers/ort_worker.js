@@ -57,6 +57,9 @@ class Stream {
     this.session = session;
     this.spec = spec;
     this.input = session.inputNames[0];
+    if (chunks.dims.length !== 3 || chunks.dims[1] !== 1 || chunks.type !== 'float32') {
+      throw new Error(`stream input: want float32 chunks [calls, 1, samples], got ${chunks.type} [${chunks.dims}]`);
+    }
     const [calls, , n] = chunks.dims;
     this.ctx = spec.context || 0;
     this.chunks = [];
@@ -146,8 +149,15 @@ async function streamMain(modelPath, inputPath, threads, refPath, warmup, spec) 
 async function main() {
   const [modelPath, inputPath, threadsArg, refPath, warmupArg, streamArg] = process.argv.slice(2);
   if (streamArg) {
-    await streamMain(modelPath, inputPath, Number(threadsArg), refPath, Math.max(1, Number(warmupArg || 10)),
-      JSON.parse(streamArg));
+    let spec;
+    try {
+      spec = JSON.parse(streamArg);
+      if (!Number.isInteger(spec.sr) || !Array.isArray(spec.state)) throw new Error('want {"sr": int, "state": [...]}');
+    } catch (e) {
+      console.log(`error STREAM_JSON ${JSON.stringify(streamArg).slice(0, 200)}: ${e.message}`);
+      process.exit(1);
+    }
+    await streamMain(modelPath, inputPath, Number(threadsArg), refPath, Math.max(1, Number(warmupArg || 10)), spec);
     return;
   }
   const threads = Number(threadsArg);
