@@ -2,7 +2,8 @@
 # Builds the test fixtures (TorchScript models, saved inputs/outputs, the typed
 # fixtures with their 100-call reference streams (values.py), the
 # digits data and the INT8 references, and the custom-operator library of the
-# custom_op fixture, built with g++) into OUT_DIR (default build/fixtures).
+# custom_op fixture, built with g++), and Silero VAD v4/v5 from third_party with
+# their speech stream (silero.py), into OUT_DIR (default build/fixtures).
 # Reruns skip fixtures whose generator is unchanged (stamps in OUT_DIR/.stamps).
 #
 # Environment: FIXTURES_SKIP_LARGE=1 (no resnet50), FIXTURES_FORCE=1 (rebuild
@@ -31,4 +32,5 @@ export PYTHONHASHSEED=0
 "$py" "$here/fixtures/generate.py" "$out"
 "$py" "$here/fixtures/quantize_reference.py" "$out"
 "$py" "$here/fixtures/values.py" "$out"
+"$py" "$here/fixtures/silero.py" "$out"
 echo "make-fixtures: $out ready in $(( $(date +%s) - start ))s" >&2

@@ -22,6 +22,11 @@ Contenders:
       fixture's calibration data, quantize_dynamic_jit for transformers; engine onednn)
       -- plain PyTorch in Debian's /usr/bin/python3 (torch_worker.py)
   ort-fp32 -- ONNX Runtime 1.30 FP32 (onnxruntime-node), the fixture exported by torch.onnx.export
+      (for real models, the authors' own ONNX file)
+Streaming models (fixtures with a stream, e.g. silero_v4, silero_v5: Silero VAD as shipped) run
+as streams: every call takes the next chunk in order with the state carried, and the table's
+accuracy column is the max abs difference from the reference over the whole stream
+(stream_contenders; docs/benchmarking.md).
   ts-bench, ts-bench-default -- the artifact of `torchspeed optimize -c scripts/peers/configs/M.yaml`
       through `torchspeed bench --serve`, with torchspeed's runtime settings and with libtorch's own
   ts-go -- the same artifact through the Go API (torchspeed.Load + Predict), started by
@@ -63,7 +68,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 PY = "/usr/bin/python3"
-DEFAULT_MODELS = "resnet18,resnet50,mobilenet_v2,transformer_traced,transformer_scripted,digits"
+DEFAULT_MODELS = "resnet18,resnet50,mobilenet_v2,transformer_traced,transformer_scripted,digits,silero_v5,silero_v4"
 # 2: figures from peerstats; ratio_to_best is ProcessRatioCI's (levels over processes), no
 # ratio_rounds_median; p50_ci95 and above_floor added.
 SCHEMA_VERSION = 2
@@ -375,8 +380,70 @@ def optimize(args, entry):
     return os.path.join(out, arts[0]), rep
 
 
+def stream_contenders(args, entry):
+    """The contenders of a stateful streaming model (a fixture with a stream, e.g. Silero VAD as
+    shipped): every one calls forward on the stream's chunks in order, one chunk a call, with
+    the state carried (attributes for TorchScript, state tensors fed back for ONNX Runtime),
+    and starts the stream over from a reset state at its end. Their ready lines carry
+    max_abs_vs_ref: the largest difference of the output (the speech probability) from the
+    fixture's reference over the whole stream."""
+    s = entry["streams"][0]
+    x = os.path.join(args.fixtures, s["args"][0]["tensor"]["file"])
+    sr = str(s["args"][1]["ints"][0])
+    ref = os.path.join(args.fixtures, s["outputs"][0]["file"])
+    model = os.path.join(args.fixtures, entry["file"])
+    t = str(args.threads)
+    out, skipped = [], []
+    pyw = [PY, os.path.join(HERE, "torch_worker.py"), "--model", model, "--input", x, "--threads", t, "--ref", ref,
+           "--stream-sr", sr]
+    for r in ("jit", "freeze_ofi"):
+        out.append(("py-" + r.replace("_", "-"), pyw + ["--recipe", r], "peer"))
+    onnx = entry.get("onnx")
+    if onnx:
+        out.append(("ort-fp32", ["node", os.path.join(HERE, "ort_worker.js"), os.path.join(args.fixtures, onnx["file"]),
+                                 x, t, ref, "10", json.dumps(onnx)], "peer"))
+    else:
+        skipped.append({"contender": "ort-fp32", "why": "the fixture names no ONNX file"})
+    try:
+        art, rep = optimize(args, entry)
+    except (RuntimeError, OSError, ValueError) as e:
+        skipped.append({"contender": "ts-*", "why": str(e)})
+        return out, skipped, None
+    ts_t = "0" if args.thread_choice == "measured" else t
+    ins = ["--input", f"x=seq:{x}", "--input", f"sr=int:{sr}"]
+    tsb = [args.torchspeed, "bench", "--serve", "-m", art, "--warmup", "10"] + ins
+    out.append(("ts-bench", tsb + ["--threads", ts_t, "--runtime", "torchspeed"], "torchspeed"))
+    out.append(("ts-bench-default", tsb + ["--threads", t, "--runtime", "default"], "torchspeed"))
+    gow = [args.goworker, "-model", art, "-input", x, "-threads", ts_t, "-ref", ref, "-stream"]
+    out.append(("ts-go", [args.torchspeed, "launch", "--no-thread-bind", "--artifact", art, "--"] + gow, "torchspeed"))
+    val = rep.get("validation") or {}
+    summary = {"artifact": art, "precision": (rep.get("manifest") or {}).get("precision"),
+               "decisions": rep.get("decisions"), "validation_passed": val.get("passed"),
+               "validation_metrics": val.get("metrics"), "validation_data": val.get("data"),
+               "report": os.path.join(os.path.dirname(art), "report.json"),
+               "max_abs_vs_ref": stream_max_abs(args, art, x, sr, ref)}
+    return out, skipped, summary
+
+
+def stream_max_abs(args, art, x, sr, ref):
+    """The artifact's largest output difference from ref over the stream, from `torchspeed run`
+    (one call per chunk, in order, from a reset state); None when run fails."""
+    import numpy as np
+    path = os.path.join(args.work, os.path.basename(art) + ".stream.npz")
+    r = subprocess.run([args.torchspeed, "run", "-m", art, "--input", f"x=seq:{x}", "--input", f"sr=int:{sr}",
+                        "--save", path, "--quiet"], capture_output=True, text=True)
+    if r.returncode != 0:
+        log(f"{art}: torchspeed run over the stream failed: {r.stderr.strip()[-300:]}")
+        return None
+    want = np.load(ref)
+    got = np.load(path)["output_0"]
+    return float(np.abs(got.reshape(want.shape) - want).max())
+
+
 def contenders(args, entry):
     """(name, argv, kind) for every contender of one model; kind is peer, torchspeed or diagnostic."""
+    if entry.get("streams"):
+        return stream_contenders(args, entry)
     kind = entry["kind"]
     model = os.path.join(args.fixtures, entry["file"])
     x = os.path.join(args.fixtures, entry["inputs"][0]["file"])
@@ -510,7 +577,8 @@ def bench_model(args, entry, rng):
                     skipped.append({"contender": cname, "why": w.error})
                     break
     live = [c for c in procs if procs[c]]
-    result = {"model": name, "kind": entry["kind"], "input_shape": entry["inputs"][0]["shape"],
+    shape = entry["inputs"][0]["shape"] if entry["inputs"] else entry["streams"][0]["args"][0]["tensor"]["shape"][1:]
+    result = {"model": name, "kind": entry["kind"], "input_shape": shape,
               "torchspeed_artifact": ts_info, "skipped": skipped, "contenders": [], "interrupted": False,
               "processes": args.processes}
     interrupted = False
@@ -622,7 +690,7 @@ def markdown(doc):
              f"{interruption_text(doc.get('interruptions_before'))}; "
              f"after {interruption_text(doc.get('interruptions_after'))}.", "",
              "| model | contender | threads | p50 ms | p95 ms | p95/p50 [95% CI] | vs best peer (p50) | 95% CI "
-             "| p50 per process | others' CPU (median/max) | cosine vs FP32 |",
+             "| p50 per process | others' CPU (median/max) | cosine vs FP32 (streams: max abs vs reference) |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in doc["models"]:
         for c in sorted(r["contenders"], key=lambda c: c["p50_ms"]):
@@ -631,11 +699,14 @@ def markdown(doc):
             ci = (f"{c['ratio_ci95'][0]:.2f}-{c['ratio_ci95'][1]:.2f}"
                   if "ratio_ci95" in c and not math.isnan(c["ratio_ci95"][0]) else "")
             cos = (c.get("ready") or {}).get("cosine_vs_fp32")
+            art_err = (r.get("torchspeed_artifact") or {}).get("max_abs_vs_ref") if c["kind"] == "torchspeed" else None
+            err = (c.get("ready") or {}).get("max_abs_vs_ref", art_err)
+            acc = fmt(cos, 4) if err is None else f"max abs {err:.1e}"
             thr = (c.get("ready") or {}).get("threads", "-")
             lines.append(f"| {r['model']} | {c['contender']}{best} | {thr} | {fmt(c['p50_ms'])} | {fmt(c['p95_ms'])} | "
                          f"{tail_cell(c)} | {ratio} | {ci} | "
                          f"{' / '.join(fmt(x) for x in c.get('process_p50_ms', []))} | "
-                         f"{c['other_cpu_median']:.2f}/{c['other_cpu_max']:.2f} | {fmt(cos, 4)} |")
+                         f"{c['other_cpu_median']:.2f}/{c['other_cpu_max']:.2f} | {acc} |")
         for s in r["skipped"]:
             lines.append(f"| {r['model']} | {s['contender']} | not run: {s['why']} | | | | | | | | |")
     tails = tail_lines(doc)

@@ -2,7 +2,13 @@
 """One plain-PyTorch contender of `make bench-peers`: what a user does by hand in Python.
 
 Usage: /usr/bin/python3 torch_worker.py --model M.pt --input X.npy --recipe R --threads N
-           [--calib C.npy] [--ref OUT.npy] [--warmup W] [--save Q.pt]
+           [--calib C.npy] [--ref OUT.npy] [--warmup W] [--save Q.pt] [--stream-sr SR]
+
+With --stream-sr (stateful streaming models such as Silero VAD), X.npy holds the ordered
+chunks (call i takes slice i) and every call is forward(chunk, SR) with the model's state
+carried in its attributes; at the end of the stream reset_states() starts it over, untimed.
+The ready line then gives max_abs_vs_ref: the largest difference from REF over the whole
+stream, run from a reset state.
 
 Recipes (each the documented way to speed a TorchScript model up in PyTorch 1.13):
   jit             torch.jit.load, eval, no_grad
@@ -74,7 +80,15 @@ def prepare(args):
                 raise ValueError(f"recipe cl_freeze_ofi needs a 4-D image input, {args.input} is {x.dim()}-D")
             model = model.to(memory_format=torch.channels_last)
             x = x.contiguous(memory_format=torch.channels_last)
-        model = torch.jit.optimize_for_inference(torch.jit.freeze(model))
+        if args.stream_sr:
+            # The reset method must survive freezing, and the state attributes stay mutable.
+            model = torch.jit.freeze(model, preserved_attrs=["reset_states"])
+            try:
+                model = torch.jit.optimize_for_inference(model)
+            except Exception as e:  # noqa: BLE001 -- what a user does: keep the frozen model
+                notes.append(f"optimize_for_inference failed ({type(e).__name__}), frozen model kept")
+        else:
+            model = torch.jit.optimize_for_inference(torch.jit.freeze(model))
     elif args.recipe == "int8_static":
         if not args.calib:
             raise ValueError("recipe int8_static needs --calib (calibration inputs, npy)")
@@ -108,9 +122,13 @@ def main():
     ap.add_argument("--ref", help="the FP32 reference output (npy) for the cosine in the ready line")
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--save", help="save the prepared model here (to inspect its graph)")
+    ap.add_argument("--stream-sr", type=int, default=0,
+                    help="stream the chunks of --input in order through forward(chunk, SR), state carried")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.set_grad_enabled(False)
+    if args.stream_sr:
+        return stream_main(args)
     t0 = time.perf_counter()
     try:
         model, x, notes = prepare(args)
@@ -139,6 +157,66 @@ def main():
         for _ in range(int(f[1])):
             t = clock()
             model(x)
+            ns.append(clock() - t)
+        print("ns " + " ".join(map(str, ns)), flush=True)
+
+
+class Stream:
+    """The ordered chunks of a streaming model, called one at a time with the state carried."""
+
+    def __init__(self, model, chunks, sr):
+        self.model, self.sr, self.pos = model, sr, 0
+        self.chunks = [chunks[i] for i in range(len(chunks))]
+        model.reset_states()
+
+    def call(self):
+        if self.pos == len(self.chunks):
+            self.model.reset_states()
+            self.pos = 0
+        out = self.model(self.chunks[self.pos], self.sr)
+        self.pos += 1
+        return out
+
+    def max_abs_vs(self, ref):
+        """Runs the whole stream from a reset state and returns the largest difference from ref."""
+        self.pos = len(self.chunks)
+        got = np.stack([first_tensor(self.call()).float().numpy() for _ in self.chunks])
+        return float(np.abs(got.reshape(ref.shape) - ref).max())
+
+
+def stream_main(args):
+    t0 = time.perf_counter()
+    try:
+        model, chunks, notes = prepare(args)
+        st = Stream(model, chunks, args.stream_sr)
+        err = st.max_abs_vs(np.load(args.ref)) if args.ref else None
+        for _ in range(max(1, args.warmup)):
+            st.call()
+    except Exception as e:  # the driver records why this contender has no figures
+        msg = " ".join(str(e).split())[:600]
+        print(f"error {type(e).__name__}: {msg}", flush=True)
+        sys.exit(1)
+    info = {"recipe": args.recipe, "threads": torch.get_num_threads(), "torch": torch.__version__,
+            "setup_s": round(time.perf_counter() - t0, 3), "notes": notes, "stream_calls": len(st.chunks)}
+    if err is not None:
+        info["max_abs_vs_ref"] = err
+    print("ready " + json.dumps(info), flush=True)
+    clock = time.perf_counter_ns
+    for line in sys.stdin:
+        f = line.split()
+        if f == ["quit"]:
+            return
+        if len(f) != 2 or f[0] != "run" or not f[1].isdigit() or int(f[1]) < 1:
+            print(f"error {line.strip()!r}: want \"run K\" with K >= 1, or \"quit\"", flush=True)
+            continue
+        st.call()
+        ns = []
+        for _ in range(int(f[1])):
+            if st.pos == len(st.chunks):
+                st.model.reset_states()
+                st.pos = 0
+            t = clock()
+            st.call()
             ns.append(clock() - t)
         print("ns " + " ".join(map(str, ns)), flush=True)
 

@@ -1,7 +1,12 @@
 // Command goworker is the Go-API contender of `make bench-peers`: a torchspeed artifact loaded
 // with torchspeed.Load and called as a Go service calls it.
 //
-//	goworker -model ART.pt -input X.npy -threads N [-ref OUT.npy] [-mode predict|locked|cxx]
+//	goworker -model ART.pt -input X.npy -threads N [-ref OUT.npy] [-mode predict|locked|cxx] [-stream]
+//
+// -stream: a stateful streaming model (Silero VAD): X.npy holds the ordered chunks, each call
+// is Session.Predict on the next one (a Session on this goroutine's locked thread, as a Go
+// service runs one audio stream) with the state carried, and the ready line gives the largest
+// difference from OUT.npy over the whole stream (stream.go).
 //
 // Modes, to split the per-call cost from Go (the hop to the locked inference thread, the
 // output wrapping) from the model's own time:
@@ -40,11 +45,33 @@ func main() {
 	ref := flag.String("ref", "", "FP32 reference output (npy) for the cosine in the ready line")
 	mode := flag.String("mode", "predict", "predict, locked or cxx")
 	warmup := flag.Int("warmup", 10, "untimed runs before ready")
+	stream := flag.Bool("stream", false, "call Session.Predict on the chunks of -input in order, state carried (predict mode)")
 	flag.Parse()
-	if err := run(*model, *input, *threads, *ref, *mode, *warmup); err != nil {
+	run := run
+	if *stream {
+		run = runStreamFile
+	}
+	err := run(*model, *input, *threads, *ref, *mode, *warmup)
+	if err != nil {
 		fmt.Printf("error %s\n", strings.Join(strings.Fields(err.Error()), " "))
 		os.Exit(1)
 	}
+}
+
+func runStreamFile(modelPath, inputPath string, threads int, refPath, mode string, warmup int) error {
+	if modelPath == "" || inputPath == "" || mode != "predict" {
+		return errors.New("goworker: -stream needs -model and -input, and -mode predict")
+	}
+	t0 := time.Now()
+	m, err := torchspeed.Load(modelPath, torchspeed.LoadOptions{Threads: threads})
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	if threads == 0 && m.Manifest != nil {
+		threads = m.Manifest.Runtime.Threads
+	}
+	return runStream(m, inputPath, refPath, threads, warmup, t0)
 }
 
 func run(modelPath, inputPath string, threads int, refPath, mode string, warmup int) error {
