@@ -82,7 +82,8 @@ type TritonExport struct {
 	// OptimizedSaved: model.pt holds the graph after optimize_for_inference (libtorch could
 	// save and reload it), not the artifact's bytes.
 	OptimizedSaved bool `json:"optimized_saved"`
-	// SavedPasses are the artifact's load-time passes whose result model.pt holds.
+	// SavedPasses are the artifact's load-time passes whose result model.pt holds, and
+	// SavedChannelsLast when its graph converts the inputs to channels-last itself.
 	SavedPasses []string `json:"saved_passes"`
 	// OpLibrary is the copy of torch.OpsLibraryName beside config.pbtxt when model.pt calls
 	// torchspeed's operators ("" otherwise); EnvPath's LD_PRELOAD names it.
