@@ -43,8 +43,8 @@ using tsimpl::MkldnnConstant;
 // holds (padding, stride, dilation, groups), as optimize_for_inference reorders it; else as is.
 at::Tensor to_mkldnn(const at::Tensor& dense, const std::vector<int64_t>& conv) {
   TORCH_CHECK(dense.defined() && dense.device().is_cpu() && dense.layout() == at::kStrided &&
-                  dense.scalar_type() == at::kFloat && dense.dim() > 0,
-              "torchspeed.MkldnnConstant: the saved tensor is not a float32 CPU tensor with dimensions (",
+                  dense.scalar_type() == at::kFloat && dense.dim() > 0 && dense.numel() > 0,
+              "torchspeed.MkldnnConstant: the saved tensor is not a non-empty float32 CPU tensor with dimensions (",
               dense.defined() ? dense.toString() : std::string("undefined"), "); re-export the model");
   at::Tensor m = dense.contiguous().to_mkldnn();
   if (conv.empty()) return m;
