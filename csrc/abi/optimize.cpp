@@ -76,4 +76,32 @@ ts_status* ts_module_fuse_conv_add(const ts_module* m, ts_module** out, int64_t*
   TS_API_END("fuse_conv_add")
 }
 
+const char* ts_mkldnn_serve_unavailable(void) noexcept { return tsimpl::mkldnn_serve_unavailable(); }
+
+ts_status* ts_module_serve_mkldnn(const ts_module* m, ts_module** out, int64_t* constants, int64_t* others) noexcept {
+  TS_API_BEGIN
+  tsimpl::OneThreadTeam team;  // off the inference threads: leave no OpenMP pool
+  TS_CHECK_NOT_NULL(m, "serve_mkldnn");
+  TS_CHECK_NOT_NULL(out, "serve_mkldnn");
+  TS_CHECK_ARG(constants != nullptr && others != nullptr, "serve_mkldnn", "a count out-parameter is NULL");
+  auto h = clone_of(m);
+  auto counts = tsimpl::serve_mkldnn(h->m);
+  *constants = counts.constants;
+  *others = counts.others;
+  *out = h.release();
+  TS_API_END("serve_mkldnn")
+}
+
+ts_status* ts_module_channels_last_inputs(const ts_module* m, const int64_t* inputs, size_t n, ts_module** out) noexcept {
+  TS_API_BEGIN
+  TS_CHECK_NOT_NULL(m, "channels_last_inputs");
+  TS_CHECK_NOT_NULL(out, "channels_last_inputs");
+  TS_CHECK_ARG(inputs != nullptr || n == 0, "channels_last_inputs", "inputs is NULL");
+  auto h = clone_of(m);
+  std::vector<int64_t> idx(inputs, inputs + n);
+  tsimpl::channels_last_inputs(h->m, idx);
+  *out = h.release();
+  TS_API_END("channels_last_inputs")
+}
+
 }  // extern "C"

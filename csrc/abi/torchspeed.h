@@ -68,8 +68,9 @@ extern "C" {
  * 23: removed the test hooks ts_tensor_quantize_per_tensor, _dequantize, _qadd, _linear,
  *     _linear_pack, _linear_packed, _conv2d, _qconv2d_add (now ts_test_* in ts_testing.h), and
  *     ts_module_fast_qdq (its behaviour had changed to _v2's), ts_quant_convert and
- *     ts_quant_dynamic (no caller; use the _v2 functions). */
-#define TS_API_VERSION 23
+ *     ts_quant_dynamic (no caller; use the _v2 functions).
+ * 24: ts_module_serve_mkldnn, ts_mkldnn_serve_unavailable, ts_module_channels_last_inputs. */
+#define TS_API_VERSION 24
 
 typedef struct ts_status ts_status;
 typedef struct ts_module ts_module;
@@ -264,6 +265,24 @@ TS_EXPORT ts_status* ts_module_fuse_conv_add(const ts_module* m, ts_module** out
 /* NULL when this build has torchspeed::conv2d_add; else a static sentence saying why not (the
  * package or libtorch it was built without). */
 TS_EXPORT const char* ts_conv_add_unavailable(void) TS_NOEXCEPT;
+/* A clone of an optimize_for_inference module (borrowed) that torch.jit.save can write and
+ * torch::jit::load read back: each prim::ConstantMKLDNNTensor becomes torchspeed::mkldnn_constant
+ * over a torchspeed.MkldnnConstant (pickled as a plain float tensor, re-laid out for oneDNN by the
+ * loading process: a convolution weight as optimize_for_inference reordered it), and
+ * prim::BroadcastMKLDNNTensors, prim::MKLDNNHardTanh_ and prim::MKLDNNClamp_ become
+ * torchspeed::mkldnn_broadcast and mkldnn_hardtanh_. Same oneDNN layouts and primitives.
+ * *constants gets how many constants were replaced, *others how many other nodes. Nothing is
+ * replaced where ts_mkldnn_serve_unavailable is not NULL. The result runs only where
+ * libtorchspeed or libtorchspeed_ops is loaded. */
+TS_EXPORT ts_status* ts_module_serve_mkldnn(const ts_module* m, ts_module** out, int64_t* constants,
+                                            int64_t* others) TS_NOEXCEPT TS_MUST_CHECK;
+/* NULL when this build has torchspeed::mkldnn_constant; else a static sentence saying why not. */
+TS_EXPORT const char* ts_mkldnn_serve_unavailable(void) TS_NOEXCEPT;
+/* A clone of m (borrowed) whose forward starts with aten::contiguous(x, memory_format=
+ * channels_last) for each of its tensor inputs listed in inputs[0..n) (0-based, self not
+ * counted): stock operators only. */
+TS_EXPORT ts_status* ts_module_channels_last_inputs(const ts_module* m, const int64_t* inputs, size_t n,
+                                                    ts_module** out) TS_NOEXCEPT TS_MUST_CHECK;
 /* Runs forward with n borrowed inputs. */
 TS_EXPORT ts_status* ts_module_forward(const ts_module* m, ts_tensor* const* inputs, size_t n,
                                        ts_outputs** out) TS_NOEXCEPT TS_MUST_CHECK;

@@ -15,4 +15,7 @@ TORCH_LIBRARY(torchspeed, m) {
 #ifdef TS_HAVE_CONV_ADD
   tsimpl::register_conv_add(m);
 #endif
+#ifdef TS_HAVE_MKLDNN_SERVE
+  tsimpl::register_mkldnn_serve(m);
+#endif
 }

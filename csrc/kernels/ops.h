@@ -16,4 +16,6 @@ void register_linear(torch::Library& m);    // linear_packed (fastlinear.cpp)
 void register_conv(torch::Library& m);      // conv2d_gemm (fastconv.cpp)
 void register_encoder(torch::Library& m);   // transformer_encoder_layer (fastencoder.cpp)
 void register_conv_add(torch::Library& m);  // conv2d_add (fastqconv.cpp, built with TS_HAVE_CONV_ADD)
+// MkldnnConstant, mkldnn_constant, mkldnn_broadcast, mkldnn_hardtanh_ (mkldnnserve.cpp, built with TS_HAVE_MKLDNN_SERVE)
+void register_mkldnn_serve(torch::Library& m);
 }  // namespace tsimpl

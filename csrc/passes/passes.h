@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace tsimpl {
 
@@ -51,6 +52,21 @@ int swap_encoder_layer(torch::jit::Node* node);
 int64_t fuse_conv_add(torch::jit::Module& m);
 // nullptr when this build has torchspeed::conv2d_add; otherwise why not.
 const char* conv_add_unavailable() noexcept;
+
+// ---- the served graph (mkldnnserve.cpp) ----
+
+// serve_mkldnn: optimize_for_inference's prim::ConstantMKLDNNTensor, prim::BroadcastMKLDNNTensors
+// and prim::MKLDNNHardTanh_/MKLDNNClamp_ nodes (state in node attributes, which serialization
+// drops) to torchspeed::mkldnn_constant over a torchspeed.MkldnnConstant, mkldnn_broadcast and
+// mkldnn_hardtanh_; same primitives and layouts. Nothing where mkldnn_serve_unavailable() says why.
+struct MkldnnServeCounts {
+  int64_t constants = 0, conv_weights = 0, others = 0;
+};
+MkldnnServeCounts serve_mkldnn(torch::jit::Module& m);
+const char* mkldnn_serve_unavailable() noexcept;
+// Inserts aten::contiguous(x, memory_format=channels_last) at the start of forward for each of
+// its (0-based, self not counted) tensor inputs listed; returns how many.
+int64_t channels_last_inputs(torch::jit::Module& m, const std::vector<int64_t>& inputs);
 
 // ---- quantization rewrites (quant_rewrite.cpp) ----
 

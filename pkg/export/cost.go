@@ -139,7 +139,7 @@ func MeasureCost(a *Artifact, served string, saved []string, o CostOptions) (*Co
 		PlainP50Ms: ms(pl.P50), PlainP95Ms: ms(pl.P95), TorchspeedP50Ms: ms(ts.P50), TorchspeedP95Ms: ms(ts.P95),
 		Ratio: pair.Ratio, RatioLo: pair.RatioLo, RatioHi: pair.RatioHi, Significant: pair.Significant,
 		Verdict: pair.Verdict, Rounds: cmp.Rounds, Threads: torch.NumThreads(), Lost: lostAtPlainLoad(a.Manifest, saved),
-		OpLibrary: slices.ContainsFunc(saved, func(p string) bool { return slices.Contains(opPasses, p) }),
+		OpLibrary: usesOpLibrary(saved),
 	}
 	if o.Params {
 		if c.Params, err = chooseParams(settings, cmp.Results[2:]); err != nil {
@@ -173,10 +173,20 @@ func lostAtPlainLoad(m *torchspeed.Manifest, saved []string) []string {
 	if has(torchspeed.PassFastConv) {
 		lost = append(lost, "the server runs libtorch's own convolutions, not torchspeed's im2col + GEMM over packed weights")
 	}
-	if m.ChannelsLast {
+	if m.ChannelsLast && !slices.Contains(saved, SavedChannelsLast) {
 		lost = append(lost, "the server passes contiguous inputs, not the channels-last ones the artifact was measured with")
 	}
 	return lost
+}
+
+// usesOpLibrary says whether a served graph holding the passes in saved calls torchspeed's
+// operators: those of opPasses, and the oneDNN constants of an optimize_for_inference graph saved
+// where libtorch's own do not load back (1.13).
+func usesOpLibrary(saved []string) bool {
+	if slices.ContainsFunc(saved, func(p string) bool { return slices.Contains(opPasses, p) }) {
+		return true
+	}
+	return slices.Contains(saved, torchspeed.PassOptimizeForInference) && torch.MKLDNNServeUnavailable() == ""
 }
 
 func (c *Cost) sentence() string {

@@ -62,7 +62,8 @@ var (
 // optimize.optimize_for_inference on.
 func artifact(t *testing.T, name string) (string, fixtures.Fixture) {
 	t.Helper()
-	base, ofi := strings.CutSuffix(name, "_ofi")
+	base, cl := strings.CutSuffix(name, "_cl")
+	base, ofi := strings.CutSuffix(base, "_ofi")
 	base, fastConv := strings.CutSuffix(base, "_fastconv")
 	base, fuse := strings.CutSuffix(base, "_fuse")
 	base, fastLinear := strings.CutSuffix(base, "_fastlinear")
@@ -92,6 +93,9 @@ func artifact(t *testing.T, name string) (string, fixtures.Fixture) {
 	}
 	if ofi {
 		c.Optimize.OptimizeForInference = config.On
+	}
+	if cl {
+		c.Optimize.ChannelsLast = config.On
 	}
 	if int8 {
 		if f.Calib == nil || len(f.Calib.Inputs) != 1 {
@@ -481,6 +485,12 @@ func checkServedModel(t *testing.T, a *Artifact, artifactPath, served string, pa
 	t.Helper()
 	hasOFI := slices.Contains(a.Manifest.LoadPasses, torchspeed.PassOptimizeForInference)
 	for _, p := range passes {
+		if p == SavedChannelsLast {
+			if !a.Manifest.ChannelsLast {
+				t.Errorf("served file converts its inputs to channels-last, which the artifact does not")
+			}
+			continue
+		}
 		if !slices.Contains(a.Manifest.LoadPasses, p) {
 			t.Errorf("served file holds %s, which the artifact does not list (%v)", p, a.Manifest.LoadPasses)
 		}

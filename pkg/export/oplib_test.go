@@ -32,10 +32,15 @@ func TestStockLibtorchRunsOps(t *testing.T) {
 		{"digits_int8_fastqdq", torchspeed.PassFastQDQ, "torchspeed::quantize_per_tensor"},
 		{"digits_fastconv", torchspeed.PassFastConv, "torchspeed::conv2d_gemm"},
 		{"transformer_traced_fastlinear", torchspeed.PassFastLinear, "torchspeed::linear_packed"},
+		// A CNN's optimize_for_inference graph (oneDNN convolutions), channels-last input.
+		{"digits_ofi_cl", torchspeed.PassOptimizeForInference, "torchspeed::mkldnn_constant"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if c.pass == torchspeed.PassFastQDQ && !torch.FastQDQApplies() {
 				t.Skip("libtorch has FBGEMM: fast_qdq swaps nothing")
+			}
+			if c.pass == torchspeed.PassOptimizeForInference && (mkldnnBroken != "" || torch.MKLDNNServeUnavailable() != "") {
+				t.Skip(mkldnnBroken + torch.MKLDNNServeUnavailable())
 			}
 			path, f := artifact(t, c.name)
 			a, err := Inspect(path)
@@ -44,6 +49,9 @@ func TestStockLibtorchRunsOps(t *testing.T) {
 			}
 			if !slices.Contains(a.Manifest.LoadPasses, c.pass) {
 				t.Fatalf("artifact load passes %v: want %s", a.Manifest.LoadPasses, c.pass)
+			}
+			if strings.HasSuffix(c.name, "_cl") && !a.Manifest.ChannelsLast {
+				t.Fatalf("artifact %s: channels_last forced on, manifest says off", c.name)
 			}
 			repo := t.TempDir()
 			e, err := WriteTriton(a, repo, TritonOptions{})
@@ -76,8 +84,14 @@ func TestStockLibtorchRunsOps(t *testing.T) {
 			if counts[c.op] == 0 {
 				t.Fatalf("model.pt calls no %s: %v", c.op, counts)
 			}
+			checkServedManifest(t, e.ModelPath, a.Manifest, e.SavedPasses)
 			checkPlainLoad(t, tsRun, e.OpLibrary, e.ModelPath, path, a, f)
 			checkPythonLoad(t, python, e.OpLibrary, e.ModelPath, path, a, f)
+			if c.pass == torchspeed.PassOptimizeForInference {
+				// The oneDNN weights are laid out by the loading process for its own CPU: a
+				// server capped to AVX2 (another blocking than AVX-512's) answers alike.
+				checkPythonLoad(t, python, e.OpLibrary, e.ModelPath, path, a, f, "ONEDNN_MAX_CPU_ISA=AVX2")
+			}
 			// Without the library stock libtorch cannot resolve the operators: the export must
 			// ship it, and the test above proves the library is what makes the graph load.
 			out, err := exec.Command(tsRun, e.ModelPath).CombinedOutput()
@@ -88,9 +102,44 @@ func TestStockLibtorchRunsOps(t *testing.T) {
 	}
 }
 
+// checkServedManifest: the served file's manifest lists no load-time pass and no channels-last
+// conversion that its graph already holds, so torchspeed.Load does not apply them again; a
+// channels-last artifact's served graph converts its inputs itself.
+func checkServedManifest(t *testing.T, model string, artifact *torchspeed.Manifest, saved []string) {
+	t.Helper()
+	served, err := Inspect(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(served.Manifest.LoadPasses) != 0 {
+		t.Errorf("the served manifest still lists load-time passes %v", served.Manifest.LoadPasses)
+	}
+	if artifact.ChannelsLast != slices.Contains(saved, SavedChannelsLast) {
+		t.Errorf("artifact channels_last %v, saved passes %v: the served graph must convert its inputs exactly when the artifact does", artifact.ChannelsLast, saved)
+	}
+	if served.Manifest.ChannelsLast {
+		t.Errorf("the served manifest says channels_last although its graph converts the inputs")
+	}
+	mod, err := torch.Load(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mod.Close()
+	counts, err := mod.NodeCounts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if artifact.ChannelsLast && counts["aten::contiguous"] == 0 {
+		t.Errorf("the served graph of a channels-last artifact has no aten::contiguous: %v", counts)
+	}
+	if counts["prim::ConstantMKLDNNTensor"] != 0 {
+		t.Errorf("the served graph keeps prim::ConstantMKLDNNTensor, which serialization drops: %v", counts)
+	}
+}
+
 // checkPythonLoad runs model in Python PyTorch (torch.ops.load_library(opLib), torch.jit.load)
 // on the fixture's inputs and compares with the artifact run by torchspeed.Load.
-func checkPythonLoad(t *testing.T, python, opLib, model, artifactPath string, a *Artifact, f fixtures.Fixture) {
+func checkPythonLoad(t *testing.T, python, opLib, model, artifactPath string, a *Artifact, f fixtures.Fixture, env ...string) {
 	t.Helper()
 	dir := t.TempDir()
 	engine := a.Manifest.QEngine
@@ -101,7 +150,9 @@ func checkPythonLoad(t *testing.T, python, opLib, model, artifactPath string, a 
 	for _, in := range f.Inputs {
 		args = append(args, f.Path(in.File))
 	}
-	if out, err := exec.Command(python, args...).CombinedOutput(); err != nil {
+	cmd := exec.Command(python, args...)
+	cmd.Env = append(os.Environ(), env...)
+	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("%s %v: %v\n%s", python, args, err, out)
 	}
 	want := torchspeedOutputs(t, artifactPath, f)
@@ -159,10 +210,12 @@ func torchspeedOutputs(t *testing.T, artifactPath string, f fixtures.Fixture) []
 	return res
 }
 
-// A CNN's optimize_for_inference graph (oneDNN prepacked convolutions) does not load back in
-// libtorch 1.13: the served graph then holds the artifact's other passes, with torchspeed's
-// operators, and the note says optimize_for_inference was left out and why.
-func TestServedModelLeavesOutOFI(t *testing.T) {
+// A CNN's optimize_for_inference graph (oneDNN convolutions) does not load back in libtorch 1.13
+// as the pass leaves it: the served graph holds it with torchspeed's serializable oneDNN constants
+// (where this build has them), so nothing of the pass is lost; otherwise it holds the artifact's
+// other passes and the note says optimize_for_inference was left out and why. With stock
+// operators only, the pass is never in the served file.
+func TestServedModelKeepsOFI(t *testing.T) {
 	if mkldnnBroken != "" {
 		t.Skip(mkldnnBroken)
 	}
@@ -194,14 +247,46 @@ func TestServedModelLeavesOutOFI(t *testing.T) {
 	if counts["torchspeed::linear_packed"] == 0 {
 		t.Errorf("the served file calls no torchspeed::linear_packed: %v", counts)
 	}
-	if slices.Contains(sm.passes, torchspeed.PassOptimizeForInference) {
-		t.Logf("libtorch %s loads this optimize_for_inference graph back: %s", torch.Version(), sm.note)
-		return
+	lost := strings.Join(lostAtPlainLoad(a.Manifest, sm.passes), "; ")
+	if torch.MKLDNNServeUnavailable() == "" {
+		if !slices.Contains(sm.passes, torchspeed.PassOptimizeForInference) || counts["torchspeed::mkldnn_constant"] == 0 || counts["prim::mkldnn_convolution"] == 0 {
+			t.Fatalf("served passes %v, nodes %v: want optimize_for_inference's oneDNN convolutions over torchspeed::mkldnn_constant (note %q)", sm.passes, counts, sm.note)
+		}
+		if strings.Contains(lost, "optimize_for_inference") {
+			t.Errorf("what a server loses: %q, though the served graph holds optimize_for_inference", lost)
+		}
+	} else {
+		if slices.Contains(sm.passes, torchspeed.PassOptimizeForInference) {
+			t.Logf("libtorch %s loads this optimize_for_inference graph back: %s", torch.Version(), sm.note)
+		} else {
+			if !strings.Contains(sm.note, "the optimize_for_inference graph is left out") {
+				t.Errorf("note %q does not say optimize_for_inference was left out", sm.note)
+			}
+			if !strings.Contains(lost, "optimize_for_inference cannot be saved") {
+				t.Errorf("what a server loses: %q, want optimize_for_inference named", lost)
+			}
+		}
 	}
-	if !strings.Contains(sm.note, "the optimize_for_inference graph is left out") {
-		t.Errorf("note %q does not say optimize_for_inference was left out", sm.note)
+	stock := filepath.Join(t.TempDir(), "model.pt")
+	ss, err := writeServedModel(a, stock, true)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if l := strings.Join(lostAtPlainLoad(a.Manifest, sm.passes), "; "); !strings.Contains(l, "optimize_for_inference cannot be saved") {
-		t.Errorf("what a server loses: %q, want optimize_for_inference named", l)
+	if ss.ops || slices.Contains(ss.passes, torchspeed.PassFastLinear) {
+		t.Errorf("stock-ops served file: passes %v, ops %v: want no torchspeed operator", ss.passes, ss.ops)
+	}
+	sp, err := torch.Load(stock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := sp.NodeCounts()
+	sp.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for op, n := range sc {
+		if strings.HasPrefix(op, "torchspeed::") && n > 0 {
+			t.Errorf("stock-ops served file calls %s", op)
+		}
 	}
 }

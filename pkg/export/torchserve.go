@@ -86,7 +86,8 @@ type TorchServeExport struct {
 	ArchiverCommand string                    `json:"archiver_command"`
 	// OptimizedSaved: NAME.pt holds the graph after optimize_for_inference, not the artifact.
 	OptimizedSaved bool `json:"optimized_saved"`
-	// SavedPasses are the artifact's load-time passes whose result NAME.pt holds.
+	// SavedPasses are the artifact's load-time passes whose result NAME.pt holds, and
+	// SavedChannelsLast when its graph converts the inputs to channels-last itself.
 	SavedPasses []string `json:"saved_passes"`
 	Notes       []string `json:"notes"`
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/torchspeed/torchspeed/pkg/bench"
 	"github.com/torchspeed/torchspeed/pkg/export/tritonpb"
 	"github.com/torchspeed/torchspeed/pkg/runenv"
+	"github.com/torchspeed/torchspeed/pkg/torchspeed"
 	"github.com/torchspeed/torchspeed/pkg/tserr"
 )
 
@@ -81,7 +82,8 @@ type TritonExport struct {
 	// OptimizedSaved: model.pt holds the graph after optimize_for_inference (libtorch could
 	// save and reload it), not the artifact's bytes.
 	OptimizedSaved bool `json:"optimized_saved"`
-	// SavedPasses are the artifact's load-time passes whose result model.pt holds.
+	// SavedPasses are the artifact's load-time passes whose result model.pt holds, and
+	// SavedChannelsLast when its graph converts the inputs to channels-last itself.
 	SavedPasses []string `json:"saved_passes"`
 	// OpLibrary is the copy of torch.OpsLibraryName beside config.pbtxt when model.pt calls
 	// torchspeed's operators ("" otherwise); EnvPath's LD_PRELOAD names it.
@@ -436,18 +438,34 @@ func tritonConfigText(a *Artifact, e *TritonExport, served string, measure *Cost
 	return MarshalTritonConfig(e.Config)
 }
 
-// opsLibrary is torch.OpsLibraryName to ship with a's served model, when a lists passes that
-// call torchspeed's operators and stockOps is off; otherwise stock is true (serve libtorch's
-// operators only), with why saying so when the library was wanted but is missing.
+// opsLibrary is torch.OpsLibraryName to ship with a's served model, when its served graph may
+// call torchspeed's operators (mayCallOps) and stockOps is off. stock is true (serve libtorch's
+// operators only, and the served graph as before) with stockOps, or with why saying so when the
+// library was wanted but is missing. An artifact whose served graph calls no torchspeed operator
+// gets no library and stock false: its graph may still hold what needs none (the channels-last
+// input conversion).
 func opsLibrary(a *Artifact, stockOps bool) (lib string, stock bool, why string) {
-	if stockOps || !slices.ContainsFunc(a.Manifest.LoadPasses, func(p string) bool { return slices.Contains(opPasses, p) }) {
+	if stockOps {
 		return "", true, ""
+	}
+	if !mayCallOps(a.Manifest) {
+		return "", false, ""
 	}
 	lib, err := torch.OpsLibraryPath()
 	if err != nil {
 		return "", true, "served with libtorch's operators only: " + err.Error()
 	}
 	return lib, false, ""
+}
+
+// mayCallOps says whether the served graph of an artifact with manifest m may call torchspeed's
+// operators: it has passes that do, or an optimize_for_inference graph that this build saves
+// with torchspeed's serializable oneDNN constants (a CNN's, with libtorch 1.13).
+func mayCallOps(m *torchspeed.Manifest) bool {
+	if slices.ContainsFunc(m.LoadPasses, func(p string) bool { return slices.Contains(opPasses, p) }) {
+		return true
+	}
+	return slices.Contains(m.LoadPasses, torchspeed.PassOptimizeForInference) && torch.MKLDNNServeUnavailable() == ""
 }
 
 // lockDir takes an exclusive flock on the folder dir itself (no lock file left behind); the
