@@ -359,11 +359,33 @@ func TestFastLinearPassOnTransformer(t *testing.T) {
 			}
 			t.Logf("%s: %d linears swapped (%d with relu); outputs within 1e-5", what, nl, nr)
 			torch.CloseOutputs(got)
+			otherShapes(t, what, m, fast, f.Inputs[0].Shape[2])
 			fast.Close()
 		}
 		torch.CloseOutputs(want)
 		frozen.Close()
 		opt.Close()
+	}
+}
+
+// otherShapes: the swapped module answers as the original at batch sizes and sequence lengths
+// other than the fixture's (the fused layers read them at run time, as the traced size ops did).
+func otherShapes(t *testing.T, what string, orig, fast *torch.Module, d int64) {
+	t.Helper()
+	r := rand.New(rand.NewPCG(13, 14))
+	for _, bt := range [][2]int64{{1, 1}, {2, 5}, {3, 33}} {
+		x := newTensor(t, randFloats(r, int(bt[0]*bt[1]*d)), bt[0], bt[1], d)
+		want, err := orig.Forward(x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := fast.Forward(x)
+		if err != nil {
+			t.Fatalf("%s, input [%d, %d, %d]: %v", what, bt[0], bt[1], d, err)
+		}
+		closeTo(t, fmt.Sprintf("%s, input [%d, %d, %d]", what, bt[0], bt[1], d), got[0].Tensor, want[0].Tensor, 1e-5)
+		torch.CloseOutputs(got)
+		torch.CloseOutputs(want)
 	}
 }
 
