@@ -206,7 +206,7 @@ c10::optional<Attention> attention_of(Value* out, int64_t D) {
   }
   auto heads = heads_of(qs->input(1), xt);
   if (!heads || *heads <= 0 || D % *heads != 0) return c10::nullopt;
-  const double dh = static_cast<double>(D / *heads);
+  const double dh = static_cast<double>(D) / static_cast<double>(*heads);  // D % heads == 0
   if (std::abs(*divisor - std::sqrt(dh)) > 1e-6 * std::sqrt(dh)) return c10::nullopt;
   return Attention{qkv->x->node()->input(0), *qkv, *heads};
 }
