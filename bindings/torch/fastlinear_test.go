@@ -329,6 +329,9 @@ func TestFastLinearPassOnTransformer(t *testing.T) {
 					t.Errorf("%s: libtorch %s: node counts %v: want no encoder layer swapped", what, torch.Version(), keysWith(counts, "encoder"))
 				}
 				layers = -1
+				if name == "transformer_traced" {
+					layers = 0 // its linears are swapped one by one: only the attention stays ATen's
+				}
 			}
 			if layers > 0 && (counts["torchspeed::transformer_encoder_layer"] != layers || counts["aten::_transformer_encoder_layer_fwd"] != 0) {
 				t.Errorf("%s: node counts %v: want all %d encoder layer(s) swapped", what, keysWith(counts, "encoder"), layers)
@@ -338,7 +341,7 @@ func TestFastLinearPassOnTransformer(t *testing.T) {
 			}
 			// The linears that run are torchspeed's, not the ops' ATen fallback: no GEMM of
 			// ATen's but the attention's batched ones, and those only where the heads are too
-			// narrow for the encoder layer's own attention loops (and in the traced graph).
+			// narrow for the encoder layer's own attention loops (and in a traced graph not fused).
 			work, err := fast.OpWork(in...)
 			if err != nil {
 				t.Fatal(err)
@@ -346,7 +349,10 @@ func TestFastLinearPassOnTransformer(t *testing.T) {
 			for op, w := range work {
 				// libtorch 2.x runs the traced attention as one scaled_dot_product op.
 				attention := op == "aten::bmm" || strings.Contains(op, "scaled_dot_product")
-				if w.Calls > 0 && layers >= 0 && (!attention || name != "transformer_prenorm") {
+				// ATen's attention runs where the heads are too narrow for the layer's loops
+				// (prenorm) and in a traced graph the fusion does not match (libtorch 2.x).
+				atenAttention := name == "transformer_prenorm" || (name == "transformer_traced" && packed != 0)
+				if w.Calls > 0 && layers >= 0 && (!attention || !atenAttention) {
 					t.Errorf("%s: ATen still runs %d %s call(s) (ops run: %v)", what, w.Calls, op, work)
 				}
 			}
