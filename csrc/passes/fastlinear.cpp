@@ -1,12 +1,14 @@
 // The fast_linear pass: swaps torchspeed::linear_packed (kernels/fastlinear.cpp) in for
 // aten::linear and for the aten::matmul (+ aten::add bias) pair that optimize_for_inference leaves,
-// fusing a following relu, and aten::_transformer_encoder_layer_fwd for
-// torchspeed::transformer_encoder_layer (kernels/fastencoder.cpp).
+// fusing a following relu, and aten::_transformer_encoder_layer_fwd (a scripted layer's, or a traced
+// layer's ops fused into one by fuse_encoder.cpp) for torchspeed::transformer_encoder_layer
+// (kernels/fastencoder.cpp).
 #include <torch/csrc/jit/ir/constants.h>
 
 #include <vector>
 
 #include "fastlinear.h"
+#include "fuse_encoder.h"
 #include "passes.h"
 
 namespace {
@@ -103,7 +105,10 @@ tsimpl::SwapCounts tsimpl::fast_linear(torch::jit::Module& m) {
   Counts counts;
   if (tsfast::cpu_isa() == tsfast::Isa::Scalar) return counts;  // without AVX2+FMA: unchanged
   at::NoGradGuard guard;  // packed constants are plain tensors, not inference ones
-  for_each_method_graph(m, [&counts](const auto& g) { swap_block(g->block(), counts); });
+  for_each_method_graph(m, [&counts](const auto& g) {
+    fuse_traced_encoder_layers(g);  // first: its layers' linears then go whole to the encoder op
+    swap_block(g->block(), counts);
+  });
   return counts;
 }
 

@@ -419,9 +419,10 @@ func TestServedModelWithFastQDQ(t *testing.T) {
 }
 
 // An FP32 artifact with the fast_linear load pass serves as a graph that calls
-// torchspeed::linear_packed, or with --stock-ops ATen's linears.
+// torchspeed::transformer_encoder_layer (the traced layers fused whole), or with --stock-ops
+// ATen's linears.
 func TestServedModelWithFastLinear(t *testing.T) {
-	checkServedOps(t, "transformer_traced_fastlinear", torchspeed.PassFastLinear, "torchspeed::linear_packed", "aten::linear", "GEMM over packed weights")
+	checkServedOps(t, "transformer_traced_fastlinear", torchspeed.PassFastLinear, "torchspeed::transformer_encoder_layer", "aten::linear", "GEMM over packed weights")
 }
 
 // checkServedOps: the artifact lists pass; its served file calls op (and names pass among the

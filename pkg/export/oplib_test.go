@@ -31,7 +31,7 @@ func TestStockLibtorchRunsOps(t *testing.T) {
 	}{
 		{"digits_int8_fastqdq", torchspeed.PassFastQDQ, "torchspeed::quantize_per_tensor"},
 		{"digits_fastconv", torchspeed.PassFastConv, "torchspeed::conv2d_gemm"},
-		{"transformer_traced_fastlinear", torchspeed.PassFastLinear, "torchspeed::linear_packed"},
+		{"transformer_traced_fastlinear", torchspeed.PassFastLinear, "torchspeed::transformer_encoder_layer"},
 		// A CNN's optimize_for_inference graph (oneDNN convolutions), channels-last input.
 		{"digits_ofi_cl", torchspeed.PassOptimizeForInference, "torchspeed::mkldnn_constant"},
 	} {
