@@ -11,7 +11,7 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 LDFLAGS  := -X github.com/torchspeed/torchspeed/pkg/version.Version=$(VERSION)
 PREFIX   ?= /usr/local
 
-.PHONY: all setup shim build fixtures test test-go test-purego test-fuzz test-example check-isa lint lint-cpp lint-cpp-files demo bench bench-peers check-libtorch2 install proto clean
+.PHONY: all setup shim build fixtures test test-go test-purego test-fuzz test-example check-isa lint lint-cpp lint-cpp-files demo bench bench-peers peers-pt2-root check-libtorch2 install proto clean
 
 all: build
 
@@ -158,6 +158,11 @@ bench-peers: build $(if $(TORCHSPEED_FIXTURES),,fixtures)
 	$(CC) -O2 -Wall -Wextra -Werror -fopenmp -o $(BUILD)/peers/floor_worker scripts/peers/floor_worker.c
 	/usr/bin/python3 scripts/peers/bench_peers.py --torchspeed $(BIN) --goworker $(BUILD)/peers/goworker \
 		--peerstats $(BUILD)/peers/peerstats --floor-worker $(BUILD)/peers/floor_worker $(PEERS_ARGS)
+
+# The Debian 13 root the PyTorch 2 peers of bench-peers run in (torch.compile, PT2E INT8): run as
+# root, about 20 min the first time (downloads); bench-peers lists those peers as skipped without it.
+peers-pt2-root:
+	nice -n 5 bash scripts/peers/pt2-root.sh
 
 # Build and test against libtorch 2.6 in a Debian 13 chroot (not part of make test; see the script).
 check-libtorch2:
