@@ -127,8 +127,15 @@ def quantize_pt2e(model, x, calib_path):
         prepared(calib[i:i + 1])
     converted = convert_pt2e(prepared)
     torch.ao.quantization.move_exported_model_to_eval(converted)
-    return converted, f"X86InductorQuantizer default config, {len(calib)} calibration inputs " \
-                      f"from {os.path.basename(calib_path)}"
+    # Weights quantized by convert_pt2e show as dequantize_per_channel nodes: none means the
+    # quantizer annotated no conv or linear, and the "INT8" model would be the float one.
+    ops = [str(n.target) for n in converted.graph.nodes if n.op == "call_function"]
+    weights = sum("dequantize_per_channel" in t for t in ops)
+    if weights == 0:
+        raise ValueError("X86InductorQuantizer quantized no layer of this model (export records no conv or linear "
+                         "it annotates): no INT8 model to time")
+    return converted, (f"X86InductorQuantizer default config, {len(calib)} calibration inputs from "
+                       f"{os.path.basename(calib_path)}: {weights} layer(s) INT8")
 
 
 def prepare(args, x):
@@ -137,6 +144,12 @@ def prepare(args, x):
     eager, diff = same_weights(args.fixture, args.model, x)
     info = {"eager_vs_torchscript_maxabs": diff,
             "notes": [f"eager {args.fixture} with the TorchScript state_dict: max |diff| {diff:.2e}"]}
+    if any(isinstance(m, torch.nn.TransformerEncoderLayer) for m in eager.modules()):
+        # Without grad, nn.TransformerEncoderLayer takes its fused fast path, one opaque
+        # kernel per layer: Inductor would only call it, and PT2E would find no linear layer
+        # to quantize. Off, both see the layers' linears, attention and norms.
+        torch.backends.mha.set_fastpath_enabled(False)
+        info["notes"].append("nn.MultiheadAttention fast path off (torch.backends.mha)")
     if args.recipe == "pt2e_int8":
         if not args.calib:
             raise ValueError("recipe pt2e_int8 needs --calib (calibration inputs, npy)")
