@@ -11,7 +11,7 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 LDFLAGS  := -X github.com/torchspeed/torchspeed/pkg/version.Version=$(VERSION)
 PREFIX   ?= /usr/local
 
-.PHONY: all setup shim build fixtures test test-go test-purego test-fuzz test-example check-isa lint lint-cpp lint-cpp-files demo bench bench-peers peers-pt2-root check-libtorch2 install proto clean
+.PHONY: all setup shim build fixtures test test-go test-purego test-fuzz test-example check-isa lint lint-cpp lint-cpp-files demo bench bench-peers peers-pt2-root test-peers check-libtorch2 install proto clean
 
 all: build
 
@@ -106,7 +106,7 @@ test-fuzz:
 	$(FUZZ) '^FuzzLoad$$' ./pkg/config
 	$(FUZZ) '^FuzzVerifyArchive$$' ./pkg/torchspeed
 
-test: build fixtures lint test-purego test-go test-fuzz test-example check-isa
+test: build fixtures lint test-purego test-go test-fuzz test-example check-isa test-peers
 
 # The instruction-set matrix: the INT8 and kernel tests with lower paths forced (AVX2 without
 # VNNI, AVX-512 without VNNI, no vector kernels) on the CPU at hand, and the CLI on an emulated
@@ -126,6 +126,11 @@ install: shim
 	@echo "installed into $(abspath $(PREFIX)); Go programs: PKG_CONFIG_PATH=$(abspath $(PREFIX))/lib/pkgconfig go build -tags torchspeed_pkgconfig"
 
 # The example service built against a `make install` into a temp prefix, answering on 127.0.0.1.
+# The PyTorch 2 peer's logic that needs no PyTorch 2 root (scripts/peers/pt2_worker_test.py): the
+# fixtures' weights moved into their eager modules in this machine's torch, bench_peers' listing.
+test-peers: fixtures
+	/usr/bin/python3 -m unittest discover -s scripts/peers -p '*_test.py'
+
 test-example: build fixtures
 	bash examples/serve/test.sh
 
