@@ -22,6 +22,9 @@ Contenders:
       fixture's calibration data, quantize_dynamic_jit for transformers; engine onednn)
       -- plain PyTorch in Debian's /usr/bin/python3 (torch_worker.py)
   ort-fp32 -- ONNX Runtime 1.30 FP32 (onnxruntime-node), the fixture exported by torch.onnx.export
+  pt2-inductor-Nt, pt2-inductor-max-autotune-Nt, pt2e-int8-Nt -- PyTorch 2.6's torch.compile and
+      PT2E INT8 (pt2_worker.py) at 1 and --threads threads, in the Debian 13 root of
+      `make peers-pt2-root` (skipped without it; --pt2-recipes, --no-pt2)
   ts-bench, ts-bench-default -- the artifact of `torchspeed optimize -c scripts/peers/configs/M.yaml`
       through `torchspeed bench --serve`, with torchspeed's runtime settings and with libtorch's own
   ts-go -- the same artifact through the Go API (torchspeed.Load + Predict), started by
@@ -429,16 +432,21 @@ def contenders(args, entry):
 PT2_RECIPES = ("inductor", "inductor_max_autotune", "pt2e_int8")
 
 
+def pt2_recipe_list(spec):
+    recipes = [r.strip() for r in spec.split(",") if r.strip()]
+    bad = [r for r in recipes if r not in PT2_RECIPES]
+    if bad:
+        sys.exit(f"bench-peers: --pt2-recipes {','.join(bad)}: want some of {','.join(PT2_RECIPES)}")
+    return recipes
+
+
 def pt2_contenders(args, entry, calib):
     """The PyTorch 2 peers (scripts/peers/pt2_worker.py in the Debian 13 root of
     `make peers-pt2-root`), each at 1 and at --threads threads: a user tunes the count, and the
     faster one is the one that can be the best peer. ([(name, argv, kind)], [skipped])."""
     if args.pt2_root is None:
         return [], []
-    recipes = [r.strip() for r in args.pt2_recipes.split(",") if r.strip()]
-    bad = [r for r in recipes if r not in PT2_RECIPES]
-    if bad:
-        sys.exit(f"bench-peers: --pt2-recipes {','.join(bad)}: want some of {','.join(PT2_RECIPES)}")
+    recipes = pt2_recipe_list(args.pt2_recipes)
     names = [r.replace("pt2e_", "pt2e-").replace("inductor", "pt2-inductor").replace("_", "-") for r in recipes]
     why = None
     if not os.path.isfile(os.path.join(args.pt2_root, ".ts-pt2-ready")):
@@ -830,6 +838,7 @@ def main():
         sys.exit("bench-peers: node not on PATH: apt-get install nodejs npm")
     args.work = os.path.abspath(args.work)
     args.pt2_root = args.pt2_root and os.path.abspath(args.pt2_root)
+    pt2_recipe_list(args.pt2_recipes)
     cpus = sorted(os.sched_getaffinity(0))
     if args.threads < 1 or args.threads > len(cpus):
         sys.exit(f"bench-peers: --threads {args.threads}: want 1 to the {len(cpus)} CPUs this process may use")
