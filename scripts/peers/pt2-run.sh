@@ -34,8 +34,9 @@ exec unshare --mount --propagation private /bin/bash -c '
 set -euo pipefail
 root=$1 scripts=$2 fixtures=$3 work=$4
 shift 4
-mount -t proc proc "$root/proc"
-mount -t sysfs -o ro sysfs "$root/sys"
+# Already there when check-libtorch2.sh runs in the same root: sysfs cannot be mounted twice.
+mountpoint -q "$root/proc" || mount -t proc proc "$root/proc"
+mountpoint -q "$root/sys" || mount -t sysfs -o ro sysfs "$root/sys"
 mount -t tmpfs -o mode=1777 tmpfs "$root/tmp"
 mount -t tmpfs -o mode=1777 tmpfs "$root/dev/shm"
 mount --bind -o ro "$scripts" "$root/mnt/scripts"
