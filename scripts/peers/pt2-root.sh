@@ -22,7 +22,10 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 root="${PT2_ROOT:-$repo/build/_pt2-root}"
 suite=trixie
 tag=pt2-root
-pkgs=(python3-torch python3-torchvision python3-numpy python3-dev python3-setuptools g++ libtorch-dev)
+# OpenBLAS: without it Debian's torch calls the reference BLAS for float matmul (10x slower
+# linear layers); Debian 12's torch 1.13, which the other peers run, uses OpenBLAS.
+pkgs=(python3-torch python3-torchvision python3-numpy python3-dev python3-setuptools g++ libtorch-dev
+	libopenblas0-pthread)
 
 t0=$(date +%s)
 cleanup() {
