@@ -11,7 +11,7 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 LDFLAGS  := -X github.com/torchspeed/torchspeed/pkg/version.Version=$(VERSION)
 PREFIX   ?= /usr/local
 
-.PHONY: all setup shim build fixtures test test-go test-purego test-fuzz test-example check-isa lint lint-cpp lint-cpp-files demo bench bench-peers check-libtorch2 install proto clean
+.PHONY: all setup shim build fixtures test test-go test-purego test-fuzz test-example check-isa lint lint-cpp lint-cpp-files demo bench bench-peers peers-pt2-root test-peers check-libtorch2 install proto clean
 
 all: build
 
@@ -107,7 +107,7 @@ test-fuzz:
 	$(FUZZ) '^FuzzVerifyArchive$$' ./pkg/torchspeed
 	$(FUZZ) '^FuzzFastRequest$$' ./pkg/serve
 
-test: build fixtures lint test-purego test-go test-fuzz test-example check-isa
+test: build fixtures lint test-purego test-go test-fuzz test-example check-isa test-peers
 
 # The instruction-set matrix: the INT8 and kernel tests with lower paths forced (AVX2 without
 # VNNI, AVX-512 without VNNI, no vector kernels) on the CPU at hand, and the CLI on an emulated
@@ -127,6 +127,11 @@ install: shim
 	@echo "installed into $(abspath $(PREFIX)); Go programs: PKG_CONFIG_PATH=$(abspath $(PREFIX))/lib/pkgconfig go build -tags torchspeed_pkgconfig"
 
 # The example service built against a `make install` into a temp prefix, answering on 127.0.0.1.
+# The PyTorch 2 peer's logic that needs no PyTorch 2 root (scripts/peers/pt2_worker_test.py): the
+# fixtures' weights moved into their eager modules in this machine's torch, bench_peers' listing.
+test-peers: fixtures
+	/usr/bin/python3 -m unittest discover -s scripts/peers -p '*_test.py'
+
 test-example: build fixtures
 	bash examples/serve/test.sh
 
@@ -159,6 +164,11 @@ bench-peers: build $(if $(TORCHSPEED_FIXTURES),,fixtures)
 	$(CC) -O2 -Wall -Wextra -Werror -fopenmp -o $(BUILD)/peers/floor_worker scripts/peers/floor_worker.c
 	/usr/bin/python3 scripts/peers/bench_peers.py --torchspeed $(BIN) --goworker $(BUILD)/peers/goworker \
 		--peerstats $(BUILD)/peers/peerstats --floor-worker $(BUILD)/peers/floor_worker $(PEERS_ARGS)
+
+# The Debian 13 root the PyTorch 2 peers of bench-peers run in (torch.compile, PT2E INT8): run as
+# root, about 20 min the first time (downloads); bench-peers lists those peers as skipped without it.
+peers-pt2-root:
+	nice -n 5 bash scripts/peers/pt2-root.sh
 
 # Build and test against libtorch 2.6 in a Debian 13 chroot (not part of make test; see the script).
 check-libtorch2:

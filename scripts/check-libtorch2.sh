@@ -24,6 +24,9 @@
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=scripts/lib/debian-root.sh
+. "$repo/scripts/lib/debian-root.sh"
+tag=check-libtorch2
 root="${TRIXIE_ROOT:-$repo/build/_trixie-root}"
 log="${CHECK_LOG:-$repo/build/check-libtorch2.log}"
 targets=("$@")
@@ -50,93 +53,33 @@ phase() { # phase NAME: logs the time the previous phase took and starts a new o
 }
 die() { echo "check-libtorch2: $*" >&2; exit 1; }
 
-[ "$(id -u)" = 0 ] || die "needs root (debootstrap, mount and chroot): run it with sudo"
-command -v debootstrap >/dev/null || die "debootstrap is missing: apt-get install -y debootstrap"
+root_checks
 goroot="$(PATH=/usr/local/go/bin:$PATH go env GOROOT 2>/dev/null)" || die "no Go on this machine: run scripts/setup.sh first"
 gomodcache="$(PATH=/usr/local/go/bin:$PATH go env GOMODCACHE)"
 goproxy="$(PATH=/usr/local/go/bin:$PATH go env GOPROXY)"
-case "$root" in /|"") die "TRIXIE_ROOT must not be '$root'";; esac
 
-# The mirror this machine's apt already reaches (one-line or deb822 sources), else Debian's.
-mirror="${DEBIAN_MIRROR:-}"
-if [ -z "$mirror" ]; then
-	mirror=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.sources /etc/apt/sources.list.d/*.list 2>/dev/null |
-		grep -oE 'https?://[^ ]+/debian/?( |$)' | grep -v security | head -1 | tr -d ' ' || true)
-	mirror="${mirror:-http://deb.debian.org/debian}"
-fi
-
-# Everything mounted below the root, newest first, so that cleanup can unmount it in order.
-mounted=()
 cleanup() {
-	local rc=$? i
-	for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do
-		umount "${mounted[$i]}" 2>/dev/null || umount -l "${mounted[$i]}" ||
-			echo "check-libtorch2: could not unmount ${mounted[$i]}: unmount it by hand" >&2
-	done
+	local rc=$?
+	root_unmount_all
 	echo "check-libtorch2: finished with exit code $rc after $(($(date +%s) - t0))s"
 	exit "$rc"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-mount_at() { # mount_at TARGET MOUNT-ARGS...: mounts and remembers it for cleanup
-	local target="$1"; shift
-	mkdir -p "$target"
-	mount "$@" "$target"
-	mounted+=("$target")
-}
-under_root_mounts() { awk -v r="$root/" 'index($2, r) == 1 {print $2}' /proc/mounts; }
-
 echo "check-libtorch2: $(date -u) root=$root mirror=$mirror targets=${targets[*]}"
-if [ -n "$(under_root_mounts)" ]; then
-	die "something is still mounted below $root (an earlier run that was killed?): $(under_root_mounts | tr '\n' ' ')- unmount it first"
-fi
 
-# 1. The root. A stamp marks a finished debootstrap; a root without one is a broken earlier run.
+# 1. The root (scripts/lib/debian-root.sh).
 phase "debootstrap $suite"
-if [ ! -f "$root/.ts-debootstrap-done" ]; then
-	if [ -d "$root" ]; then
-		echo "check-libtorch2: removing the unfinished root $root"
-		rm -rf --one-file-system "$root"
-	fi
-	mkdir -p "$root"
-	debootstrap --variant=minbase --include=ca-certificates "$suite" "$root" "$mirror"
-	touch "$root/.ts-debootstrap-done"
-else
-	echo "check-libtorch2: reusing $root"
-fi
+root_debootstrap
 
 # 2. Kernel filesystems, and the host's name resolution for apt and the module proxy.
 # debootstrap made the device nodes in the root's /dev; pts and shm are fresh instances.
 phase "mount"
-mount_at "$root/proc" -t proc proc
-mount_at "$root/sys" -t sysfs -o ro sysfs
-mount_at "$root/dev/pts" -t devpts -o newinstance,ptmxmode=0666 devpts
-mount_at "$root/dev/shm" -t tmpfs -o mode=1777 tmpfs
-for d in null zero full random urandom tty; do
-	[ -e "$root/dev/$d" ] || die "$root/dev/$d is missing: remove $root and run again"
-done
-cp -L /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
+root_mount
 
-in_root() { # in_root COMMAND...: runs a command inside the root with a clean environment
-	chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM="${TERM:-dumb}" \
-		PATH=/usr/local/go/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-		DEBIAN_FRONTEND=noninteractive "$@"
-}
-
-# 3. Packages. Services must not start inside a chroot.
+# 3. Packages.
 phase "apt packages"
-printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d"
-chmod 755 "$root/usr/sbin/policy-rc.d"
-missing=()
-for p in "${pkgs[@]}"; do
-	in_root dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-	echo "check-libtorch2: installing ${missing[*]}"
-	in_root apt-get update -q
-	in_root apt-get install -y -q --no-install-recommends "${missing[@]}"
-	in_root apt-get clean
-fi
+root_packages
 # The host's own certificate authorities (a TLS-inspecting proxy's, say): without them the go
 # command in the root cannot reach the module proxy for what the copied cache lacks (staticcheck).
 if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then

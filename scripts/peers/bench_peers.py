@@ -23,10 +23,9 @@ Contenders:
       -- plain PyTorch in Debian's /usr/bin/python3 (torch_worker.py)
   ort-fp32 -- ONNX Runtime 1.30 FP32 (onnxruntime-node), the fixture exported by torch.onnx.export
       (for real models, the authors' own ONNX file)
-Streaming models (fixtures with a stream, e.g. silero_v4, silero_v5: Silero VAD as shipped) run
-as streams: every call takes the next chunk in order with the state carried, and the table's
-accuracy column is the max abs difference from the reference over the whole stream
-(stream_contenders; docs/benchmarking.md).
+  pt2-inductor-Nt, pt2-inductor-max-autotune-Nt, pt2e-int8-Nt -- PyTorch 2.6's torch.compile and
+      PT2E INT8 (pt2_worker.py) at 1 and --threads threads, in the Debian 13 root of
+      `make peers-pt2-root` (skipped without it; --pt2-recipes, --no-pt2)
   ts-bench, ts-bench-default -- the artifact of `torchspeed optimize -c scripts/peers/configs/M.yaml`
       through `torchspeed bench --serve`, with torchspeed's runtime settings and with libtorch's own
   ts-go -- the same artifact through the Go API (torchspeed.Load + Predict), started by
@@ -38,6 +37,11 @@ accuracy column is the max abs difference from the reference over the whole stre
       round to last as long as ts-bench's and the fastest peer's calls, at their thread counts.
       Its p95/p50 is the spread the machine alone gives a call of that length (interrupts, the
       hypervisor taking a vCPU, a slow CPU at a barrier)
+
+Streaming models (fixtures with a stream, e.g. silero_v4, silero_v5: Silero VAD as shipped) run
+as streams: every call takes the next chunk in order with the state carried, and the table's
+accuracy column is the max abs difference from the reference over the whole stream
+(stream_contenders; docs/benchmarking.md).
 
 Every figure comes from peerstats (scripts/peers/peerstats, pkg/bench's statistics): this
 script writes each model's raw latencies (per contender, process and round) to
@@ -462,6 +466,9 @@ def contenders(args, entry):
         out.append(("ort-fp32", ["node", os.path.join(HERE, "ort_worker.js"), onnx, x, t, ref], "peer"))
     else:
         skipped.append({"contender": "ort-fp32", "why": why})
+    pt2, why = pt2_contenders(args, entry, calib_file(args, entry))
+    out += pt2
+    skipped += why
     try:
         art, rep = optimize(args, entry)
     except (RuntimeError, OSError, ValueError) as e:
@@ -490,6 +497,54 @@ def contenders(args, entry):
     return out, skipped, summary
 
 
+PT2_RECIPES = ("inductor", "inductor_max_autotune", "pt2e_int8")
+
+
+def pt2_recipe_list(spec):
+    recipes = [r.strip() for r in spec.split(",") if r.strip()]
+    bad = [r for r in recipes if r not in PT2_RECIPES]
+    if bad:
+        sys.exit(f"bench-peers: --pt2-recipes {','.join(bad)}: want some of {','.join(PT2_RECIPES)}")
+    return recipes
+
+
+def pt2_contenders(args, entry, calib):
+    """The PyTorch 2 peers (scripts/peers/pt2_worker.py in the Debian 13 root of
+    `make peers-pt2-root`), each at 1 and at --threads threads: a user tunes the count, and the
+    faster one is the one that can be the best peer. ([(name, argv, kind)], [skipped])."""
+    if args.pt2_root is None:
+        return [], []
+    recipes = pt2_recipe_list(args.pt2_recipes)
+    names = [r.replace("pt2e_", "pt2e-").replace("inductor", "pt2-inductor").replace("_", "-") for r in recipes]
+    why = None
+    if not os.path.isfile(os.path.join(args.pt2_root, ".ts-pt2-ready")):
+        why = (f"no PyTorch 2 root at {args.pt2_root}: build it with `make peers-pt2-root` (Debian 13 "
+               "python3-torch 2.6 by debootstrap, about 20 min, as root), or pass --no-pt2")
+    elif os.geteuid() != 0:
+        why = "the PyTorch 2 peer runs in a chroot: run bench-peers as root"
+    if why:
+        return [], [{"contender": n + "-*t", "why": why} for n in names]
+
+    def inside(path):  # the worker sees the fixtures and the work folder read-only under /mnt
+        for host, mnt in ((args.fixtures, "/mnt/fixtures"), (args.work, "/mnt/work")):
+            if os.path.dirname(os.path.abspath(path)) == host:
+                return f"{mnt}/{os.path.basename(path)}"
+        raise ValueError(f"{path} is neither in {args.fixtures} nor in {args.work}")
+    src = [os.path.join(args.fixtures, entry["file"]), os.path.join(args.fixtures, entry["inputs"][0]["file"]),
+           os.path.join(args.fixtures, entry["outputs"][0]["file"])]
+    model, x, ref = (inside(p) for p in src)
+    run = ["bash", os.path.join(HERE, "pt2-run.sh"), args.pt2_root, args.fixtures, args.work,
+           "--model", model, "--fixture", entry["name"], "--input", x, "--ref", ref]
+    out = []
+    for threads in sorted({1, args.threads}):
+        for r, n in zip(recipes, names):
+            argv = run + ["--recipe", r, "--threads", str(threads)]
+            if r == "pt2e_int8":
+                argv += ["--calib", inside(calib)]
+            out.append((f"{n}-{threads}t", argv, "peer"))
+    return out, []
+
+
 # ---------------------------------------------------------------- the machine's floor
 
 
@@ -502,7 +557,7 @@ def weight_bytes(args, entry, ts_info, contender):
         if contender == "ort-fp32":
             return os.path.getsize(os.path.join(args.work, f"{entry['name']}.onnx"))
         size = os.path.getsize(os.path.join(args.fixtures, entry["file"]))
-        return size // 4 if contender == "py-int8" else size
+        return size // 4 if contender == "py-int8" or contender.startswith("pt2e-int8") else size
     except OSError:
         return 0
 
@@ -826,6 +881,12 @@ def main():
     ap.add_argument("--diagnostics", action="store_true", help="also time ts-go-locked and ts-go-cxx")
     ap.add_argument("--contenders",
                     help="only these contenders (comma-separated names, e.g. ts-bench,ts-bench-default)")
+    ap.add_argument("--pt2-root", default=os.environ.get("PT2_ROOT") or os.path.join(ROOT, "build", "_pt2-root"),
+                    help="the Debian 13 root of `make peers-pt2-root` the PyTorch 2 peers run in")
+    ap.add_argument("--pt2-recipes", default=",".join(PT2_RECIPES),
+                    help="which PyTorch 2 recipes (pt2_worker.py --recipe; max-autotune compiles longest)")
+    ap.add_argument("--no-pt2", dest="pt2_root", action="store_const", const=None,
+                    help="leave the PyTorch 2 peers out (torch.compile, PT2E INT8)")
     ap.add_argument("--reoptimize", action="store_true", help="re-run torchspeed optimize even if its report is newer")
     ap.add_argument("--ready-timeout", type=float, default=600)
     ap.add_argument("--blocks",
@@ -848,6 +909,8 @@ def main():
     if shutil.which("node") is None:
         sys.exit("bench-peers: node not on PATH: apt-get install nodejs npm")
     args.work = os.path.abspath(args.work)
+    args.pt2_root = args.pt2_root and os.path.abspath(args.pt2_root)
+    pt2_recipe_list(args.pt2_recipes)
     cpus = sorted(os.sched_getaffinity(0))
     if args.threads < 1 or args.threads > len(cpus):
         sys.exit(f"bench-peers: --threads {args.threads}: want 1 to the {len(cpus)} CPUs this process may use")
