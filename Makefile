@@ -159,6 +159,12 @@ bench-peers: build $(if $(TORCHSPEED_FIXTURES),,fixtures)
 	/usr/bin/python3 scripts/peers/bench_peers.py --torchspeed $(BIN) --goworker $(BUILD)/peers/goworker \
 		--peerstats $(BUILD)/peers/peerstats --floor-worker $(BUILD)/peers/floor_worker $(PEERS_ARGS)
 
+# The same contenders' items/s at saturation on all CPUs, each as instances x threads
+# (scripts/peers/throughput.py; docs/benchmarking.md): build/peers/throughput.json and .md.
+.PHONY: bench-peers-throughput
+bench-peers-throughput:
+	$(MAKE) bench-peers PEERS_ARGS="--throughput --no-floor $(PEERS_ARGS)"
+
 # Build and test against libtorch 2.6 in a Debian 13 chroot (not part of make test; see the script).
 check-libtorch2:
 	bash scripts/check-libtorch2.sh
