@@ -774,6 +774,8 @@ def main():
     ap.add_argument("--throughput", action="store_true",
                     help="measure items/s at saturation instead (scripts/peers/throughput.py): every contender "
                          "as instances x threads over the --threads CPUs; writes WORK/throughput.json and .md")
+    ap.add_argument("--pin-peers", action="store_true",
+                    help="--throughput: also time each peer with its streams pinned (taskset) as torchspeed's are")
     ap.add_argument("--spread-warn", type=float, default=1.15,
                     help="warn when a contender's processes differ by more than this factor at p50")
     args = ap.parse_args()

@@ -8,6 +8,8 @@ CPUs (instances x threads: 1x2 and 2x1 on 2 CPUs):
                     static INT8 for CNNs, quantize_dynamic_jit for transformers), unpinned, as
                     a user starts N Python workers
   ort-fp32          N ONNX Runtime sessions of T intra-op threads, one per node process
+                    (--pin-peers: each peer also with stream i pinned by taskset to the CPUs of
+                    launch's instance i, as its own configuration)
   ts-bench, ts-go   N instances of the artifact, each started by `torchspeed launch --cpus C
                     --mode throughput --artifact ART` on the CPUs `torchspeed launch --instances N`
                     gives instance i (what `torchspeed bench --instances N` and a deployment
@@ -90,13 +92,19 @@ def configurations(args, entry):
         art, rep = None, None
         skipped.append({"contender": "ts-*", "why": str(e)})
     for n, t in factorizations(args.threads):
+        cpus = launch_cpus(args, n)
         groups = peer_argvs(args, entry, onnx, n, t)
         if art:
-            groups.update(ts_argvs(args, entry, art, n, t, launch_cpus(args, n)))
+            groups.update(ts_argvs(args, entry, art, n, t, cpus))
         for c, (kind, argvs) in groups.items():
             if args.contenders and c not in args.contenders:
                 continue
             cfgs.append((f"{c} {n}x{t}", c, kind, n, t, argvs))
+            if kind == "peer" and getattr(args, "pin_peers", False):
+                # As a user pins workers by hand: stream i on the CPUs launch gives instance i,
+                # so pinning is not an advantage only torchspeed's instances have.
+                pinned = [["taskset", "-c", cpus[i]] + a for i, a in enumerate(argvs)]
+                cfgs.append((f"{c} {n}x{t} taskset", c, kind, n, t, pinned))
     summary = None
     if art:
         man = rep.get("manifest") or {}
