@@ -163,7 +163,7 @@ def time_rounds(args, name, live, procs, rng):
         return int(min(args.max_block, max(args.min_block, args.block_s / max(1e-6, mean))))
 
     ks = {c: calls([v for s in block(procs[c], 20, args.ready_timeout) for v in s[5:]]) for c in live}
-    rounds, other = {c: [] for c in live}, {c: [] for c in live}
+    rounds, other, own = {c: [] for c in live}, {c: [] for c in live}, {c: [] for c in live}
     me = os.getpid()
     for r in range(args.rounds):
         order = list(live)
@@ -177,10 +177,11 @@ def time_rounds(args, name, live, procs, rng):
             b1, _ = bp.system_jiffies()
             o1 = bp.tree_jiffies(pids)
             other[c].append(round(max(0.0, ((b1 - b0) - (o1 - o0)) / bp.CLK_TCK / el), 3))
+            own[c].append(round((o1 - o0) / bp.CLK_TCK / el, 3))
             rounds[c].append([s[args.block_warmup:] for s in streams])
             ks[c] = calls([v for s in rounds[c][-1] for v in s])  # the next round's block, by this one
         bp.log(f"{name}: throughput round {r + 1}/{args.rounds} done (load {bp.loadavg()[0]:.2f})")
-    return rounds, other
+    return rounds, other, own
 
 
 def bench_model(args, entry, rng):
@@ -192,12 +193,13 @@ def bench_model(args, entry, rng):
     try:
         procs, workers = start(args, name, cfgs, logs, skipped)
         live = [c[0] for c in cfgs if procs.get(c[0])]
-        rounds, other = time_rounds(args, name, live, procs, rng)
+        rounds, other, own = time_rounds(args, name, live, procs, rng)
     finally:
         for w in workers:
             w.close()
-    raw = {"seed": args.seed, "configs": [{"config": c, "contender": ct, "kind": kind, "instances": n, "threads": t,
-                                           "rounds": rounds[c]} for c, ct, kind, n, t, _ in cfgs if c in rounds]}
+    samples = [{"config": c, "contender": ct, "kind": kind, "instances": n, "threads": t, "rounds": rounds[c],
+                "own_cpu": own[c]} for c, ct, kind, n, t, _ in cfgs if c in rounds]
+    raw = {"seed": args.seed, "configs": samples}
     figures = bp.peer_stats(args, f"{name}.throughput", raw, ["-throughput"])
     for st in figures["configs"]:
         oc = sorted(other[st["config"]])
@@ -228,7 +230,7 @@ def markdown(doc):
             lines.append(f"| {r['model']} | {peer['config']} | {peer['items_per_s']:.1f} | {ts['config']} | "
                          f"{ts['items_per_s']:.1f} | {ts['ratio_to_best_peer']:.2f}x {ci} | {art} |")
     lines += ["", "| model | config (instances x threads) | items/s median [95% CI] | p50 ms | p99 ms | "
-              "vs best peer [95% CI] | others' CPU (median/max) |", "|---|---|---|---|---|---|---|"]
+              "vs best peer [95% CI] | items/CPU-s | others' CPU (median/max) |", "|---|---|---|---|---|---|---|---|"]
     for r in doc["models"]:
         bests = set(r["best"].values())
         for c in sorted(r["configs"], key=lambda c: -c["items_per_s"]):
@@ -238,6 +240,7 @@ def markdown(doc):
                      if "ratio_to_best_peer" in c else "")
             lines.append(f"| {r['model']} | {c['config']}{mark} | {c['items_per_s']:.1f} "
                          f"{fmt_ci(c.get('items_per_s_ci95'))} | {c['p50_ms']:.3f} | {c['p99_ms']:.3f} | {ratio} | "
+                         f"{bp.fmt(c.get('items_per_cpu_s'), 0)} | "
                          f"{c['other_cpu_median']:.2f}/{c['other_cpu_max']:.2f} |")
         for s in r["skipped"]:
             lines.append(f"| {r['model']} | {s['contender']} | not run: {s['why']} | | | | |")
@@ -245,8 +248,9 @@ def markdown(doc):
               "(the window ends when the first stream finishes its calls), median over rounds with the "
               "order-statistic 95% interval; the ratio is torchspeed's median over the best peer configuration's, "
               "its interval resampling rounds in pairs (peerstats -throughput, pkg/bench). p50/p99: every call's "
-              "latency under that load. 'others' CPU': what processes outside this benchmark used during the "
-              "configuration's blocks (CPUs)."]
+              "latency under that load. items/CPU-s: items/s over the CPUs the configuration's own processes "
+              "used, median over rounds (a share of the CPUs won from other work does not raise it). 'others' CPU': "
+              "what processes outside this benchmark used during the configuration's blocks (CPUs)."]
     return "\n".join(lines) + "\n"
 
 

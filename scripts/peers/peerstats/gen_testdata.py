@@ -102,8 +102,9 @@ def config(rng, name, contender, kind, instances, threads, median, n):
         slow = 1.4 if r == 2 else 1.0
         rounds.append([[int(x) for x in np.round(median * slow * np.exp(0.2 * rng.standard_normal(n)))]
                        for _ in range(instances)])
+    own = [round(float(x), 3) for x in rng.uniform(0.5, 2.0, ROUNDS)]
     return {"config": name, "contender": contender, "kind": kind, "instances": instances, "threads": threads,
-            "rounds": rounds}
+            "rounds": rounds, "own_cpu": own}
 
 
 def throughput(out):
@@ -122,7 +123,8 @@ def throughput(out):
         p50, p99 = np.percentile(lat, [50, 99])
         want["configs"][c["config"]] = {"round_items_per_s": rates, "items_per_s": float(np.median(rates)),
                                         "items_per_s_ci95": median_ci(np.asarray(rates) * 1e6),
-                                        "p50_ms": p50 / 1e6, "p99_ms": p99 / 1e6, "calls": int(lat.size)}
+                                        "p50_ms": p50 / 1e6, "p99_ms": p99 / 1e6, "calls": int(lat.size),
+                                        "items_per_cpu_s": float(np.median(np.asarray(rates) / c["own_cpu"]))}
         b = want["best"].get(c["contender"])
         if b is None or want["configs"][b]["items_per_s"] < want["configs"][c["config"]]["items_per_s"]:
             want["best"][c["contender"]] = c["config"]

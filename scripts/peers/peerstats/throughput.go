@@ -26,6 +26,9 @@ type ConfigSample struct {
 	Instances int           `json:"instances"`
 	Threads   int           `json:"threads"`
 	Rounds    [][][]float64 `json:"rounds"`
+	// OwnCPU is, per round, the CPUs the benchmark's own processes used during the block (the
+	// configuration's streams, as the others are stopped): optional.
+	OwnCPU []float64 `json:"own_cpu,omitempty"`
 }
 
 // ThroughputOutput is what the throughput table prints.
@@ -54,6 +57,10 @@ type ConfigStats struct {
 	RateCI     []float64 `json:"items_per_s_ci95,omitempty"`
 	P50        float64   `json:"p50_ms"`
 	P99        float64   `json:"p99_ms"`
+	// PerCPU is the median over rounds of items/s over the CPUs the configuration's own
+	// processes used: items per CPU-second, which a share of the CPUs won from other work on a
+	// shared machine does not raise. Absent without OwnCPU.
+	PerCPU     *float64  `json:"items_per_cpu_s,omitempty"`
 	Ratio      *float64  `json:"ratio_to_best_peer,omitempty"`
 	RatioCI    []float64 `json:"ratio_ci95,omitempty"`
 }
@@ -136,6 +143,21 @@ func configStats(c ConfigSample) (*ConfigStats, error) {
 	st.Rate = bench.Percentile(rates, 0.5)
 	if ci := bench.MedianCI(rates, bench.Confidence); ci.OK {
 		st.RateCI = []float64{ci.Lo, ci.Hi}
+	}
+	if len(c.OwnCPU) == len(c.Rounds) {
+		var per []float64
+		for r, cpus := range c.OwnCPU {
+			if cpus > 0 {
+				per = append(per, st.RoundRates[r]/cpus)
+			}
+		}
+		if len(per) > 0 {
+			slices.Sort(per)
+			v := bench.Percentile(per, 0.5)
+			st.PerCPU = &v
+		}
+	} else if len(c.OwnCPU) > 0 {
+		return nil, fmt.Errorf("own_cpu has %d rounds, rounds %d; want one figure per round", len(c.OwnCPU), len(c.Rounds))
 	}
 	if math.IsNaN(st.Rate) {
 		return nil, fmt.Errorf("items/s is not a number")

@@ -35,6 +35,7 @@ func TestThroughputMatchesNumpy(t *testing.T) {
 			P99        float64   `json:"p99_ms"`
 			Calls      int       `json:"calls"`
 			Ratio      *float64  `json:"ratio_to_best_peer"`
+			PerCPU     float64   `json:"items_per_cpu_s"`
 		} `json:"configs"`
 		Best     map[string]string `json:"best"`
 		BestPeer string            `json:"best_peer"`
@@ -67,6 +68,10 @@ func TestThroughputMatchesNumpy(t *testing.T) {
 		near(st.Config, "items/s CI hi", st.RateCI[1], w.RateCI[1])
 		near(st.Config, "p50", st.P50, w.P50)
 		near(st.Config, "p99", st.P99, w.P99)
+		if st.PerCPU == nil {
+			t.Fatalf("%s: no items per CPU-second", st.Config)
+		}
+		near(st.Config, "items per CPU-second", *st.PerCPU, w.PerCPU)
 		if (st.Ratio == nil) != (w.Ratio == nil) {
 			t.Fatalf("%s: ratio %v, want %v", st.Config, st.Ratio, w.Ratio)
 		}
