@@ -60,9 +60,9 @@ type ConfigStats struct {
 	// PerCPU is the median over rounds of items/s over the CPUs the configuration's own
 	// processes used: items per CPU-second, which a share of the CPUs won from other work on a
 	// shared machine does not raise. Absent without OwnCPU.
-	PerCPU     *float64  `json:"items_per_cpu_s,omitempty"`
-	Ratio      *float64  `json:"ratio_to_best_peer,omitempty"`
-	RatioCI    []float64 `json:"ratio_ci95,omitempty"`
+	PerCPU  *float64  `json:"items_per_cpu_s,omitempty"`
+	Ratio   *float64  `json:"ratio_to_best_peer,omitempty"`
+	RatioCI []float64 `json:"ratio_ci95,omitempty"`
 }
 
 func readThroughput(r io.Reader) (*ThroughputInput, error) {
