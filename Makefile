@@ -170,6 +170,12 @@ bench-peers: build $(if $(TORCHSPEED_FIXTURES),,fixtures)
 peers-pt2-root:
 	nice -n 5 bash scripts/peers/pt2-root.sh
 
+# The same contenders' items/s at saturation on all CPUs, each as instances x threads
+# (scripts/peers/throughput.py; docs/benchmarking.md): build/peers/throughput.json and .md.
+.PHONY: bench-peers-throughput
+bench-peers-throughput:
+	$(MAKE) bench-peers PEERS_ARGS="--throughput --no-floor $(PEERS_ARGS)"
+
 # Build and test against libtorch 2.6 in a Debian 13 chroot (not part of make test; see the script).
 check-libtorch2:
 	bash scripts/check-libtorch2.sh

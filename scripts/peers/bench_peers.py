@@ -182,16 +182,16 @@ def tree_jiffies(pids):
 # ---------------------------------------------------------------- statistics
 
 
-def peer_stats(args, name, raw):
+def peer_stats(args, name, raw, flags=()):
     """Writes one model's raw latencies to WORK/samples/NAME.json and returns what peerstats
-    (pkg/bench's statistics) computes from them."""
+    (pkg/bench's statistics) computes from them (flags: peerstats's, e.g. -throughput)."""
     d = os.path.join(args.work, "samples")
     os.makedirs(d, exist_ok=True)
     path = os.path.join(d, f"{name}.json")
     with open(path + ".tmp", "w") as f:
         json.dump(raw, f)
     os.replace(path + ".tmp", path)
-    r = subprocess.run([args.peerstats, path], capture_output=True, text=True)
+    r = subprocess.run([args.peerstats, *flags, path], capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"peerstats {path} failed (rc {r.returncode}): {r.stderr.strip()[-600:]}")
     return json.loads(r.stdout)
@@ -206,7 +206,7 @@ class Worker:
 
     def __init__(self, name, argv, log_path, env=None, cwd=None):
         self.name, self.argv, self.log_path = name, argv, log_path
-        self.ready, self.error = None, None
+        self.ready, self.error, self.tree = None, None, None
         self.log = open(log_path, "w")
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self.log, text=True, env=env, cwd=cwd, bufsize=1)
@@ -245,13 +245,24 @@ class Worker:
     def pause(self):
         """Stops the process between its turns: idle OpenMP and ONNX Runtime workers spin for a
         while after a block, and that spinning would take CPU from the next contender's block
-        without showing as another process's CPU (the driver counts its own tree as its own)."""
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGSTOP)
+        without showing as another process's CPU (the driver counts its own tree as its own).
+        The whole tree: `torchspeed launch` runs the contender as its child."""
+        self._signal(signal.SIGSTOP)
 
     def resume(self):
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGCONT)
+        self._signal(signal.SIGCONT)
+
+    def _signal(self, sig):
+        if self.proc.poll() is not None:
+            return
+        if self.tree is None:
+            # Taken once, when the worker first pauses (after ready: its children exist).
+            self.tree = tree_pids(self.proc.pid)
+        for p in self.tree:
+            try:
+                os.kill(p, sig)
+            except ProcessLookupError:
+                pass
 
     def run(self, k, timeout):
         self.proc.stdin.write(f"run {k}\n")
@@ -892,6 +903,11 @@ def main():
     ap.add_argument("--blocks",
                     help="also write every block's latencies, in the order timed, as JSON lines to this file")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--throughput", action="store_true",
+                    help="measure items/s at saturation instead (scripts/peers/throughput.py): every contender "
+                         "as instances x threads over the --threads CPUs; writes WORK/throughput.json and .md")
+    ap.add_argument("--pin-peers", action="store_true",
+                    help="--throughput: also time each peer with its streams pinned (taskset) as torchspeed's are")
     ap.add_argument("--spread-warn", type=float, default=1.15,
                     help="warn when a contender's processes differ by more than this factor at p50")
     args = ap.parse_args()
@@ -930,9 +946,14 @@ def main():
             sys.exit(f"bench-peers: fixture {n!r} not in {args.fixtures}/manifest.json (have: {', '.join(man)})")
     if args.contenders:
         args.contenders = {c.strip() for c in args.contenders.split(",") if c.strip()}
-    args.out_path = os.path.abspath(args.out or os.path.join(args.work, "peers.json"))
+    args.out_path = os.path.abspath(args.out or os.path.join(args.work, "throughput.json" if args.throughput
+                                                             else "peers.json"))
     args.blocks_out = open(args.blocks, "w") if args.blocks else None
     os.makedirs(os.path.dirname(args.out_path), exist_ok=True)
+    if args.throughput:
+        import throughput
+        throughput.run(args, man, names)
+        return
     rng = random.Random(args.seed)
     doc = {"schema_version": SCHEMA_VERSION, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
            "machine": cpu_info(), "threads": args.threads, "thread_choice": args.thread_choice, "batch": 1,

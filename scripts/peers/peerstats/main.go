@@ -4,12 +4,15 @@
 //
 // Usage: peerstats SAMPLES.json > STATS.json
 //
+//	peerstats -throughput SAMPLES.json > STATS.json
+//
 // SAMPLES.json is one model's run: {"seed": 1, "noise_cpu": 0.1, "contenders": [{"contender":
 // "ts-bench", "kind": "torchspeed", "floor_for": "", "blocks": [[[ns, ...], ...], ...],
 // "other_cpu": [0.01, ...]}]}, where blocks[p][r] are the latencies (ns) process p timed in
 // round r, and other_cpu the CPUs other processes used during each of the contender's blocks.
 // kind is peer, torchspeed, diagnostic or floor; a floor names the contender it is calibrated
-// to in floor_for.
+// to in floor_for. With -throughput, SAMPLES.json is a throughput run (ThroughputInput) and the
+// output its table's figures (ThroughputOutput).
 package main
 
 import (
@@ -96,25 +99,30 @@ type FloorDiff struct {
 const resamples = 2000
 
 func main() {
-	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: peerstats SAMPLES.json > STATS.json")
+	args := os.Args[1:]
+	throughput := len(args) == 2 && args[0] == "-throughput"
+	if throughput {
+		args = args[1:]
+	}
+	if len(args) != 1 {
+		fmt.Fprintln(os.Stderr, "usage: peerstats [-throughput] SAMPLES.json > STATS.json")
 		os.Exit(2)
 	}
-	f, err := os.Open(os.Args[1])
+	f, err := os.Open(args[0])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "peerstats:", err)
 		os.Exit(2)
 	}
-	in, err := read(f)
+	var out any
+	if throughput {
+		out, err = figures(f, readThroughput, computeThroughput)
+	} else {
+		out, err = figures(f, read, compute)
+	}
 	f.Close()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "peerstats: %s: %v\n", os.Args[1], err)
+		fmt.Fprintf(os.Stderr, "peerstats: %s: %v\n", args[0], err)
 		os.Exit(2)
-	}
-	out, err := compute(in)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "peerstats: %s: %v\n", os.Args[1], err)
-		os.Exit(1)
 	}
 	enc := json.NewEncoder(os.Stdout)
 	enc.SetIndent("", " ")
@@ -122,6 +130,15 @@ func main() {
 		fmt.Fprintln(os.Stderr, "peerstats:", err)
 		os.Exit(1)
 	}
+}
+
+// figures reads samples with read and computes their figures with compute.
+func figures[In, Out any](r io.Reader, read func(io.Reader) (*In, error), compute func(*In) (*Out, error)) (*Out, error) {
+	in, err := read(r)
+	if err != nil {
+		return nil, err
+	}
+	return compute(in)
 }
 
 func read(r io.Reader) (*Input, error) {
