@@ -261,7 +261,14 @@ def run(args, man, names):
     doc = {"schema_version": SCHEMA_VERSION, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
            "machine": bp.cpu_info(), "cpus": args.threads, "batch": 1, "rounds": args.rounds,
            "block_s": args.block_s, "load_before": bp.loadavg(), "fixtures": args.fixtures, "models": []}
-    for n in names:
+    # A streaming model's calls depend on the state the previous call left: its throughput is
+    # that of independent audio streams, which these stateless workers do not model.
+    doc["skipped_models"] = [{"model": n, "why": "streaming model (state carried between calls): "
+                              "throughput mode times stateless calls only"}
+                             for n in names if man[n].get("streams")]
+    for s in doc["skipped_models"]:
+        bp.log(f"{s['model']}: throughput: skipped, {s['why']}")
+    for n in [n for n in names if not man[n].get("streams")]:
         bp.log(f"{n}: throughput: preparing configurations")
         doc["models"].append(bench_model(args, man[n], rng))
         doc["load_after"] = bp.loadavg()
