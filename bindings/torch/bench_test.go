@@ -11,6 +11,7 @@ import (
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/internal/fixtures"
+	"github.com/torchspeed/torchspeed/internal/fixtures/streamref"
 	"golang.org/x/sys/unix"
 )
 
@@ -223,4 +224,50 @@ func quantile(xs []float64, q float64) float64 {
 		return 0
 	}
 	return s[min(len(s)-1, int(q*float64(len(s))))]
+}
+
+// BenchmarkCallStateful times a call with values other than tensors (Silero VAD v5 on one chunk
+// of real speech and the sample rate, its state carried in attributes) two ways, interleaved:
+// Call at one intra-op thread, which runs on the caller's thread, and the same call handed to
+// the shared inference thread (what Call did at every thread count). hop-us is the difference.
+func BenchmarkCallStateful(b *testing.B) {
+	f := fixtures.Load(b).Get(b, "silero_v5")
+	m := loadFixture(b, f)
+	r := streamref.Load(b, f, f.Streams[0].Method)
+	const round = 10
+	var direct, handed []float64
+	call := func(i int, viaShared bool) float64 {
+		var out *torch.Value
+		var err error
+		t0 := time.Now()
+		if viaShared {
+			torch.Do(func() { out, err = m.CallOnThisThread(r.Stream.Method, r.Args(i)...) })
+		} else {
+			out, err = m.Call(r.Stream.Method, r.Args(i)...)
+		}
+		el := time.Since(t0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		out.Close()
+		return float64(el.Nanoseconds())
+	}
+	b.ResetTimer()
+	for done, i := 0, 0; done < b.N; done += 2 * round {
+		viaSharedFirst := done/(2*round)%2 == 1
+		for pass := 0; pass < 2; pass++ {
+			viaShared := (pass == 0) == viaSharedFirst
+			for k := 0; k < round; k, i = k+1, (i+1)%r.Calls() {
+				if viaShared {
+					handed = append(handed, call(i, true))
+				} else {
+					direct = append(direct, call(i, false))
+				}
+			}
+		}
+	}
+	dm, hm := median(direct), median(handed)
+	b.ReportMetric(dm/1e3, "caller-thread-p50-us")
+	b.ReportMetric(hm/1e3, "shared-thread-p50-us")
+	b.ReportMetric((hm-dm)/1e3, "hop-us")
 }

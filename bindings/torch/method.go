@@ -21,7 +21,17 @@ import (
 //
 // A module whose methods mutate attributes (State is not empty) must not run two calls at
 // once: serialize them or give each stream its own Clone.
+//
+// While the process runs at one intra-op thread it runs on the caller's thread instead, one
+// call at a time, as Forward does: the hand-off to the shared thread and back cost more than a
+// small stateful model's call (docs/architecture.md).
 func (m *Module) Call(method string, args ...*Value) (*Value, error) {
+	if sharedSingle.Load() {
+		defer yieldIfDue()()
+		singleMu.Lock()
+		defer singleMu.Unlock()
+		return m.callKw(method, args, nil, true)
+	}
 	var (
 		out *Value
 		err error
@@ -30,10 +40,18 @@ func (m *Module) Call(method string, args ...*Value) (*Value, error) {
 	return out, err
 }
 
+// CallOneThread is Call on the calling goroutine's OS thread with a one-thread OpenMP team (see
+// ForwardOneThread): any goroutine may call it, and calls on different goroutines run side by
+// side, so a stateful module must not be called from two of them at once.
+func (m *Module) CallOneThread(method string, args ...*Value) (*Value, error) {
+	defer yieldIfDue()()
+	return m.callKw(method, args, nil, true)
+}
+
 // CallOnThisThread is Call on the calling goroutine's OS thread. Call it only from a goroutine
 // locked with runtime.LockOSThread, or each call may start another OpenMP pool.
 func (m *Module) CallOnThisThread(method string, args ...*Value) (*Value, error) {
-	return m.callKw(method, args, nil)
+	return m.callKw(method, args, nil, false)
 }
 
 // CallNamed is Call with keyword arguments too (any argument by name, e.g. one after an
@@ -43,11 +61,13 @@ func (m *Module) CallNamed(method string, args []*Value, kwargs map[string]*Valu
 		out *Value
 		err error
 	)
-	Do(func() { out, err = m.callKw(method, args, kwargs) })
+	Do(func() { out, err = m.callKw(method, args, kwargs, false) })
 	return out, err
 }
 
-func (m *Module) callKw(method string, args []*Value, kwargs map[string]*Value) (*Value, error) {
+// callKw runs method on this thread; single (positional arguments only) with a one-thread
+// OpenMP team.
+func (m *Module) callKw(method string, args []*Value, kwargs map[string]*Value, single bool) (*Value, error) {
 	if err := m.acquire(); err != nil {
 		return nil, err
 	}
@@ -86,9 +106,12 @@ func (m *Module) callKw(method string, args []*Value, kwargs map[string]*Value) 
 	defer C.free(unsafe.Pointer(cm))
 	var out *C.ts_value
 	var st *C.ts_status
-	if len(names) == 0 {
+	switch {
+	case len(names) == 0 && single:
+		st = C.ts_module_call_single(m.c, cm, arr, C.size_t(len(args)), &out)
+	case len(names) == 0:
 		st = C.ts_module_call(m.c, cm, arr, C.size_t(len(args)), &out)
-	} else {
+	default:
 		st = C.ts_module_call_kw(m.c, cm, arr, C.size_t(len(args)), knames, karr, C.size_t(len(names)), &out)
 	}
 	if err := statusErr(st); err != nil {

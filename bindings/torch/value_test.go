@@ -3,6 +3,7 @@ package torch_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -523,4 +524,56 @@ func TestLoadLibrary(t *testing.T) {
 	}
 	m := loadFixture(t, f)
 	replay(t, m, streamref.Load(t, f, "forward"), streamTol)
+}
+
+// CallOneThread runs on whichever goroutine calls it, side by side with other such calls: four
+// goroutines, each replaying a real stateful model's stream (Silero VAD v5) on its own clone,
+// every call equal to PyTorch's, with -race watching the Go side.
+func TestCallOneThreadConcurrentStreams(t *testing.T) {
+	f := fixtures.Load(t).Get(t, "silero_v5")
+	m := loadFixture(t, f)
+	s := f.Streams[0]
+	r := streamref.Load(t, f, s.Method)
+	const goroutines = 4
+	errs := make(chan error, goroutines)
+	for g := 0; g < goroutines; g++ {
+		c, err := m.Clone()
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			defer c.Close()
+			errs <- replayOneThread(c, r)
+		}()
+	}
+	for g := 0; g < goroutines; g++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func replayOneThread(m *torch.Module, r *streamref.Ref) error {
+	if r.Stream.ResetMethod != "" {
+		out, err := m.CallOneThread(r.Stream.ResetMethod)
+		if err != nil {
+			return err
+		}
+		out.Close()
+	}
+	for i := 0; i < r.Calls(); i++ {
+		out, err := m.CallOneThread(r.Stream.Method, r.Args(i)...)
+		if err != nil {
+			return fmt.Errorf("call %d: %w", i, err)
+		}
+		d, err := r.Diff(i, out)
+		out.Close()
+		if err != nil {
+			return err
+		}
+		if d > streamTol {
+			return fmt.Errorf("%s call %d: max abs diff %.3g from PyTorch > %.0g", r.Fixture.Name, i, d, streamTol)
+		}
+	}
+	return nil
 }

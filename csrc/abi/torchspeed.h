@@ -69,8 +69,9 @@ extern "C" {
  *     _linear_pack, _linear_packed, _conv2d, _qconv2d_add (now ts_test_* in ts_testing.h), and
  *     ts_module_fast_qdq (its behaviour had changed to _v2's), ts_quant_convert and
  *     ts_quant_dynamic (no caller; use the _v2 functions).
- * 24: ts_module_serve_mkldnn, ts_mkldnn_serve_unavailable, ts_module_channels_last_inputs. */
-#define TS_API_VERSION 24
+ * 24: ts_module_serve_mkldnn, ts_mkldnn_serve_unavailable, ts_module_channels_last_inputs.
+ * 25: ts_module_call_single. */
+#define TS_API_VERSION 25
 
 typedef struct ts_status ts_status;
 typedef struct ts_module ts_module;
@@ -517,6 +518,12 @@ TS_EXPORT ts_status* ts_value_key(const ts_value* v, size_t i, char** out /* new
  * two threads at once. */
 TS_EXPORT ts_status* ts_module_call(const ts_module* m, const char* method /* borrowed */, ts_value* const* args,
                                     size_t n, ts_value** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
+/* ts_module_call on the calling thread with a one-thread OpenMP team (the thread's previous count
+ * restored after), unless the thread serves a ts_worker: as ts_module_forward_single, for models
+ * that take values other than tensors (ints, strings, lists) at one intra-op thread. */
+TS_EXPORT ts_status* ts_module_call_single(const ts_module* m, const char* method /* borrowed */,
+                                           ts_value* const* args, size_t n,
+                                           ts_value** out /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
 /* ts_module_call plus nkw keyword arguments: kw_names[i] = kw_values[i] (all borrowed). */
 TS_EXPORT ts_status* ts_module_call_kw(const ts_module* m, const char* method /* borrowed */, ts_value* const* args,
                                        size_t n, const char* const* kw_names, ts_value* const* kw_values, size_t nkw,

@@ -517,6 +517,14 @@ ts_status* ts_module_call(const ts_module* m, const char* method, ts_value* cons
   TS_API_END("call")
 }
 
+ts_status* ts_module_call_single(const ts_module* m, const char* method, ts_value* const* args, size_t n,
+                                ts_value** out) noexcept {
+  TS_API_BEGIN
+  tsimpl::OneThreadTeam one;
+  return call(m, method, args, n, nullptr, nullptr, 0, out);
+  TS_API_END("call")
+}
+
 ts_status* ts_module_call_kw(const ts_module* m, const char* method, ts_value* const* args, size_t n,
                              const char* const* kw_names, ts_value* const* kw_values, size_t nkw, ts_value** out) noexcept {
   TS_API_BEGIN

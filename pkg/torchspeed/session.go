@@ -173,22 +173,8 @@ func (m *Model) Reset() error {
 var callerThread = new(torch.Thread)
 
 // oneThreadHere stands for the calling goroutine's thread at one intra-op thread
-// (SessionOptions.OneThreadHere): forwards run there, other methods on the shared workers.
+// (SessionOptions.OneThreadHere): forwards and other methods run there, with a one-thread team.
 var oneThreadHere = new(torch.Thread)
-
-// do runs f on th: the shared inference workers when th is nil (or oneThreadHere, whose
-// threads keep no OpenMP pool for f to use), the calling thread for callerThread.
-func do(th *torch.Thread, f func()) error {
-	switch th {
-	case nil, oneThreadHere:
-		torch.Do(f)
-		return nil
-	case callerThread:
-		f()
-		return nil
-	}
-	return th.Do(f)
-}
 
 // closeThread closes a session's own thread.
 func closeThread(th *torch.Thread) {
@@ -197,9 +183,18 @@ func closeThread(th *torch.Thread) {
 	}
 }
 
-// call runs method on mod on th (nil: the shared inference workers).
+// call runs method on mod on th (nil: the shared inference workers, or the caller's thread when
+// the process runs at one intra-op thread, as Module.Call decides).
 func call(mod *torch.Module, th *torch.Thread, method string, args []*torch.Value) (out *torch.Value, err error) {
-	if derr := do(th, func() { out, err = mod.CallOnThisThread(method, args...) }); derr != nil {
+	switch th {
+	case nil:
+		return mod.Call(method, args...)
+	case oneThreadHere:
+		return mod.CallOneThread(method, args...)
+	case callerThread:
+		return mod.CallOnThisThread(method, args...)
+	}
+	if derr := th.Do(func() { out, err = mod.CallOnThisThread(method, args...) }); derr != nil {
 		return nil, derr
 	}
 	return out, err
@@ -409,10 +404,11 @@ type SessionOptions struct {
 	// bench's streams do, so that each stream uses its own thread's OpenMP pool. Ignored with
 	// OwnThread.
 	CallerThread bool
-	// OneThreadHere runs the session's forwards on the calling goroutine's OS thread with a
+	// OneThreadHere runs the session's calls on the calling goroutine's OS thread with a
 	// one-thread OpenMP team, whatever the process's count, with no hand-off and no pool: any
-	// goroutine may call, locked or not (a server's request handlers). Its other methods run
-	// on the shared inference workers. Ignored with OwnThread or CallerThread.
+	// goroutine may call, locked or not (a server's request handlers). Methods other than
+	// forward and calls with values other than tensors run there too. Ignored with OwnThread or
+	// CallerThread.
 	OneThreadHere bool
 }
 
