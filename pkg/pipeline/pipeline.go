@@ -114,6 +114,9 @@ type run struct {
 	// model under libtorch's defaults, and of the control group (nil: not measured so): the
 	// quick search's precision check takes them rather than timing the same thing again.
 	defaults *sharedDefaults
+	// fastSkip holds, by pass, why the quick search does not build that fast variant
+	// (fastShares).
+	fastSkip map[string]string
 }
 
 func (r *run) logf(format string, a ...any) {
