@@ -59,6 +59,9 @@ type Options struct {
 	slow slowRound
 	// switchPrecision makes the precision check switch whatever it measured (tests).
 	switchPrecision bool
+	// servePrecision makes the quick search serve the other precision whatever margin the
+	// decision was taken by (tests of the measured check, whose margin moves with the load).
+	servePrecision bool
 	// written hears the paths of every file a run committed (tests check them against the
 	// documented schema).
 	written func(paths []string)

@@ -84,7 +84,7 @@ const precisionMargin = 1.25
 // whose allocation rate leaves the allocator candidates out of the search. Serving the other
 // precision doubles the runtime step's processes (resnet50: 6 of its 14).
 func (r *run) precisionSettled(dec *int8Decision) string {
-	if !r.quick() || dec.meas == nil || dec.best8 == nil || dec.fp32 == nil {
+	if !r.quick() || r.opts.servePrecision || dec.meas == nil || dec.best8 == nil || dec.fp32 == nil {
 		return ""
 	}
 	m := dec.meas
