@@ -206,18 +206,7 @@ func msOf(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
 // steps to keep: a step is kept when it is on, or auto and at least min_speedup faster than
 // the model without it, and its outputs match.
 func (r *run) measureStages() error {
-	var live []*candidate
-	for _, c := range r.cands {
-		if c.status == stCandidate {
-			live = append(live, c)
-		}
-	}
-	if r.quick() && slices.ContainsFunc(live, func(c *candidate) bool { return c.kind == kindFreeze }) {
-		// Fold is kept on its outputs alone and freeze, timed, builds on it: the quick search
-		// leaves its p50, a figure no decision reads, out of the rounds (on a CNN it is one
-		// of the two slowest models timed).
-		live = slices.DeleteFunc(live, func(c *candidate) bool { return c.kind == kindFold })
-	}
+	live := r.stageTargets()
 	if len(live) == 0 {
 		return nil
 	}
@@ -310,6 +299,23 @@ func (r *run) measureStages() error {
 		}
 	}
 	return nil
+}
+
+// stageTargets are the FP32 candidates the stage rounds time.
+func (r *run) stageTargets() []*candidate {
+	var live []*candidate
+	for _, c := range r.cands {
+		if c.status == stCandidate {
+			live = append(live, c)
+		}
+	}
+	if r.quick() && slices.ContainsFunc(live, func(c *candidate) bool { return c.kind == kindFreeze }) {
+		// Fold is kept on its outputs alone and freeze, timed, builds on it: the quick search
+		// leaves its p50, a figure no decision reads, out of the rounds (on a CNN it is one
+		// of the two slowest models timed).
+		live = slices.DeleteFunc(live, func(c *candidate) bool { return c.kind == kindFold })
+	}
+	return live
 }
 
 // autoThreads says whether the thread count is chosen by measurement (runtime.threads: 0).
