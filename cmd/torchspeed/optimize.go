@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -157,8 +158,30 @@ func (o *optimizeCmd) run(c *cobra.Command) error {
 		}
 	} else if terr := rep.WriteTable(w); terr != nil {
 		return terr
+	} else {
+		fmt.Fprintln(w, tookLine(rep.WallMs, rep.Search))
 	}
 	return err
+}
+
+// tookLine is optimize's last line: its wall time with the CPU time it and its child processes
+// (the serve processes of the runtime settings) used, and the load average, since on a machine
+// other work loads the wall time stretches while the CPU time carries to a quiet one.
+func tookLine(wallMs float64, search string) string {
+	line := fmt.Sprintf("optimize took %.1f s (%s search)", wallMs/1000, search)
+	var self, kids syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &self) == nil && syscall.Getrusage(syscall.RUSAGE_CHILDREN, &kids) == nil {
+		cpu := func(u syscall.Rusage) float64 {
+			return float64(u.Utime.Nano()+u.Stime.Nano()) / 1e9
+		}
+		line += fmt.Sprintf(", %.1f s of CPU (%.1f s its own, %.1f s its child processes)", cpu(self)+cpu(kids), cpu(self), cpu(kids))
+	}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if f := strings.Fields(string(b)); len(f) >= 3 {
+			line += fmt.Sprintf("; load average %s %s %s", f[0], f[1], f[2])
+		}
+	}
+	return line
 }
 
 // interruptGrace is how long optimize waits, after SIGINT or SIGTERM, for the pipeline to stop

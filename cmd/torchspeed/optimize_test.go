@@ -68,6 +68,8 @@ func TestCLIOptimizeExitCodes(t *testing.T) {
 		{"wrong type", base + "runtime:\n  threads: two\n", nil, 2, "runtime.threads"},
 		{"missing model", strings.Replace(base, "digits.pt", "nope.pt", 1), nil, 2, "file not found"},
 		{"bad flag value", base, []string{"--quantize", "int2"}, 2, "quantize.mode"},
+		// The last line: the wall time with the CPU time of the process tree and the load.
+		{"took", base, nil, 0, "s of CPU ("},
 		// INT8 that fails its thresholds: required (quantize.force), exit 3; asked for but not
 		// required, the FP32 result is kept with a warning.
 		{"validation fails", base + "quantize:\n  mode: static\n  force: true\n  fallback: false\n  observer: minmax\ncalibration:\n  path: " + fx + "/digits_calib.npy\n  limit: 2\nvalidation:\n  min_cosine: 0.9999999\n", nil, 3, "validation"},
@@ -87,6 +89,9 @@ func TestCLIOptimizeExitCodes(t *testing.T) {
 			}
 			if code != c.code || !strings.Contains(string(b), c.want) {
 				t.Fatalf("exit %d (want %d), output lacks %q:\n%s", code, c.code, c.want, b)
+			}
+			if lines := strings.Split(strings.TrimSpace(string(b)), "\n"); code == 0 && !strings.HasPrefix(lines[len(lines)-1], "optimize took ") {
+				t.Errorf("last line %q: want optimize's wall time", lines[len(lines)-1])
 			}
 			if _, err := os.Stat(filepath.Join(out, "digits.torchspeed.pt")); err == nil {
 				t.Fatal("an artifact was written by a failed run")

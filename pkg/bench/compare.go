@@ -56,7 +56,18 @@ type CompareOptions struct {
 	// Resamples for the ratio's bootstrap interval; 0 means
 	// DefaultResamples.
 	Resamples int
+	// Decided, when set, is asked after every timed round from the
+	// MinDecideRounds-th on, with every target's samples so far (in the
+	// targets' order): true ends the timed phase there. A caller that only
+	// needs a decision stops once its intervals have taken it, instead of
+	// timing the remaining rounds of a settled comparison.
+	Decided func(samples [][]time.Duration) bool
 }
+
+// MinDecideRounds is the fewest timed rounds before Decided is asked: the
+// order-statistic interval of a median needs 6 values to cover it with 95%
+// probability.
+const MinDecideRounds = 6
 
 // DefaultResamples is the bootstrap size for the ratio of medians: enough
 // for stable 2.5% / 97.5% quantiles, cheap next to any real benchmark.
@@ -221,6 +232,9 @@ func Compare(targets []Target, o CompareOptions) (*Comparison, error) {
 			return nil, err
 		}
 		rounds++
+		if o.Decided != nil && rounds >= MinDecideRounds && decided(o.Decided, results) {
+			break
+		}
 	}
 
 	cmp := &Comparison{Order: o.Order.String(), Seed: o.Seed, Rounds: rounds, Results: results}
@@ -243,6 +257,15 @@ func Compare(targets []Target, o CompareOptions) (*Comparison, error) {
 		cmp.Pairs = append(cmp.Pairs, p)
 	}
 	return cmp, nil
+}
+
+// decided asks f with the samples of results.
+func decided(f func([][]time.Duration) bool, results []*Result) bool {
+	samples := make([][]time.Duration, len(results))
+	for i, r := range results {
+		samples[i] = r.Samples
+	}
+	return f(samples)
 }
 
 // ComparePair compares other with base: ratio of medians with a bootstrap

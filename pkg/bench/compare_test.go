@@ -337,3 +337,40 @@ func TestRatioOfMediansClusterCI(t *testing.T) {
 		t.Errorf("an empty cluster beside full ones: %v", err)
 	}
 }
+
+// TestCompareDecidedEndsEarly: Decided is first asked after MinDecideRounds timed rounds, with
+// every target's samples so far, and true ends the timed phase at that round; nil times every
+// round.
+func TestCompareDecidedEndsEarly(t *testing.T) {
+	run := func(decided func([][]time.Duration) bool) *Comparison {
+		clk := &SimClock{}
+		c, err := Compare([]Target{NewSyntheticTarget("A", clk, noisyModel, 1), NewSyntheticTarget("B", clk, noisyModel, 2)},
+			CompareOptions{Options: Options{Runs: 40, Warmup: 2, Clock: clk}, Order: Shuffled, Seed: 3, Resamples: 200, Decided: decided})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	first := 0
+	c := run(func(s [][]time.Duration) bool {
+		if len(s) != 2 || len(s[0]) != len(s[1]) {
+			t.Fatalf("Decided got %d targets' samples (%d and %d), want 2 of equal length", len(s), len(s[0]), len(s[1]))
+		}
+		if first == 0 {
+			first = len(s[0])
+		}
+		return len(s[0]) >= 13
+	})
+	if first != MinDecideRounds {
+		t.Errorf("Decided first asked after %d rounds, want %d", first, MinDecideRounds)
+	}
+	if c.Rounds != 13 || len(c.Results[1].Samples) != 13 {
+		t.Errorf("ended after %d rounds (%d samples), want 13", c.Rounds, len(c.Results[1].Samples))
+	}
+	if c := run(func([][]time.Duration) bool { return false }); c.Rounds != 40 {
+		t.Errorf("never decided: %d rounds, want all 40", c.Rounds)
+	}
+	if c := run(nil); c.Rounds != 40 {
+		t.Errorf("no Decided: %d rounds, want all 40", c.Rounds)
+	}
+}

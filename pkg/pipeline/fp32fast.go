@@ -73,6 +73,7 @@ func (r *run) fastOnKept(best *candidate) (map[string]float64, error) {
 		return nil, nil
 	}
 	n := len(r.cands)
+	r.fastSkip = r.fastShares()
 	r.buildFast([]*candidate{best})
 	var fresh []*candidate
 	for _, c := range r.cands[n:] {
@@ -84,7 +85,8 @@ func (r *run) fastOnKept(best *candidate) (map[string]float64, error) {
 		return nil, nil
 	}
 	r.logf("measuring %s of %s against it and the original, %d interleaved rounds (quick search: variants of the kept stage only)", report.Plural(len(fresh), "variant"), best.name, r.cfg.Bench.StageRuns)
-	m, err := r.measure("fast variants", append([]*candidate{best}, fresh...), r.stageOptions(r.cfg.Bench.StageRuns))
+	timed := append([]*candidate{best}, fresh...)
+	m, err := r.measure("fast variants", timed, r.untilSettled(r.stageOptions(r.cfg.Bench.StageRuns), timed, func(*candidate) bool { return true }, false))
 	if err != nil {
 		return nil, fmt.Errorf("measuring the fast variants: %w", err)
 	}
@@ -123,6 +125,11 @@ func (r *run) buildFast(bases []*candidate) {
 func (r *run) fastVariantOf(base *candidate, p fastPass) *candidate {
 	name := base.name + " + " + p.pass
 	steps := append(slices.Clone(base.steps), p.pass)
+	if why := r.fastSkip[p.pass]; why != "" {
+		r.logf("  %-34s skipped: %s", name, why)
+		r.skip(name, p.kind, steps, why)
+		return nil
+	}
 	swapped, relus := 0, 0
 	c := r.addCandidate(name, p.kind, steps, func() (*candidate, error) {
 		m, n, nr, err := p.apply(base.mod)

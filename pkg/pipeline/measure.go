@@ -86,6 +86,11 @@ func (r *run) measure(name string, cands []*candidate, opts bench.CompareOptions
 	if err != nil {
 		return nil, err
 	}
+	if opts.Decided != nil && cmp.Rounds < opts.Runs {
+		d := fmt.Sprintf("measurement %q: %d of %d rounds, ended when every decision it takes was settled beyond doubt (quick search; --search full times every round)", name, cmp.Rounds, opts.Runs)
+		r.rep.Decisions = append(r.rep.Decisions, d)
+		r.logf("  %s", d)
+	}
 	m := &measurement{name: name, threads: torch.NumThreads(), cmp: cmp}
 	r.measurements = append(r.measurements, m)
 	for _, c := range append([]*candidate{r.orig}, cands...) {

@@ -59,6 +59,9 @@ type Options struct {
 	slow slowRound
 	// switchPrecision makes the precision check switch whatever it measured (tests).
 	switchPrecision bool
+	// servePrecision makes the quick search serve the other precision whatever margin the
+	// decision was taken by (tests of the measured check, whose margin moves with the load).
+	servePrecision bool
 	// written hears the paths of every file a run committed (tests check them against the
 	// documented schema).
 	written func(paths []string)
@@ -114,6 +117,9 @@ type run struct {
 	// model under libtorch's defaults, and of the control group (nil: not measured so): the
 	// quick search's precision check takes them rather than timing the same thing again.
 	defaults *sharedDefaults
+	// fastSkip holds, by pass, why the quick search does not build that fast variant
+	// (fastShares).
+	fastSkip map[string]string
 }
 
 func (r *run) logf(format string, a ...any) {

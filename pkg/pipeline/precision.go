@@ -22,6 +22,8 @@ type int8Decision struct {
 	fp32   *candidate // the best FP32 model
 	ofi    *candidate
 	match  string
+	// meas is the measurement the decision was taken on (best8 and fp32 side by side).
+	meas *measurement
 	// int8Threads is the thread count INT8 was measured and validated at; int8Val its
 	// validation, before the FP32 one replaced it.
 	int8Threads int
@@ -161,6 +163,14 @@ func (r *run) otherPrecision(dir string) (*serveGroup, error) {
 	if alt == nil || alt == r.best() {
 		return nil, nil
 	}
+	if why := r.precisionSettled(dec); why != "" {
+		r.rep.Runtime.Precision = &report.PrecisionCheck{First: r.best().name, FirstPrecision: r.best().precision, FirstThreads: r.threads,
+			FirstRuntime: runenv.DefaultCandidate, Other: alt.name, OtherPrecision: alt.precision, OtherThreads: threads, Why: why}
+		d := fmt.Sprintf("INT8 or FP32 where the artifact runs: not measured (%s)", why)
+		r.rep.Decisions = append(r.rep.Decisions, d)
+		r.logf("%s", d)
+		return nil, nil
+	}
 	path, err := r.saveCopy(alt, threads, dir, "other")
 	if err != nil {
 		return nil, err
@@ -200,6 +210,9 @@ func (r *run) otherRuntime(res []*bench.ProcessResult, cands []runenv.Candidate,
 // control's spread and the minimum speedup, without a worse p95 (bench.ChooseRuntime's rule).
 func (r *run) recheckPrecision() error {
 	dec, rt := r.int8, r.rep.Runtime
+	if rt != nil && rt.Precision != nil && !rt.Precision.Measured && r.runtime.Name != "" {
+		rt.Precision.FirstRuntime = r.runtime.Name // left out by the quick search: say with what the artifact runs
+	}
 	if dec == nil || dec.alt == nil || rt == nil || !rt.Measured {
 		return nil
 	}

@@ -34,6 +34,7 @@ func TestPrecisionWhereItRuns(t *testing.T) {
 			opts := testOptions()
 			opts.Serve = []string{torchspeedBinary(t), "bench", "--serve"}
 			opts.switchPrecision = force
+			opts.servePrecision = true
 			rep, err := Run(context.Background(), cfg, opts)
 			if err != nil {
 				t.Fatal(err)

@@ -277,7 +277,7 @@ func (r *run) measureINT8(c *candidate, qrep *quant.Outcome, valB validate.Batch
 	if d.UseINT8 && !q.Force {
 		d = r.checkAgainstFP32Threads(d, m.result(best8.name).Stats.P50)
 	}
-	dec := &int8Decision{c: c, picked: picked, best8: best8, fp32: fp32, ofi: ofi, match: match,
+	dec := &int8Decision{c: c, picked: picked, best8: best8, fp32: fp32, ofi: ofi, match: match, meas: m,
 		int8Threads: r.threads, int8Val: r.rep.Validation, forced: q.Force}
 	dec.reject = func() string {
 		return quant.DecideINT8(m.result(c.name).Stats.P50, fp32P50, r.cfg.Optimize.MinSpeedup, false).Reason

@@ -206,17 +206,16 @@ func msOf(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
 // steps to keep: a step is kept when it is on, or auto and at least min_speedup faster than
 // the model without it, and its outputs match.
 func (r *run) measureStages() error {
-	var live []*candidate
-	for _, c := range r.cands {
-		if c.status == stCandidate {
-			live = append(live, c)
-		}
-	}
+	live := r.stageTargets()
 	if len(live) == 0 {
 		return nil
 	}
 	r.logf("measuring %d candidates against the original, %d interleaved rounds at %s", len(live), r.cfg.Bench.StageRuns, report.Plural(torch.NumThreads(), "thread"))
-	m, err := r.measure("stages", live, r.stageOptions(r.cfg.Bench.StageRuns))
+	// Fold and freeze are kept on their outputs alone: their p50s are not decisions to wait for,
+	// but freeze is the line optimize_for_inference is kept by (the original where not frozen).
+	frozen := slices.ContainsFunc(live, func(c *candidate) bool { return c.kind == kindFreeze })
+	opts := r.untilSettled(r.stageOptions(r.cfg.Bench.StageRuns), live, func(c *candidate) bool { return c.kind != kindFold }, !frozen)
+	m, err := r.measure("stages", live, opts)
 	if err != nil {
 		return fmt.Errorf("measuring stages: %w", err)
 	}
@@ -260,6 +259,11 @@ func (r *run) measureStages() error {
 	for _, k := range []kind{kindFold, kindFreeze} {
 		if c := byKind(k); c != nil && c.status == stCandidate {
 			c.status = stKept
+			if _, timed := p50[c.name]; !timed {
+				c.reason = fmt.Sprintf("outputs match (max abs err %.2g); not timed (quick search: kept on its outputs, and the later steps build on it; %s)", c.maxAbs, fullSearchHint)
+				best, bestName = c, c.name
+				continue
+			}
 			c.reason = fmt.Sprintf("outputs match (max abs err %.2g); p50 %.3f ms vs original %.3f ms at %s", c.maxAbs, p50[c.name], p50["original"], report.Plural(m.threads, "thread"))
 			if sp := p50["original"] / p50[c.name]; sp < 1 {
 				// Kept anyway, and the report says why: a user reading 0.81x next to "kept"
@@ -295,6 +299,23 @@ func (r *run) measureStages() error {
 		}
 	}
 	return nil
+}
+
+// stageTargets are the FP32 candidates the stage rounds time.
+func (r *run) stageTargets() []*candidate {
+	var live []*candidate
+	for _, c := range r.cands {
+		if c.status == stCandidate {
+			live = append(live, c)
+		}
+	}
+	if r.quick() && slices.ContainsFunc(live, func(c *candidate) bool { return c.kind == kindFreeze }) {
+		// Fold is kept on its outputs alone and freeze, timed, builds on it: the quick search
+		// leaves its p50, a figure no decision reads, out of the rounds (on a CNN it is one
+		// of the two slowest models timed).
+		live = slices.DeleteFunc(live, func(c *candidate) bool { return c.kind == kindFold })
+	}
+	return live
 }
 
 // autoThreads says whether the thread count is chosen by measurement (runtime.threads: 0).
