@@ -599,3 +599,70 @@ func TestFastConvPassOnSileroV4(t *testing.T) {
 	}
 	t.Logf("%d convs swapped (8 depthwise); %d calls within %.2g of PyTorch's", convs, r.Calls(), worst)
 }
+
+// BenchmarkConvDepthwise times at::conv2d and torchspeed::conv_dw (taps packed on each call, as
+// kerneltest.Conv2d does) interleaved at one thread on Silero VAD v4's depthwise sizes and 2-D
+// ones up to conv_dw's limit (8192 output elements), NCHW and channels-last, and reports medians.
+func BenchmarkConvDepthwise(b *testing.B) {
+	one := [2]int64{1, 1}
+	for _, c := range []convCase{
+		{1, 258, 1, 7, 258, 1, 5, dwParams(one, [2]int64{0, 2}, one, 258)},
+		{1, 16, 1, 4, 16, 1, 5, dwParams(one, [2]int64{0, 2}, one, 16)},
+		{1, 32, 1, 2, 32, 1, 5, dwParams(one, [2]int64{0, 2}, one, 32)},
+		{1, 128, 7, 7, 128, 3, 3, dwParams(one, one, one, 128)},
+		{1, 32, 16, 16, 32, 3, 3, dwParams(one, one, one, 32)},
+		{1, 96, 18, 18, 96, 3, 3, dwParams([2]int64{2, 2}, one, one, 96)},
+	} {
+		for _, cl := range []bool{false, true} {
+			b.Run(fmt.Sprintf("%dx%dx%dx%d-k%dx%d-s%d-cl%v", c.n, c.ic, c.h, c.w, c.kh, c.kw, c.p.Stride[0], cl), func(b *testing.B) {
+				r := rand.New(rand.NewPCG(13, 14))
+				x, w, bias := convData(b, r, c, true)
+				if cl {
+					xc, err := x.ChannelsLast()
+					if err != nil {
+						b.Fatal(err)
+					}
+					x = xc
+					b.Cleanup(func() { xc.Close() })
+				}
+				var aten, fast []float64
+				ran := true
+				var err error
+				b.ResetTimer()
+				torch.Do(func() {
+					if err = torch.SetNumThreadsOnThisThread(1); err != nil {
+						return
+					}
+					for i := 0; i < b.N && err == nil; i++ {
+						for _, k := range []kerneltest.Kernel{kerneltest.ATen, kerneltest.Fast} {
+							t0 := time.Now()
+							var y *torch.Tensor
+							var f bool
+							if y, f, err = kerneltest.Conv2d(x, w, bias, c.p, false, k); err != nil {
+								return
+							}
+							d := float64(time.Since(t0).Nanoseconds())
+							y.Close()
+							if k == kerneltest.ATen {
+								aten = append(aten, d)
+							} else {
+								fast = append(fast, d)
+								ran = ran && f
+							}
+						}
+					}
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				a, f := median(aten), median(fast)
+				b.ReportMetric(a/1e3, "aten-us")
+				b.ReportMetric(f/1e3, "fast-us")
+				b.ReportMetric(a/f, "ratio")
+				if !ran {
+					b.Error("ATen's fallback ran for torchspeed's op")
+				}
+			})
+		}
+	}
+}

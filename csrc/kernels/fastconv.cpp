@@ -186,9 +186,10 @@ at::Tensor tsimpl::conv2d_gemm(const at::Tensor& x, const at::Tensor& weight, co
 namespace {
 
 // Output elements (N*OH*OW*C) past which ATen's convolution runs instead: the loop has no cache
-// blocking, and oneDNN's depthwise kernels are built for large feature maps. The loop was measured
-// only on Silero VAD's sizes (at most 258 channels x 7 frames): mobilenet_v2's (576 x 7 x 7 and
-// up) stay oneDNN's.
+// blocking, and oneDNN's depthwise kernels are built for large feature maps. Below it the loop beat
+// ATen in BenchmarkConvDepthwise (bindings/torch/fastconv_test.go; figures in
+// docs/architecture.md); larger sizes (mobilenet_v2's, 576 x 7 x 7 and up) were not measured and
+// stay oneDNN's.
 constexpr int64_t kMaxDwOutputs = 1 << 13;
 constexpr int64_t kDwTaskMacs = 1 << 16;  // multiply-adds per parallel task
 
