@@ -13,7 +13,9 @@ import "C"
 // FastLinear's GEMM over the weight packed once here, bias and a relu fused (a relu that is the
 // conv's only use); its output is channels-last. Inputs with more output positions than the
 // kernel takes (256; 1024 for a 1x1 conv needing no im2col) run ATen's convolution on the
-// original weight; grouped and deeper convolutions are left as they are. It returns how many convolutions were swapped and how many of them took
+// original weight. A depthwise convolution (groups = input = output channels, weight [C, 1, kh, kw])
+// calls torchspeed::conv_dw instead: a vectorized loop over output positions, ATen's convolution past
+// 8192 output elements. Other grouped and deeper convolutions are left as they are. It returns how many convolutions were swapped and how many of them took
 // a relu. Outputs equal the original's up to float rounding. On a CPU without AVX2 and FMA nothing
 // is swapped. The result runs only where this shim is loaded: never save it for stock PyTorch.
 func (m *Module) FastConv() (mod *Module, convs, relus int, err error) {

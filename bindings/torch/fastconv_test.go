@@ -119,9 +119,9 @@ func TestFastConvMatchesATen(t *testing.T) {
 	}
 }
 
-// TestFastConvFallbacks: what torchspeed's kernel does not take runs ATen's convolution (the
-// same bits): groups > 1, more output positions or a deeper K than the kernel takes; what ATen
-// refuses is refused the same way.
+// TestFastConvFallbacks: what torchspeed's kernels do not take runs ATen's convolution (the
+// same bits): groups > 1 but not depthwise, a depthwise conv past conv_dw's limit, more output
+// positions or a deeper K than the kernel takes; what ATen refuses is refused the same way.
 func TestFastConvFallbacks(t *testing.T) {
 	threads := min(2, torch.AvailableCPUs())
 	r := rand.New(rand.NewPCG(9, 10))
@@ -130,7 +130,7 @@ func TestFastConvFallbacks(t *testing.T) {
 		c    convCase
 	}{
 		{"groups 2", convCase{1, 8, 8, 8, 16, 3, 3, kerneltest.ConvParams{Stride: [2]int64{1, 1}, Padding: [2]int64{1, 1}, Dilation: [2]int64{1, 1}, Groups: 2}}},
-		{"depthwise", convCase{1, 8, 8, 8, 8, 3, 3, kerneltest.ConvParams{Stride: [2]int64{1, 1}, Padding: [2]int64{1, 1}, Dilation: [2]int64{1, 1}, Groups: 8}}},
+		{"depthwise, 64x16x16 outputs", convCase{1, 64, 16, 16, 64, 3, 3, kerneltest.ConvParams{Stride: [2]int64{1, 1}, Padding: [2]int64{1, 1}, Dilation: [2]int64{1, 1}, Groups: 64}}},
 		{"80x80 output positions", convCase{1, 3, 80, 80, 8, 3, 3, params(1, 1, 1)}},
 		{"1x1 on 40x40 output positions", convCase{1, 8, 40, 40, 8, 1, 1, params(1, 0, 1)}},
 		{"K 1152 (128 channels, 3x3)", convCase{1, 128, 4, 4, 16, 3, 3, params(1, 1, 1)}},
@@ -253,8 +253,8 @@ func TestFastConvPassOnDigits(t *testing.T) {
 	}
 }
 
-// TestFastConvPassLeavesGroupedConvs: frozen mobilenet_v2 gets its ungrouped convolutions swapped,
-// but for the depthwise ones and those deeper than torchspeed's kernel takes (K = IC x kh x kw
+// TestFastConvPassLeavesGroupedConvs: frozen mobilenet_v2 gets its ungrouped and depthwise
+// convolutions swapped, but for those deeper than torchspeed's GEMM takes (K = IC x kh x kw
 // past 576: three 1x1 convs on 960 channels), which stay ATen's; outputs within float rounding of
 // the frozen model's.
 func TestFastConvPassLeavesGroupedConvs(t *testing.T) {
@@ -283,12 +283,13 @@ func TestFastConvPassLeavesGroupedConvs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// torchvision's mobilenet_v2: 52 convolutions, 17 of them depthwise, 3 with K 960; its
-	// activations are hardtanh (ReLU6), which the pass does not fuse.
-	if total := before["aten::_convolution"]; total != 52 || nc != 32 || nr != 0 || after["aten::_convolution"] != 20 ||
-		after["torchspeed::conv2d_gemm"] != 32 {
-		t.Fatalf("%d convs before; %d swapped (%d relus), %d left, %d torchspeed:: nodes; want 52, 32 (0), 20, 32", total, nc, nr,
-			after["aten::_convolution"], after["torchspeed::conv2d_gemm"])
+	// torchvision's mobilenet_v2: 52 convolutions, 17 of them depthwise (torchspeed::conv_dw,
+	// which runs ATen's convolution at these sizes), 3 with K 960; its activations are hardtanh
+	// (ReLU6), which the pass does not fuse.
+	if total := before["aten::_convolution"]; total != 52 || nc != 49 || nr != 0 || after["aten::_convolution"] != 3 ||
+		after["torchspeed::conv2d_gemm"] != 32 || after["torchspeed::conv_dw"] != 17 {
+		t.Fatalf("%d convs before; %d swapped (%d relus), %d left, %d conv2d_gemm, %d conv_dw; want 52, 49 (0), 3, 32, 17", total, nc, nr,
+			after["aten::_convolution"], after["torchspeed::conv2d_gemm"], after["torchspeed::conv_dw"])
 	}
 	in := tensorsOf(t, f.InputArrays(t))
 	want, err := frozen.Forward(in...)
@@ -486,5 +487,182 @@ func TestFastConvPassOn1DStreams(t *testing.T) {
 		}
 		t.Logf("%s: %d 1-D conv(s) swapped; %d calls within %.2g of PyTorch's", name, convs, r.Calls(), worst)
 		fast.Close()
+	}
+}
+
+func dwParams(stride, pad, dil [2]int64, groups int64) kerneltest.ConvParams {
+	return kerneltest.ConvParams{Stride: stride, Padding: pad, Dilation: dil, Groups: groups}
+}
+
+// TestFastConvDepthwiseMatchesATen runs torchspeed::conv_dw (depthwise: groups == channels, one
+// filter each) over Silero VAD v4's 1-D shapes (as 2-D ones of height 1) and small 2-D ones:
+// strides, padding, dilation, batch 2, odd channel counts, bias and relu on and off, NCHW and
+// channels-last inputs; every case must run torchspeed's loop and match a direct convolution in
+// float64, as ATen's must. The loop has no AVX2 requirement: under TORCHSPEED_MAX_ISA=avx2 or
+// scalar it runs that instruction set's copy. Larger outputs fall back (TestFastConvFallbacks).
+func TestFastConvDepthwiseMatchesATen(t *testing.T) {
+	one := [2]int64{1, 1}
+	cases := []convCase{
+		{1, 258, 1, 7, 258, 1, 5, dwParams(one, [2]int64{0, 2}, one, 258)}, // Silero v4's after the STFT
+		{1, 16, 1, 4, 16, 1, 5, dwParams(one, [2]int64{0, 2}, one, 16)},
+		{1, 32, 1, 2, 32, 1, 5, dwParams(one, [2]int64{0, 2}, one, 32)}, // kernel wider than the input
+		{1, 32, 1, 1, 32, 1, 5, dwParams(one, [2]int64{0, 2}, one, 32)},
+		{2, 17, 6, 6, 17, 3, 3, dwParams(one, one, one, 17)},            // 2-D, batch 2, odd channels
+		{1, 24, 9, 7, 24, 3, 3, dwParams([2]int64{2, 2}, one, one, 24)}, // stride 2
+		{1, 8, 10, 10, 8, 3, 5, dwParams([2]int64{1, 2}, [2]int64{2, 1}, [2]int64{2, 1}, 8)},
+		{1, 3, 5, 5, 3, 7, 7, dwParams(one, [2]int64{3, 3}, one, 3)}, // kernel larger than the input
+	}
+	threads := min(2, torch.AvailableCPUs())
+	r := rand.New(rand.NewPCG(11, 12))
+	n := 0
+	for i, c := range cases {
+		for _, cl := range []bool{false, true} {
+			relu, bias := (i+n)%2 == 0, n%3 != 2
+			n++
+			what := fmt.Sprintf("%v, channels-last %v, relu %v, bias %v", c, cl, relu, bias)
+			x, w, b := convData(t, r, c, bias)
+			if cl {
+				xc, err := x.ChannelsLast()
+				if err != nil {
+					t.Fatal(err)
+				}
+				x = xc
+				t.Cleanup(func() { xc.Close() })
+			}
+			want, got, fast, err := convOn(threads, x, w, b, c.p, relu)
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			if !fast {
+				t.Errorf("%s: ATen's convolution ran, not torchspeed's loop", what)
+			}
+			ref := refConv2d(t, x, w, b, c, relu)
+			tol := 1e-5 + 1e-6*float64(c.kh*c.kw)
+			if i, d := farthest(t, got, ref); d > tol {
+				t.Fatalf("%s: element %d of %d is %.7g, the float64 convolution gives %.7g", what, i, len(ref), float32s(t, got)[i], ref[i])
+			}
+			if i, d := farthest(t, want, ref); d > tol {
+				t.Errorf("%s: ATen's convolution is off by %.3g at element %d", what, d, i)
+			}
+			want.Close()
+			got.Close()
+		}
+	}
+}
+
+// TestFastConvPassOnSileroV4: Silero VAD v4 as its authors ship it gets every convolution swapped,
+// its four depthwise ones (per sample-rate branch) to torchspeed::conv_dw, and each call of the
+// recorded speech stream answers within sileroBound's float-reordering error of PyTorch's.
+func TestFastConvPassOnSileroV4(t *testing.T) {
+	skipWithoutFastKernels(t)
+	f := fixtures.Load(t).Get(t, "silero_v4")
+	m := loadFixture(t, f)
+	fr, err := m.Freeze("reset_states")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fast, convs, _, err := fr.FastConv()
+	fr.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fast.Close()
+	counts, err := fast.NodeCounts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Two sample-rate branches (8 and 16 kHz), each with 4 depthwise convs among its 18.
+	if counts["aten::conv1d"]+counts["aten::_convolution"] != 0 || counts["torchspeed::conv_dw"] != 8 ||
+		counts["torchspeed::conv2d_gemm"]+counts["torchspeed::conv_dw"] != convs {
+		t.Fatalf("node counts after the pass %v (%d swapped); want 8 torchspeed::conv_dw, no aten conv", counts, convs)
+	}
+	r := streamref.Load(t, f, "forward")
+	out, err := fast.Call("reset_states")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.Close()
+	const u = 1.0 / (1 << 24)
+	bound := 2 * 1024 * u / (1 - 1024*u) // as cmd/torchspeed's sileroBound
+	worst := 0.0
+	for i := 0; i < r.Calls(); i++ {
+		out, err := fast.Call("forward", r.Args(i)...)
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		d, err := r.Diff(i, out)
+		out.Close()
+		if err != nil || d > bound {
+			t.Fatalf("call %d: diff %.3g from PyTorch's (bound %.3g; %v)", i, d, bound, err)
+		}
+		worst = max(worst, d)
+	}
+	t.Logf("%d convs swapped (8 depthwise); %d calls within %.2g of PyTorch's", convs, r.Calls(), worst)
+}
+
+// BenchmarkConvDepthwise times at::conv2d and torchspeed::conv_dw (taps packed on each call, as
+// kerneltest.Conv2d does) interleaved at one thread on Silero VAD v4's depthwise sizes and 2-D
+// ones up to conv_dw's limit (8192 output elements), NCHW and channels-last, and reports medians.
+func BenchmarkConvDepthwise(b *testing.B) {
+	one := [2]int64{1, 1}
+	for _, c := range []convCase{
+		{1, 258, 1, 7, 258, 1, 5, dwParams(one, [2]int64{0, 2}, one, 258)},
+		{1, 16, 1, 4, 16, 1, 5, dwParams(one, [2]int64{0, 2}, one, 16)},
+		{1, 32, 1, 2, 32, 1, 5, dwParams(one, [2]int64{0, 2}, one, 32)},
+		{1, 128, 7, 7, 128, 3, 3, dwParams(one, one, one, 128)},
+		{1, 32, 16, 16, 32, 3, 3, dwParams(one, one, one, 32)},
+		{1, 96, 18, 18, 96, 3, 3, dwParams([2]int64{2, 2}, one, one, 96)},
+	} {
+		for _, cl := range []bool{false, true} {
+			b.Run(fmt.Sprintf("%dx%dx%dx%d-k%dx%d-s%d-cl%v", c.n, c.ic, c.h, c.w, c.kh, c.kw, c.p.Stride[0], cl), func(b *testing.B) {
+				r := rand.New(rand.NewPCG(13, 14))
+				x, w, bias := convData(b, r, c, true)
+				if cl {
+					xc, err := x.ChannelsLast()
+					if err != nil {
+						b.Fatal(err)
+					}
+					x = xc
+					b.Cleanup(func() { xc.Close() })
+				}
+				var aten, fast []float64
+				ran := true
+				var err error
+				b.ResetTimer()
+				torch.Do(func() {
+					if err = torch.SetNumThreadsOnThisThread(1); err != nil {
+						return
+					}
+					for i := 0; i < b.N && err == nil; i++ {
+						for _, k := range []kerneltest.Kernel{kerneltest.ATen, kerneltest.Fast} {
+							t0 := time.Now()
+							var y *torch.Tensor
+							var f bool
+							if y, f, err = kerneltest.Conv2d(x, w, bias, c.p, false, k); err != nil {
+								return
+							}
+							d := float64(time.Since(t0).Nanoseconds())
+							y.Close()
+							if k == kerneltest.ATen {
+								aten = append(aten, d)
+							} else {
+								fast = append(fast, d)
+								ran = ran && f
+							}
+						}
+					}
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				a, f := median(aten), median(fast)
+				b.ReportMetric(a/1e3, "aten-us")
+				b.ReportMetric(f/1e3, "fast-us")
+				b.ReportMetric(a/f, "ratio")
+				if !ran {
+					b.Error("ATen's fallback ran for torchspeed's op")
+				}
+			})
+		}
 	}
 }

@@ -174,9 +174,136 @@ at::Tensor tsimpl::conv2d_gemm(const at::Tensor& x, const at::Tensor& weight, co
   return conv2d_gemm_impl(x, weight, packed, bias, stride, padding, dilation, relu, &fast);
 }
 
+// Depthwise convolutions (groups == C, one filter per channel): torchspeed::conv_dw.
+//
+// Why: libtorch 1.13 sends a small grouped float conv to oneDNN (or ATen's slow path), whose
+// per-call set-up dwarfs the few thousand multiply-adds of a VAD's depthwise 1-D convs (Silero VAD
+// v4: C 258/16/32/32, kernel 5, a handful of frames). Here it is a plain loop over output positions,
+// channels innermost on a channels-last input (an NCHW one is made channels-last first), the taps
+// packed once at pass time as [kh*kw, C] so each tap is one contiguous multiply-add over the
+// channels, which the compiler vectorizes: one copy of the loop per instruction set, chosen at run
+// time (TORCHSPEED_MAX_ISA caps it), a plain one without AVX2.
+namespace {
+
+// Output elements (N*OH*OW*C) past which ATen's convolution runs instead: the loop has no cache
+// blocking, and oneDNN's depthwise kernels are built for large feature maps. Below it the loop beat
+// ATen in BenchmarkConvDepthwise (bindings/torch/fastconv_test.go; figures in
+// docs/architecture.md); larger sizes (mobilenet_v2's, 576 x 7 x 7 and up) were not measured and
+// stay oneDNN's.
+constexpr int64_t kMaxDwOutputs = 1 << 13;
+constexpr int64_t kDwTaskMacs = 1 << 16;  // multiply-adds per parallel task
+
+struct DwArgs {
+  const float* x;
+  int64_t sn, sh, sw;  // x's strides (channels adjacent)
+  int64_t C, H, W, OH, OW, kh, kw;
+  int64_t s[2], p[2], d[2];
+  const float* taps;  // [kh*kw, C]
+  const float* bias;  // [C] or null
+  float* y;           // [N, OH, OW, C]
+  bool relu;
+};
+
+// Output positions begin..end-1 (row r = (n, oh, ow)).
+__attribute__((always_inline)) inline void dw_rows(const DwArgs& a, int64_t begin, int64_t end) {
+  const int64_t C = a.C;
+  for (int64_t r = begin; r < end; r++) {
+    const int64_t n = r / (a.OH * a.OW), oh = (r / a.OW) % a.OH, ow = r % a.OW;
+    float* __restrict__ out = a.y + r * C;
+    if (a.bias != nullptr) {
+      for (int64_t c = 0; c < C; c++) out[c] = a.bias[c];
+    } else {
+      for (int64_t c = 0; c < C; c++) out[c] = 0.0f;
+    }
+    for (int64_t i = 0; i < a.kh; i++) {
+      const int64_t ih = oh * a.s[0] - a.p[0] + i * a.d[0];
+      if (ih < 0 || ih >= a.H) continue;
+      for (int64_t j = 0; j < a.kw; j++) {
+        const int64_t iw = ow * a.s[1] - a.p[1] + j * a.d[1];
+        if (iw < 0 || iw >= a.W) continue;
+        const float* __restrict__ xp = a.x + n * a.sn + ih * a.sh + iw * a.sw;
+        const float* __restrict__ wp = a.taps + (i * a.kw + j) * C;
+        for (int64_t c = 0; c < C; c++) out[c] += wp[c] * xp[c];
+      }
+    }
+    if (a.relu) {
+      for (int64_t c = 0; c < C; c++) out[c] = out[c] > 0.0f ? out[c] : 0.0f;
+    }
+  }
+}
+
+__attribute__((target("avx512f,fma"))) void dw_rows_avx512(const DwArgs& a, int64_t b, int64_t e) { dw_rows(a, b, e); }
+__attribute__((target("avx2,fma"))) void dw_rows_avx2(const DwArgs& a, int64_t b, int64_t e) { dw_rows(a, b, e); }
+void dw_rows_plain(const DwArgs& a, int64_t b, int64_t e) { dw_rows(a, b, e); }
+
+}  // namespace
+
+at::Tensor tsimpl::pack_dw_weight(const at::Tensor& w) {
+  return w.reshape({w.size(0), -1}).t().contiguous();
+}
+
+at::Tensor tsimpl::conv_dw_impl(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& packed,
+                                const c10::optional<at::Tensor>& bias, at::IntArrayRef stride,
+                                at::IntArrayRef padding, at::IntArrayRef dilation, bool relu, bool* fast) {
+  TORCH_CHECK(weight.dim() == 4 && weight.size(1) == 1 && weight.size(0) > 0,
+              "torchspeed::conv_dw: the weight [", weight.sizes(), "] is not a depthwise [C, 1, kh, kw] one");
+  const int64_t C = weight.size(0), kh = weight.size(2), kw = weight.size(3);
+  TORCH_CHECK(packed.dim() == 2 && packed.size(0) == kh * kw && packed.size(1) == C && plain_float(packed) &&
+                  packed.is_contiguous(),
+              "torchspeed::conv_dw: the packed taps [", packed.sizes(), "] do not hold the weight [", weight.sizes(),
+              "]");
+  const at::Tensor* b = bias.has_value() && bias->defined() ? &*bias : nullptr;
+  int64_t s[2], p[2], d[2];
+  bool ok = plain_float(x) && x.dim() == 4 && x.size(1) == C && no_grad(x) && no_grad(packed) && no_grad(weight) &&
+            kh > 0 && kw > 0 && pair_of(stride, s) && pair_of(padding, p) && pair_of(dilation, d) && s[0] > 0 &&
+            s[1] > 0 && d[0] > 0 && d[1] > 0 && p[0] >= 0 && p[1] >= 0;
+  if (ok && b != nullptr) ok = plain_float(*b) && b->dim() == 1 && b->size(0) == C && b->is_contiguous() && no_grad(*b);
+  int64_t N = 0, OH = 0, OW = 0;
+  if (ok) {
+    N = x.size(0);
+    ok = N > 0 && x.size(2) + 2 * p[0] >= d[0] * (kh - 1) + 1 && x.size(3) + 2 * p[1] >= d[1] * (kw - 1) + 1;
+  }
+  if (ok) {
+    OH = (x.size(2) + 2 * p[0] - d[0] * (kh - 1) - 1) / s[0] + 1;
+    OW = (x.size(3) + 2 * p[1] - d[1] * (kw - 1) - 1) / s[1] + 1;
+    ok = OH > 0 && OW > 0 && N * OH * OW * C <= kMaxDwOutputs;
+  }
+  if (fast != nullptr) *fast = ok;
+  if (!ok) {
+    at::Tensor y = at::conv2d(x, weight, bias, stride, padding, dilation, C);
+    return relu ? at::relu(y) : y;
+  }
+  const at::Tensor xin = x.stride(1) == 1 || C == 1 ? x : x.contiguous(at::MemoryFormat::ChannelsLast);
+  at::Tensor y = at::empty({N, C, OH, OW}, x.options().memory_format(at::MemoryFormat::ChannelsLast));
+  DwArgs a{xin.data_ptr<float>(), xin.stride(0), xin.stride(2), xin.stride(3), C, x.size(2), x.size(3), OH, OW, kh,
+           kw, {s[0], s[1]}, {p[0], p[1]}, {d[0], d[1]}, packed.data_ptr<float>(),
+           b != nullptr ? b->data_ptr<float>() : nullptr, y.data_ptr<float>(), relu};
+  void (*run)(const DwArgs&, int64_t, int64_t) = dw_rows_plain;
+  if (tsfast::cpu_isa() == tsfast::Isa::Avx512) run = dw_rows_avx512;
+  if (tsfast::cpu_isa() == tsfast::Isa::Avx2) run = dw_rows_avx2;
+  const int64_t rows = N * OH * OW;
+  const int64_t grain = std::max<int64_t>(1, kDwTaskMacs / std::max<int64_t>(1, C * kh * kw));
+  if (rows <= grain) {
+    run(a, 0, rows);
+  } else {
+    at::parallel_for(0, rows, grain, [&](int64_t r0, int64_t r1) { run(a, r0, r1); });
+  }
+  return y;
+}
+
+at::Tensor tsimpl::conv_dw(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& packed,
+                           const c10::optional<at::Tensor>& bias, at::IntArrayRef stride, at::IntArrayRef padding,
+                           at::IntArrayRef dilation, bool relu) {
+  return conv_dw_impl(x, weight, packed, bias, stride, padding, dilation, relu, nullptr);
+}
+
 void tsimpl::register_conv(torch::Library& m) {
   m.def(
       "conv2d_gemm(Tensor x, Tensor weight, Tensor packed, Tensor? bias, int[] stride, int[] padding, "
       "int[] dilation, bool relu) -> Tensor",
       &tsimpl::conv2d_gemm);
+  m.def(
+      "conv_dw(Tensor x, Tensor weight, Tensor packed, Tensor? bias, int[] stride, int[] padding, "
+      "int[] dilation, bool relu) -> Tensor",
+      &tsimpl::conv_dw);
 }

@@ -28,6 +28,18 @@ at::Tensor linear_packed_with(tsfast::Isa isa, const at::Tensor& x, const at::Te
 // team. Returns false, computing nothing, on a CPU without AVX2+FMA (the caller runs ATen then).
 bool gemm_packed(const float* x, int64_t lda, int64_t M, int64_t K, const float* packed, const float* bias, float* y,
                  int64_t n, bool relu);
+// The taps torchspeed::conv_dw reads (fastconv.cpp), from a depthwise weight [C, 1, kh, kw]:
+// [kh*kw, C], channels innermost.
+at::Tensor pack_dw_weight(const at::Tensor& w);
+// torchspeed::conv_dw: conv2d(x, weight, bias, stride, padding, dilation, groups C) for a
+// depthwise weight [C, 1, kh, kw] (then relu), computed from packed = pack_dw_weight(weight)
+// where it can; the output channels-last. *fast (where given) says whether torchspeed's loop ran.
+at::Tensor conv_dw_impl(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& packed,
+                        const c10::optional<at::Tensor>& bias, at::IntArrayRef stride, at::IntArrayRef padding,
+                        at::IntArrayRef dilation, bool relu, bool* fast);
+at::Tensor conv_dw(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& packed,
+                   const c10::optional<at::Tensor>& bias, at::IntArrayRef stride, at::IntArrayRef padding,
+                   at::IntArrayRef dilation, bool relu);
 // The panels torchspeed::conv2d_gemm reads (fastconv.cpp), from a weight [OC, IC, kh, kw].
 at::Tensor pack_conv_weight(const at::Tensor& w);
 // torchspeed::conv2d_gemm: conv2d(x, weight, bias, stride, padding, dilation, groups 1) (then

@@ -1,6 +1,6 @@
-// The fast_conv pass: swaps torchspeed::conv2d_gemm (kernels/fastconv.cpp) in for
-// aten::_convolution / aten::convolution / aten::conv2d / aten::conv1d with a constant weight,
-// fusing a following relu.
+// The fast_conv pass: swaps torchspeed::conv2d_gemm (ungrouped) or torchspeed::conv_dw
+// (depthwise; kernels/fastconv.cpp) in for aten::_convolution / aten::convolution / aten::conv2d /
+// aten::conv1d with a constant weight, fusing a following relu.
 #include <torch/csrc/jit/ir/constants.h>
 
 #include <vector>
@@ -68,13 +68,14 @@ bool is_conv(Node* node) {
              "dilation=1, int groups=1) -> Tensor");
 }
 
-// Swaps one conv node (is_conv) if it is a 1-D or 2-D, ungrouped, not transposed one with a
-// constant weight and constant arguments; returns whether it did. A 1-D conv ([N, C, L], weight
+// Swaps one conv node (is_conv) if it is a 1-D or 2-D, ungrouped or depthwise, not transposed one
+// with a constant weight and constant arguments; returns whether it did. A 1-D conv ([N, C, L], weight
 // [O, I, k]: audio front ends, STFT-like filter banks, a VAD's encoder) runs as a 2-D one of
 // height 1: unsqueeze, conv2d_gemm, squeeze. libtorch 1.13 sends those to the same slow im2col
 // path (thnn_conv2d) as small 2-D ones, with its per-call set-up cost.
 bool swap_one(Node* node, Counts& counts) {
-  static const auto sym = c10::Symbol::fromQualString("torchspeed::conv2d_gemm");
+  static const auto gemm_sym = c10::Symbol::fromQualString("torchspeed::conv2d_gemm");
+  static const auto dw_sym = c10::Symbol::fromQualString("torchspeed::conv_dw");
   const bool named = node->kind() == c10::Symbol::fromQualString("aten::conv2d") ||
                      node->kind() == c10::Symbol::fromQualString("aten::conv1d");
   auto w = constant_float(node->input(1));
@@ -103,8 +104,10 @@ bool swap_one(Node* node, Counts& counts) {
   for (const auto* v : {&*stride, &*padding, &*dilation}) {
     if (!pair_of(*v, pair)) return false;
   }
+  // Depthwise (groups == in == out channels, one filter each) runs torchspeed::conv_dw.
   auto groups = const_int(node->input(named ? 6 : 8));
-  if (!groups || *groups != 1) return false;
+  const bool dw = groups && *groups > 1 && *groups == w->size(0) && w->size(1) == 1;
+  if (!groups || (*groups != 1 && !dw)) return false;
   if (!named) {
     auto transposed = const_bool(node->input(6));
     if (!transposed || *transposed) return false;
@@ -126,13 +129,13 @@ bool swap_one(Node* node, Counts& counts) {
       x,
       // The original weight (as 4-D for a 1-D conv), for the fallback: ATen's bits there.
       one_d ? graph->insertConstant(*w) : node->input(1),
-      graph->insertConstant(tsimpl::pack_conv_weight(*w)),
+      graph->insertConstant(dw ? tsimpl::pack_dw_weight(*w) : tsimpl::pack_conv_weight(*w)),
       bias ? graph->insertConstant(bias->contiguous()) : graph->insertConstant(c10::IValue()),
       graph->insertConstant(*stride),
       graph->insertConstant(*padding),
       graph->insertConstant(*dilation),
       graph->insertConstant(relu)};
-  Node* repl = graph->create(sym, args, 1);
+  Node* repl = graph->create(dw ? dw_sym : gemm_sym, args, 1);
   // The output's strides are channels-last where the original's were not: plain Tensor.
   repl->output()->setType(c10::TensorType::get());
   repl->insertBefore(node);

@@ -34,7 +34,7 @@ struct FastQdqCounts {
 FastQdqCounts fast_qdq(torch::jit::Module& m);
 
 // fast_linear (fastlinear.cpp) and fast_conv (fastconv.cpp): linears / convs with constant
-// weights to torchspeed::linear_packed / conv2d_gemm, a following relu fused. swapped counts the
+// weights to torchspeed::linear_packed / conv2d_gemm (conv_dw for depthwise convs), a following relu fused. swapped counts the
 // linears (four per encoder layer) or convs, relus those that took a relu. On a CPU without
 // AVX2+FMA nothing is swapped.
 struct SwapCounts {

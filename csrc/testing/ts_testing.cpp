@@ -152,9 +152,15 @@ ts_status* ts_test_conv2d(const ts_tensor* x, const ts_tensor* w, const ts_tenso
       dilation{args->dilation[0], args->dilation[1]};
   bool ran_fast = false;
   at::Tensor r;
-  // ATen's, or what the fast_conv pass leaves to it (groups > 1), or its error for a weight the
-  // pass would not pack.
-  if (kernel == TS_KERNEL_ATEN || args->groups != 1 || !plain_float(w->t) || w->t.dim() != 4 || w->t.size(0) == 0) {
+  // ATen's, or what the fast_conv pass leaves to it (groups > 1 but depthwise), or its error for a
+  // weight the pass would not pack.
+  const bool dw = plain_float(w->t) && w->t.dim() == 4 && args->groups > 1 && w->t.size(0) == args->groups &&
+                  w->t.size(1) == 1;
+  if (kernel == TS_KERNEL_FAST && dw) {
+    r = tsimpl::conv_dw_impl(x->t, w->t, tsimpl::pack_dw_weight(w->t), bias, stride, padding, dilation,
+                             args->relu != 0, &ran_fast);
+  } else if (kernel == TS_KERNEL_ATEN || args->groups != 1 || !plain_float(w->t) || w->t.dim() != 4 ||
+             w->t.size(0) == 0) {
     r = at::conv2d(x->t, w->t, bias, stride, padding, dilation, args->groups);
     if (args->relu) r = at::relu(r);
   } else {

@@ -67,7 +67,8 @@ typedef struct ts_test_conv2d_args {
 } ts_test_conv2d_args;
 
 /* conv2d(x, w, b, ...) (b may be NULL), then relu. Kernels: ATEN, FAST (torchspeed::conv2d_gemm
- * with w packed on every call). *fast (may be NULL) says whether torchspeed's GEMM ran. */
+ * with w packed on every call; torchspeed::conv_dw for a depthwise one). *fast (may be NULL) says
+ * whether torchspeed's kernel ran. */
 TS_TESTING_EXPORT TS_MUST_CHECK ts_status* ts_test_conv2d(const ts_tensor* x, const ts_tensor* w, const ts_tensor* b,
                                                           const ts_test_conv2d_args* args, ts_kernel kernel,
                                                           ts_tensor** out, int32_t* fast) TS_NOEXCEPT;

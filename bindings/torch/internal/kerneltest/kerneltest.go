@@ -198,8 +198,8 @@ type ConvParams struct {
 
 // Conv2d returns conv2d(x, w, b) with p (b may be nil), then relu when relu is set, computed by
 // kernel: ATen, or Fast (torchspeed::conv2d_gemm as FastConv's graphs run it, w packed on every
-// call; ATen's convolution for what it does not cover and for groups other than 1). fast says
-// whether torchspeed's kernel ran.
+// call; torchspeed::conv_dw for a depthwise w [C, 1, kh, kw] with groups C; ATen's convolution for
+// what they do not cover and for other groups). fast says whether torchspeed's kernel ran.
 func Conv2d(x, w, b *torch.Tensor, p ConvParams, relu bool, kernel Kernel) (y *torch.Tensor, fast bool, err error) {
 	if err := required(x, w); err != nil {
 		return nil, false, err
