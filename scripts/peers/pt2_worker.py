@@ -42,6 +42,7 @@ if "--threads" in sys.argv[:-1]:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", sys.argv[sys.argv.index("--threads") + 1])
 
 import numpy as np  # noqa: E402
+import runproto  # noqa: E402
 import torch  # noqa: E402
 
 RECIPES = ("inductor", "inductor_max_autotune", "pt2e_int8")
@@ -184,24 +185,6 @@ def protocol_files():
     return proto_in, proto_out
 
 
-def serve(model, x, proto_in, proto_out):
-    clock = time.perf_counter_ns
-    for line in proto_in:
-        f = line.split()
-        if f == ["quit"]:
-            return
-        if len(f) != 2 or f[0] != "run" or not f[1].isdigit() or int(f[1]) < 1:
-            print(f"error {line.strip()!r}: want \"run K\" with K >= 1, or \"quit\"", file=proto_out)
-            continue
-        model(x)
-        ns = []
-        for _ in range(int(f[1])):
-            t = clock()
-            model(x)
-            ns.append(clock() - t)
-        print("ns " + " ".join(map(str, ns)), file=proto_out)
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", required=True, help="the fixture's TorchScript file")
@@ -242,7 +225,7 @@ def main():
     if args.ref:
         info["cosine_vs_fp32"] = cosine(first_tensor(out).float().numpy(), np.load(args.ref))
     print("ready " + json.dumps(info), file=proto_out)
-    serve(model, x, proto_in, proto_out)
+    runproto.serve(lambda: model(x), proto_in, proto_out)
 
 
 if __name__ == "__main__":

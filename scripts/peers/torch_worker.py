@@ -38,6 +38,7 @@ if "--threads" in sys.argv:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", sys.argv[sys.argv.index("--threads") + 1])
 
 import numpy as np  # noqa: E402
+import runproto  # noqa: E402
 import torch  # noqa: E402
 from torch.ao.quantization import (MinMaxObserver, PerChannelMinMaxObserver, QConfig,  # noqa: E402
                                    default_dynamic_qconfig, quantize_dynamic_jit, quantize_jit)
@@ -144,21 +145,7 @@ def main():
     if args.ref:
         info["cosine_vs_fp32"] = cosine(first_tensor(out).float().numpy(), np.load(args.ref))
     print("ready " + json.dumps(info), flush=True)
-    clock = time.perf_counter_ns
-    for line in sys.stdin:
-        f = line.split()
-        if f == ["quit"]:
-            return
-        if len(f) != 2 or f[0] != "run" or not f[1].isdigit() or int(f[1]) < 1:
-            print(f"error {line.strip()!r}: want \"run K\" with K >= 1, or \"quit\"", flush=True)
-            continue
-        model(x)
-        ns = []
-        for _ in range(int(f[1])):
-            t = clock()
-            model(x)
-            ns.append(clock() - t)
-        print("ns " + " ".join(map(str, ns)), flush=True)
+    runproto.serve(lambda: model(x), sys.stdin, sys.stdout)
 
 
 class Stream:
@@ -201,24 +188,12 @@ def stream_main(args):
     if err is not None:
         info["max_abs_vs_ref"] = err
     print("ready " + json.dumps(info), flush=True)
-    clock = time.perf_counter_ns
-    for line in sys.stdin:
-        f = line.split()
-        if f == ["quit"]:
-            return
-        if len(f) != 2 or f[0] != "run" or not f[1].isdigit() or int(f[1]) < 1:
-            print(f"error {line.strip()!r}: want \"run K\" with K >= 1, or \"quit\"", flush=True)
-            continue
-        st.call()
-        ns = []
-        for _ in range(int(f[1])):
-            if st.pos == len(st.chunks):
-                st.model.reset_states()
-                st.pos = 0
-            t = clock()
-            st.call()
-            ns.append(clock() - t)
-        print("ns " + " ".join(map(str, ns)), flush=True)
+
+    def restart_at_end():
+        if st.pos == len(st.chunks):
+            st.model.reset_states()
+            st.pos = 0
+    runproto.serve(st.call, sys.stdin, sys.stdout, between=restart_at_end)
 
 
 if __name__ == "__main__":
