@@ -3,7 +3,6 @@ package torch_test
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -561,19 +560,5 @@ func replayOneThread(m *torch.Module, r *streamref.Ref) error {
 		}
 		out.Close()
 	}
-	for i := 0; i < r.Calls(); i++ {
-		out, err := m.CallOneThread(r.Stream.Method, r.Args(i)...)
-		if err != nil {
-			return fmt.Errorf("call %d: %w", i, err)
-		}
-		d, err := r.Diff(i, out)
-		out.Close()
-		if err != nil {
-			return err
-		}
-		if d > streamTol {
-			return fmt.Errorf("%s call %d: max abs diff %.3g from PyTorch > %.0g", r.Fixture.Name, i, d, streamTol)
-		}
-	}
-	return nil
+	return r.Replay(func(args ...*torch.Value) (*torch.Value, error) { return m.CallOneThread(r.Stream.Method, args...) }, streamTol)
 }

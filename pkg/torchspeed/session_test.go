@@ -2,7 +2,6 @@ package torchspeed
 
 import (
 	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -22,21 +21,7 @@ const streamTol = 1e-5
 // runStream replays the reference through run from whatever state it is in and returns the
 // first mismatch.
 func runStream(r *streamref.Ref, run func(args ...*torch.Value) (*torch.Value, error)) error {
-	for i := 0; i < r.Calls(); i++ {
-		out, err := run(r.Args(i)...)
-		if err != nil {
-			return fmt.Errorf("call %d: %w", i, err)
-		}
-		d, err := r.Diff(i, out)
-		out.Close()
-		if err != nil {
-			return err
-		}
-		if d > streamTol {
-			return fmt.Errorf("call %d: max abs diff %.3g from PyTorch > %.0g", i, d, streamTol)
-		}
-	}
-	return nil
+	return r.Replay(run, streamTol)
 }
 
 func loadPlain(t *testing.T, name string) (*Model, fixtures.Fixture) {

@@ -42,7 +42,8 @@ if "--threads" in sys.argv[:-1]:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", sys.argv[sys.argv.index("--threads") + 1])
 
 import numpy as np  # noqa: E402
-import runproto  # noqa: E402
+from workerlib import cosine, first_tensor  # noqa: E402
+import workerlib  # noqa: E402
 import torch  # noqa: E402
 
 RECIPES = ("inductor", "inductor_max_autotune", "pt2e_int8")
@@ -50,19 +51,6 @@ TORCHVISION = ("resnet18", "resnet50", "mobilenet_v2")
 # The eager output may differ from the TorchScript one by float reassociation only (the
 # TransformerEncoder's eager fast path is a fused kernel): relative to the output's magnitude.
 SAME_WEIGHTS_TOL = 1e-4
-
-
-def cosine(a, b):
-    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
-    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-30))
-
-
-def first_tensor(out):
-    while isinstance(out, (tuple, list)):
-        out = out[0]
-    if isinstance(out, dict):
-        return first_tensor(next(iter(out.values())))
-    return out
 
 
 def fixture_generators():
@@ -225,7 +213,7 @@ def main():
     if args.ref:
         info["cosine_vs_fp32"] = cosine(first_tensor(out).float().numpy(), np.load(args.ref))
     print("ready " + json.dumps(info), file=proto_out)
-    runproto.serve(lambda: model(x), proto_in, proto_out)
+    workerlib.serve(lambda: model(x), proto_in, proto_out)
 
 
 if __name__ == "__main__":

@@ -38,7 +38,8 @@ if "--threads" in sys.argv:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", sys.argv[sys.argv.index("--threads") + 1])
 
 import numpy as np  # noqa: E402
-import runproto  # noqa: E402
+from workerlib import cosine, first_tensor  # noqa: E402
+import workerlib  # noqa: E402
 import torch  # noqa: E402
 from torch.ao.quantization import (MinMaxObserver, PerChannelMinMaxObserver, QConfig,  # noqa: E402
                                    default_dynamic_qconfig, quantize_dynamic_jit, quantize_jit)
@@ -53,19 +54,6 @@ QCONFIG = QConfig(
 )
 CALIB_BATCH = 16
 RECIPES = ("jit", "freeze_ofi", "cl_freeze_ofi", "int8_static", "int8_dynamic")
-
-
-def cosine(a, b):
-    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
-    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-30))
-
-
-def first_tensor(out):
-    while isinstance(out, (tuple, list)):
-        out = out[0]
-    if isinstance(out, dict):
-        return first_tensor(next(iter(out.values())))
-    return out
 
 
 def prepare(args):
@@ -145,7 +133,7 @@ def main():
     if args.ref:
         info["cosine_vs_fp32"] = cosine(first_tensor(out).float().numpy(), np.load(args.ref))
     print("ready " + json.dumps(info), flush=True)
-    runproto.serve(lambda: model(x), sys.stdin, sys.stdout)
+    workerlib.serve(lambda: model(x), sys.stdin, sys.stdout)
 
 
 class Stream:
@@ -193,7 +181,7 @@ def stream_main(args):
         if st.pos == len(st.chunks):
             st.model.reset_states()
             st.pos = 0
-    runproto.serve(st.call, sys.stdin, sys.stdout, between=restart_at_end)
+    workerlib.serve(st.call, sys.stdin, sys.stdout, between=restart_at_end)
 
 
 if __name__ == "__main__":

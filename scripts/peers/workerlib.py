@@ -1,9 +1,25 @@
-"""The run protocol every Python peer worker speaks after its "ready" line (bench_peers.py is the
-other end): "run K" is answered with one untimed call, then K timed calls, their nanoseconds on
-one "ns T1 ... TK" line; "quit" ends; anything else gets an "error" line and the worker waits for
-the next request."""
+"""What the Python peer workers share: the outputs' first tensor and cosine for the ready line,
+and the run protocol they speak after it (bench_peers.py is the other end): "run K" is answered
+with one untimed call, then K timed calls, their nanoseconds on one "ns T1 ... TK" line; "quit"
+ends; anything else gets an "error" line and the worker waits for the next request."""
 
 import time
+
+import numpy as np
+
+
+def cosine(a, b):
+    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-30))
+
+
+def first_tensor(out):
+    """The first tensor of a model's output, however nested in tuples, lists and dicts."""
+    while isinstance(out, (tuple, list)):
+        out = out[0]
+    if isinstance(out, dict):
+        return first_tensor(next(iter(out.values())))
+    return out
 
 
 def serve(call, proto_in, proto_out, between=None):
