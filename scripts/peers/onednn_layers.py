@@ -204,7 +204,10 @@ def main(argv=None):
     except (OSError, ValueError) as e:
         print("onednn_layers: %s" % e, file=sys.stderr)
         return 2
-    print(json.dumps(res, indent=1) if args.json else render(res))
+    try:
+        print(json.dumps(res, indent=1) if args.json else render(res))
+    except BrokenPipeError:  # a reader such as head that stopped early is not an error
+        sys.stderr.close()
     return 0
 
 
