@@ -2,7 +2,8 @@
 """Which oneDNN kernels a model's forward runs, how long each takes, and how close they come to
 the CPU's peak, from a ONEDNN_VERBOSE=1 (DNNL_VERBOSE=1) log of repeated forwards.
 
-Usage: /usr/bin/python3 scripts/peers/onednn_layers.py LOG [--forwards K] [--peak-gops G | --report R] [--json]
+Usage: /usr/bin/python3 scripts/peers/onednn_layers.py LOG [--vs LOG2] [--forwards K] [--peak-gops G | --report R]
+       [--json]
 
 LOG holds the verbose lines of a process that ran the same forward several times (torchspeed
 bench, a peer's worker, any script). The forward is the shortest sequence of primitives that
@@ -161,9 +162,9 @@ def analyse(recs, forwards=0, peak_gops=0.0):
 def peak_of_report(path):
     with open(path) as f:
         rep = json.load(f)
-    roof = rep.get("roofline") or {}
-    peak = roof.get("peak_per_s")
-    if not peak:
+    roof = rep.get("roofline") if isinstance(rep, dict) else None
+    peak = roof.get("peak_per_s") if isinstance(roof, dict) else None
+    if not isinstance(peak, (int, float)) or peak <= 0:
         raise ValueError("%s: no roofline.peak_per_s (optimize measures it on conv and matmul models)" % path)
     return peak / 1e9
 
@@ -186,6 +187,45 @@ def render(res):
     return "\n".join(lines)
 
 
+def compare(a, b):
+    """Two analyses of the same model (e.g. a peer's log and torchspeed's): the problems only one
+    runs, the ones both run with another implementation or layout, and b's time over a's. Layers
+    are matched by primitive and problem (the n-th such layer with the n-th), not by position:
+    two graphs may order independent layers differently."""
+    def keyed(res):
+        seen, out = {}, {}
+        for ly in res["layers"]:
+            k = (ly["primitive"], ly["problem"])
+            seen[k] = seen.get(k, 0) + 1
+            out[k + (seen[k],)] = ly
+        return out
+    ka, kb = keyed(a), keyed(b)
+    diffs = []
+    for k in ka:
+        if k not in kb:
+            diffs.append("%s %s (#%d): only in the first" % k)
+    for k in kb:
+        if k not in ka:
+            diffs.append("%s %s (#%d): only in the second" % k)
+    for k, x in ka.items():
+        y = kb.get(k)
+        if y is None:
+            continue
+        fields = [f for f in ("impl", "layout") if x[f] != y[f]]
+        if fields:
+            diffs.append("%s %s (#%d): " % k + "; ".join("%s %s against %s" % (f, x[f], y[f]) for f in fields))
+    return {"same_kernels": not diffs, "ratio": b["min_ms"] / a["min_ms"] if a["min_ms"] else 0.0,
+            "differences": diffs}
+
+
+def render_compare(c, a_name, b_name):
+    lines = ["%s over %s, sums of per-primitive minimums: %.3f" % (b_name, a_name, c["ratio"]),
+             "same kernels, layouts and problems in every layer" if c["same_kernels"]
+             else "%d difference(s):" % len(c["differences"])]
+    lines += ["  " + d for d in c["differences"]]
+    return "\n".join(lines)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("log", help="a ONEDNN_VERBOSE=1 log of several forwards")
@@ -194,6 +234,8 @@ def main(argv=None):
     g.add_argument("--peak-gops", type=float, default=0.0,
                    help="the CPUs' peak in 1e9 operations/s (two per multiply-add), as the threads used reach it")
     g.add_argument("--report", help="take the peak from this torchspeed report.json's roofline")
+    ap.add_argument("--vs", help="a second log of the same model: say, layer by layer, whether both ran the same "
+                                 "kernels on the same layouts, and the second's time over the first's")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = ap.parse_args(argv)
     if args.forwards < 0 or args.peak_gops < 0:
@@ -201,11 +243,22 @@ def main(argv=None):
     try:
         peak = peak_of_report(args.report) if args.report else args.peak_gops
         res = analyse(read_exec(args.log), args.forwards, peak)
+        if args.vs:
+            other = analyse(read_exec(args.vs), args.forwards, peak)
+            c = compare(res, other)
+            res = {"log": res, "vs": other, "compare": c}
     except (OSError, ValueError) as e:
         print("onednn_layers: %s" % e, file=sys.stderr)
         return 2
     try:
-        print(json.dumps(res, indent=1) if args.json else render(res))
+        if args.json:
+            print(json.dumps(res, indent=1))
+        elif args.vs:
+            parts = [args.log + ":", render(res["log"]), args.vs + ":", render(res["vs"]),
+                     render_compare(res["compare"], args.log, args.vs)]
+            print("\n".join(parts))
+        else:
+            print(render(res))
     except BrokenPipeError:  # a reader such as head that stopped early is not an error
         sys.stderr.close()
     return 0

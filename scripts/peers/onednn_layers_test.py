@@ -66,15 +66,17 @@ class Resnet18Int8(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory()
         cls.want_macs = torchvision_conv_macs()
+        cls.logs = {}
+        for isa in ("best", "AVX2"):
+            cls.logs[isa] = os.path.join(cls.tmp.name, "verbose-%s.txt" % isa)
+            verbose_log(cls.logs[isa], None if isa == "best" else isa)
 
     @classmethod
     def tearDownClass(cls):
         cls.tmp.cleanup()
 
     def check(self, isa):
-        log = os.path.join(self.tmp.name, "verbose-%s.txt" % (isa or "best"))
-        verbose_log(log, isa)
-        res = onednn_layers.analyse(onednn_layers.read_exec(log), peak_gops=100.0)
+        res = onednn_layers.analyse(onednn_layers.read_exec(self.logs[isa]), peak_gops=100.0)
         convs = [ly for ly in res["layers"] if ly["primitive"] == "convolution"]
         # One forward: the reference's 20 quantized convolutions and its one quantized linear.
         self.assertEqual(len(convs), 20, res["kinds"])
@@ -88,16 +90,34 @@ class Resnet18Int8(unittest.TestCase):
         return res
 
     def test_best_isa(self):
-        self.check(None)
+        self.check("best")
 
     def test_avx2(self):
         res = self.check("AVX2")
         impls = {ly["impl"] for ly in res["layers"]}
         self.assertFalse([i for i in impls if "avx512" in i], impls)
 
+    def test_vs(self):
+        best, avx2 = self.check("best"), self.check("AVX2")
+        same = onednn_layers.compare(best, best)
+        self.assertTrue(same["same_kernels"], same["differences"])
+        self.assertEqual(same["ratio"], 1.0)
+        # On a CPU with AVX-512 the capped run used other kernels (and weight layouts) for every
+        # convolution; on an AVX2-only CPU both runs are the same.
+        wide = any("avx512" in ly["impl"] for ly in best["layers"])
+        c = onednn_layers.compare(best, avx2)
+        self.assertEqual(c["same_kernels"], not wide, c["differences"])
+        if wide:
+            convs = [d for d in c["differences"] if d.startswith("convolution ")]
+            self.assertEqual(len(convs), 20, c["differences"])
+            self.assertFalse([d for d in c["differences"] if "only in" in d], c["differences"])
+        r = subprocess.run([sys.executable, TOOL, self.logs["best"], "--vs", self.logs["AVX2"]],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("sums of per-primitive minimums", r.stdout)
+
     def test_cli_table_and_bad_log(self):
-        log = os.path.join(self.tmp.name, "cli.txt")
-        verbose_log(log)
+        log = self.logs["best"]
         r = subprocess.run([sys.executable, TOOL, log, "--forwards", "2"], capture_output=True, text=True, timeout=60)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("22 primitives per forward, minimum of 2 forwards", r.stdout)
@@ -112,6 +132,13 @@ class Resnet18Int8(unittest.TestCase):
                            capture_output=True, text=True, timeout=60)
         self.assertEqual(r.returncode, 2)
         self.assertIn("missing.txt", r.stderr)
+        # A report that is JSON but has no roofline: exit 2 naming it, not a traceback.
+        rep = os.path.join(self.tmp.name, "report.json")
+        with open(rep, "w") as f:
+            f.write("[1, 2]")
+        r = subprocess.run([sys.executable, TOOL, log, "--report", rep], capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("report.json: no roofline.peak_per_s", r.stderr)
 
 
 if __name__ == "__main__":
