@@ -61,6 +61,18 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
   }
 }
 
+// xf[M, 2*K2] = x[M, K] rounded to BF16 and kept as floats (rows lda apart), 0 past K: what the
+// widening kernels broadcast, straight from memory as the FP32 kernel's.
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void round_rows_f32(
+    const float* x, int64_t lda, int64_t M, int64_t K, int64_t K2, float* xf) {
+  for (int64_t m = 0; m < M; m++) {
+    const float* xr = x + m * lda;
+    float* o = xf + m * 2 * K2;
+    for (int64_t k = 0; k < K; k++) o[k] = from_bf16(to_bf16(xr[k]));
+    if (K % 2 != 0) o[K] = 0.0f;
+  }
+}
+
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
@@ -104,9 +116,9 @@ __attribute__((target("avx512f,avx512bf16"))) void tile_dot(const uint16_t* a, i
 }
 
 // AVX-512F without BF16: the pairs widened to float (even k: the low half shifted up; odd k: the
-// high half masked), then two FMAs per pair.
+// high half masked), then two FMAs per pair; a holds x's BF16 values as floats.
 template <int MR>
-__attribute__((target("avx512f"))) void tile_wide512(const uint16_t* a, int64_t lda, const uint16_t* b, int64_t K2,
+__attribute__((target("avx512f"))) void tile_wide512(const float* a, int64_t lda, const uint16_t* b, int64_t K2,
                                                      const float* bias, float* c, int64_t ldc, int nvalid, bool relu) {
   const __mmask16 m0 = nvalid >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << nvalid) - 1);
   const __mmask16 m1 = nvalid >= 32 ? __mmask16(0xFFFF) : nvalid > 16 ? __mmask16((1u << (nvalid - 16)) - 1) : 0;
@@ -125,8 +137,8 @@ __attribute__((target("avx512f"))) void tile_wide512(const uint16_t* a, int64_t 
     const __m512 e1 = _mm512_castsi512_ps(_mm512_slli_epi32(p1, 16)), o1 = _mm512_castsi512_ps(_mm512_and_si512(p1, hi));
 #pragma GCC unroll 8
     for (int r = 0; r < MR; r++) {
-      const __m512 xe = _mm512_set1_ps(from_bf16(a[r * lda + 2 * k2]));
-      const __m512 xo = _mm512_set1_ps(from_bf16(a[r * lda + 2 * k2 + 1]));
+      const __m512 xe = _mm512_set1_ps(a[r * lda + 2 * k2]);
+      const __m512 xo = _mm512_set1_ps(a[r * lda + 2 * k2 + 1]);
       c0[r] = _mm512_fmadd_ps(xo, o0, _mm512_fmadd_ps(xe, e0, c0[r]));
       c1[r] = _mm512_fmadd_ps(xo, o1, _mm512_fmadd_ps(xe, e1, c1[r]));
     }
@@ -143,59 +155,81 @@ __attribute__((target("avx512f"))) void tile_wide512(const uint16_t* a, int64_t 
   }
 }
 
-// AVX2: one quarter of a panel (8 columns, nvalid <= 8 valid) at a time, widened as above.
+// AVX2: one half of a panel (16 columns, nvalid <= 16 valid) at a time, as the FP32 kernel's:
+// per pair of k, the even k's weights widened (shifted up) and summed into every row, then the
+// odd k's (masked), re-read from L1 so that MR=6 rows of two accumulators fit the 16 registers.
 template <int MR>
-__attribute__((target("avx2,fma"))) void quarter_avx2(const uint16_t* a, int64_t lda, const uint16_t* b, int64_t K2,
-                                                      const float* bias, float* c, int64_t ldc, int nvalid, bool relu) {
+__attribute__((target("avx2,fma"))) void half_avx2(const float* a, int64_t lda, const uint16_t* b, int64_t K2,
+                                                   const float* bias, float* c, int64_t ldc, int nvalid, bool relu) {
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   const __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(nvalid), lane);
+  const __m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(nvalid - 8), lane);
   const __m256 i0 = bias ? _mm256_maskload_ps(bias, m0) : _mm256_setzero_ps();
+  const __m256 i1 = bias ? _mm256_maskload_ps(bias + 8, m1) : _mm256_setzero_ps();
   const __m256i hi = _mm256_set1_epi32(static_cast<int32_t>(0xFFFF0000u));
-  __m256 c0[MR];
+  __m256 c0[MR], c1[MR];
 #pragma GCC unroll 8
-  for (int r = 0; r < MR; r++) c0[r] = i0;
+  for (int r = 0; r < MR; r++) {
+    c0[r] = i0;
+    c1[r] = i1;
+  }
   for (int64_t k2 = 0; k2 < K2; k2++) {
-    const __m256i p0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + k2 * 2 * kNR));
-    const __m256 e0 = _mm256_castsi256_ps(_mm256_slli_epi32(p0, 16)), o0 = _mm256_castsi256_ps(_mm256_and_si256(p0, hi));
+    const __m256i* p = reinterpret_cast<const __m256i*>(b + k2 * 2 * kNR);
+    const __m256 e0 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_loadu_si256(p), 16));
+    const __m256 e1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_loadu_si256(p + 1), 16));
 #pragma GCC unroll 8
     for (int r = 0; r < MR; r++) {
-      const __m256 xe = _mm256_set1_ps(from_bf16(a[r * lda + 2 * k2]));
-      const __m256 xo = _mm256_set1_ps(from_bf16(a[r * lda + 2 * k2 + 1]));
-      c0[r] = _mm256_fmadd_ps(xo, o0, _mm256_fmadd_ps(xe, e0, c0[r]));
+      const __m256 x = _mm256_broadcast_ss(a + r * lda + 2 * k2);
+      c0[r] = _mm256_fmadd_ps(x, e0, c0[r]);
+      c1[r] = _mm256_fmadd_ps(x, e1, c1[r]);
+    }
+    const __m256 o0 = _mm256_castsi256_ps(_mm256_and_si256(_mm256_loadu_si256(p), hi));
+    const __m256 o1 = _mm256_castsi256_ps(_mm256_and_si256(_mm256_loadu_si256(p + 1), hi));
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; r++) {
+      const __m256 x = _mm256_broadcast_ss(a + r * lda + 2 * k2 + 1);
+      c0[r] = _mm256_fmadd_ps(x, o0, c0[r]);
+      c1[r] = _mm256_fmadd_ps(x, o1, c1[r]);
     }
   }
   const __m256 zero = _mm256_setzero_ps();
 #pragma GCC unroll 8
   for (int r = 0; r < MR; r++) {
-    if (relu) c0[r] = _mm256_max_ps(zero, c0[r]);
+    if (relu) {
+      c0[r] = _mm256_max_ps(zero, c0[r]);
+      c1[r] = _mm256_max_ps(zero, c1[r]);
+    }
     _mm256_maskstore_ps(c + r * ldc, m0, c0[r]);
+    _mm256_maskstore_ps(c + r * ldc + 8, m1, c1[r]);
   }
 }
 
 #pragma GCC diagnostic pop
 
 template <int MR>
-void tile_avx2(const uint16_t* a, int64_t lda, const uint16_t* b, int64_t K2, const float* bias, float* c, int64_t ldc,
+void tile_avx2(const float* a, int64_t lda, const uint16_t* b, int64_t K2, const float* bias, float* c, int64_t ldc,
                int nvalid, bool relu) {
-  for (int q = 0; q < 4 && nvalid > 8 * q; q++) {
-    quarter_avx2<MR>(a, lda, b + 16 * q, K2, bias ? bias + 8 * q : nullptr, c + 8 * q, ldc,
-                     std::min(8, nvalid - 8 * q), relu);
+  for (int h = 0; h < 2 && nvalid > 16 * h; h++) {
+    half_avx2<MR>(a, lda, b + 32 * h, K2, bias ? bias + 16 * h : nullptr, c + 16 * h, ldc,
+                  std::min(16, nvalid - 16 * h), relu);
   }
 }
 
-using TileFn = void (*)(const uint16_t*, int64_t, const uint16_t*, int64_t, const float*, float*, int64_t, int, bool);
+using DotFn = void (*)(const uint16_t*, int64_t, const uint16_t*, int64_t, const float*, float*, int64_t, int, bool);
+using WideFn = void (*)(const float*, int64_t, const uint16_t*, int64_t, const float*, float*, int64_t, int, bool);
 
-constexpr TileFn dot_tiles[] = {nullptr,     tile_dot<1>, tile_dot<2>, tile_dot<3>, tile_dot<4>,
-                                tile_dot<5>, tile_dot<6>, tile_dot<7>, tile_dot<8>};
-constexpr TileFn wide512_tiles[] = {nullptr,         tile_wide512<1>, tile_wide512<2>, tile_wide512<3>, tile_wide512<4>,
+constexpr DotFn dot_tiles[] = {nullptr,     tile_dot<1>, tile_dot<2>, tile_dot<3>, tile_dot<4>,
+                               tile_dot<5>, tile_dot<6>, tile_dot<7>, tile_dot<8>};
+constexpr WideFn wide512_tiles[] = {nullptr,         tile_wide512<1>, tile_wide512<2>, tile_wide512<3>, tile_wide512<4>,
                                     tile_wide512<5>, tile_wide512<6>, tile_wide512<7>, tile_wide512<8>};
-constexpr TileFn avx2_tiles[] = {nullptr, tile_avx2<1>, tile_avx2<2>, tile_avx2<3>, tile_avx2<4>, tile_avx2<5>, tile_avx2<6>};
+constexpr WideFn avx2_tiles[] = {nullptr, tile_avx2<1>, tile_avx2<2>, tile_avx2<3>, tile_avx2<4>, tile_avx2<5>, tile_avx2<6>};
 
-// y[M, N] = xb[M, 2*K2] @ packed (+ bias), tiles panel-major as the FP32 kernel's.
-void gemm(Bf16Path path, const uint16_t* xb, int64_t M, int64_t K2, const uint16_t* packed, const float* bias, float* y,
-          int64_t N, bool relu) {
+// y[M, N] = x[M, 2*K2] @ packed (+ bias), tiles panel-major as the FP32 kernel's; x is BF16 pairs
+// (xb) for the Dot path, BF16 values as floats (xf) for the widening ones.
+void gemm(Bf16Path path, const uint16_t* xb, const float* xf, int64_t M, int64_t K2, const uint16_t* packed,
+          const float* bias, float* y, int64_t N, bool relu) {
   const int mr = path == Bf16Path::Avx2 ? 6 : 8;
-  const TileFn* tiles = path == Bf16Path::Dot ? dot_tiles : path == Bf16Path::Avx512 ? wide512_tiles : avx2_tiles;
+  const WideFn* wide = path == Bf16Path::Avx512 ? wide512_tiles : avx2_tiles;
   const int64_t panels = (N + kNR - 1) / kNR, rblocks = (M + mr - 1) / mr;
   const int64_t tile_flops = std::max<int64_t>(1, 4 * mr * kNR * K2);
   const int64_t grain = std::max<int64_t>(1, kTaskFlops / tile_flops);
@@ -204,8 +238,13 @@ void gemm(Bf16Path path, const uint16_t* xb, int64_t M, int64_t K2, const uint16
       const int64_t p = t / rblocks, r0 = (t % rblocks) * mr;
       const int rows = static_cast<int>(std::min<int64_t>(mr, M - r0));
       const int nvalid = static_cast<int>(std::min<int64_t>(kNR, N - p * kNR));
-      tiles[rows](xb + r0 * 2 * K2, 2 * K2, packed + p * K2 * 2 * kNR, K2, bias ? bias + p * kNR : nullptr,
-                  y + r0 * N + p * kNR, N, nvalid, relu);
+      const uint16_t* w = packed + p * K2 * 2 * kNR;
+      const float* bp = bias ? bias + p * kNR : nullptr;
+      if (path == Bf16Path::Dot) {
+        dot_tiles[rows](xb + r0 * 2 * K2, 2 * K2, w, K2, bp, y + r0 * N + p * kNR, N, nvalid, relu);
+      } else {
+        wide[rows](xf + r0 * 2 * K2, 2 * K2, w, K2, bp, y + r0 * N + p * kNR, N, nvalid, relu);
+      }
     }
   });
 }
@@ -306,9 +345,16 @@ at::Tensor tsimpl::linear_bf16_with(Bf16Path path, const at::Tensor& x, const at
   auto xc = x.expect_contiguous();
   at::Tensor y = at::empty(shape, x.options());
   if (M == 0 || n == 0) return y;
-  std::vector<uint16_t> xb(static_cast<size_t>(M * 2 * K2));
-  round_rows(xc->data_ptr<float>(), K, M, K, K2, xb.data());
-  gemm(path, xb.data(), M, K2, reinterpret_cast<const uint16_t*>(packed.data_ptr<at::BFloat16>()),
+  std::vector<uint16_t> xb;
+  std::vector<float> xf;
+  if (path == Bf16Path::Dot) {
+    xb.resize(static_cast<size_t>(M * 2 * K2));
+    round_rows(xc->data_ptr<float>(), K, M, K, K2, xb.data());
+  } else {
+    xf.resize(static_cast<size_t>(M * 2 * K2));
+    round_rows_f32(xc->data_ptr<float>(), K, M, K, K2, xf.data());
+  }
+  gemm(path, xb.data(), xf.data(), M, K2, reinterpret_cast<const uint16_t*>(packed.data_ptr<at::BFloat16>()),
        b ? b->data_ptr<float>() : nullptr, y.data_ptr<float>(), n, relu);
   return y;
 }
