@@ -79,7 +79,7 @@ type Manifest struct {
 	LoadPasses []string `json:"load_passes"`
 	// ChannelsLast: 4-D float inputs are converted to channels-last before forward.
 	ChannelsLast bool `json:"channels_last"`
-	// Precision is "fp32" or "int8-static" / "int8-dynamic".
+	// Precision is "fp32", "bf16" (PassLinearBF16) or "int8-static" / "int8-dynamic".
 	Precision string `json:"precision"`
 	// QEngine is the quantized engine an INT8 artifact must run with.
 	QEngine string `json:"qengine,omitempty"`
