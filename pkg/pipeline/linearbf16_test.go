@@ -47,6 +47,9 @@ func TestLinearBF16Variant(t *testing.T) {
 	if v := rep.Validation; v == nil || !v.Passed || v.CheckedPrecision != "bf16" {
 		t.Errorf("validation %+v: want passed, checked as bf16", v)
 	}
+	if rep.Roofline != nil {
+		t.Errorf("roofline %s: a BF16 model has no measured peak to be held against", rep.Roofline.Summary())
+	}
 	md, _ := os.ReadFile(filepath.Join(out, "report.md"))
 	if !strings.Contains(string(md), name) {
 		t.Errorf("report.md has no %q row", name)
