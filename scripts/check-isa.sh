@@ -7,7 +7,8 @@
 # qemu-user or root).
 #   ONEDNN_MAX_CPU_ISA  caps oneDNN (convolutions, INT8 layers) below the CPU's own ISA
 #   ATEN_CPU_CAPABILITY picks ATen's vectorized kernels (default = scalar, avx2, avx512)
-#   TORCHSPEED_MAX_ISA  caps torchspeed's own kernels (scalar, avx2, avx512)
+#   TORCHSPEED_MAX_ISA  caps torchspeed's own kernels (scalar, avx2, avx512: AVX-512F without
+#                       AVX512_BF16, so the BF16 GEMM widens to float as on Skylake-SP)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$PATH"
@@ -32,7 +33,7 @@ step "AVX2 and FMA, no VNNI: the INT8 pipeline" \
   "ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 TORCHSPEED_MAX_ISA=avx2" \
   -run 'INT8|Quant|Fuse|FastQDQ|Precision' ./pkg/pipeline
 if has avx512f && has avx512bw && has avx512vl && has avx512dq; then
-  step "AVX-512 without VNNI: Skylake-SP" \
+  step "AVX-512 without VNNI or BF16: Skylake-SP" \
     "ONEDNN_MAX_CPU_ISA=AVX512_CORE ATEN_CPU_CAPABILITY=avx512 TORCHSPEED_MAX_ISA=avx512" \
     -run "$int8" ./bindings/torch
 else

@@ -27,3 +27,22 @@ func (m *Module) FastLinear() (mod *Module, linears, relus int, err error) {
 	}
 	return mod, int(nl), int(nr), nil
 }
+
+// LinearBF16 returns a clone of a module FastLinear made whose torchspeed::linear_packed and
+// torchspeed::transformer_encoder_layer nodes take their weights as BF16 (rounded to nearest
+// even) in place of FP32; the ops then round each input row to BF16 too and sum the products in
+// float: with vdpbf16ps on a CPU with AVX512_BF16, with the BF16 values widened to float on
+// AVX-512F or AVX2 elsewhere (the same products, summed in another order), with ATen's linear on
+// the widened weight without AVX2. It returns how many linears were converted (four per encoder
+// layer). The precision is lower than FP32 (8 significant bits per operand): callers validate the
+// result. It runs only where this shim is loaded: never save it for stock PyTorch.
+func (m *Module) LinearBF16() (mod *Module, linears int, err error) {
+	var nl C.int64_t
+	mod, err = m.derive(func(c *C.ts_module, o **C.ts_module) *C.ts_status {
+		return C.ts_module_linear_bf16(c, o, &nl)
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	return mod, int(nl), nil
+}

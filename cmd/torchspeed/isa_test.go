@@ -284,6 +284,64 @@ output: {dir: %s}
 		rep.Accuracy.Cosine, man.Validation["cosine"], man.ActivationBits)
 }
 
+// TestCLIBF16OnEmulatedAVX2: a transformer artifact optimized here with its linears in BF16
+// (linear_bf16: vdpbf16ps on a CPU with AVX512_BF16) runs on the emulated AVX2 CPU, which lacks
+// the instruction, through the widening kernel: no illegal instruction, the same outputs as
+// natively within float32 reassociation (both round the same operands to BF16), and check passes
+// it against the original.
+func TestCLIBF16OnEmulatedAVX2(t *testing.T) {
+	e := newEmulated(t)
+	f := fixtures.Load(t).Get(t, "transformer_traced")
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "transformer.yaml")
+	yaml := fmt.Sprintf(`model:
+  path: %s
+  inputs:
+    - {name: src, shape: [1, 16, 128], dtype: float32}
+optimize: {optimize_for_inference: false, fast_linear: true, linear_bf16: true}
+bench: {runs: 8, warmup: 1, stage_runs: 4}
+runtime: {threads: 1, measure: false}
+output: {dir: %s}
+`, f.ModelPath(), dir)
+	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, stderr, code := cli(t, "", nil, "optimize", "-c", cfg, "-q"); code != 0 {
+		t.Fatalf("optimize (native): exit %d\n%s", code, stderr)
+	}
+	art := filepath.Join(dir, "transformer_traced.torchspeed.pt")
+	man, err := torchspeed.VerifyArchive(art)
+	if err != nil || man == nil {
+		t.Fatalf("artifact: %v", err)
+	}
+	if man.Precision != "bf16" || !strings.Contains(strings.Join(man.LoadPasses, " "), torchspeed.PassLinearBF16) {
+		t.Fatalf("manifest: precision %s, load passes %q: want bf16 with %s", man.Precision, man.LoadPasses, torchspeed.PassLinearBF16)
+	}
+	input := "src=" + f.Path(f.Inputs[0].File)
+	native, stderr, code := cli(t, "", nil, "run", "-m", art, "--input", input, "--json")
+	if code != 0 {
+		t.Fatalf("run (native): exit %d\n%s", code, stderr)
+	}
+	emu, stderr, code := e.run(t, nil, "run", "-m", art, "--input", input, "--json")
+	if code != 0 {
+		t.Fatalf("run (emulated): exit %d\n%s", code, stderr)
+	}
+	sameRunOutputs(t, native, emu)
+	out, stderr, code := e.run(t, nil, "check", "-m", art, "--original", f.ModelPath(), "--input", input, "--no-timing", "--json")
+	if code != 0 {
+		t.Fatalf("check: exit %d\n%s\n%s", code, out, stderr)
+	}
+	var rep checkReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("check --json: %v\n%s", err, out)
+	}
+	if rep.Accuracy == nil || !rep.Accuracy.Pass {
+		t.Errorf("check on AVX2: %+v accuracy %+v", rep, rep.Accuracy)
+	} else {
+		t.Logf("BF16 transformer on emulated Haswell: cosine %.6f to the original", rep.Accuracy.Cosine)
+	}
+}
+
 // runtimeEnvFileName is export's runtime environment file.
 const runtimeEnvFileName = "torchspeed.env"
 

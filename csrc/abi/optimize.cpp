@@ -48,6 +48,18 @@ ts_status* ts_module_fast_linear(const ts_module* m, ts_module** out, int64_t* l
   TS_API_END("fast_linear")
 }
 
+ts_status* ts_module_linear_bf16(const ts_module* m, ts_module** out, int64_t* linears) noexcept {
+  TS_API_BEGIN
+  tsimpl::OneThreadTeam team;  // off the inference threads: leave no OpenMP pool
+  TS_CHECK_NOT_NULL(m, "linear_bf16");
+  TS_CHECK_NOT_NULL(out, "linear_bf16");
+  TS_CHECK_NOT_NULL(linears, "linear_bf16");
+  auto h = clone_of(m);
+  *linears = tsimpl::linear_bf16(h->m);
+  *out = h.release();
+  TS_API_END("linear_bf16")
+}
+
 ts_status* ts_module_fast_conv(const ts_module* m, ts_module** out, int64_t* convs, int64_t* relus) noexcept {
   TS_API_BEGIN
   tsimpl::OneThreadTeam team;  // off the inference threads: leave no OpenMP pool

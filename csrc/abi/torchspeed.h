@@ -70,8 +70,9 @@ extern "C" {
  *     ts_module_fast_qdq (its behaviour had changed to _v2's), ts_quant_convert and
  *     ts_quant_dynamic (no caller; use the _v2 functions).
  * 24: ts_module_serve_mkldnn, ts_mkldnn_serve_unavailable, ts_module_channels_last_inputs.
- * 25: ts_module_call_single. */
-#define TS_API_VERSION 25
+ * 25: ts_module_call_single.
+ * 26: ts_module_linear_bf16. */
+#define TS_API_VERSION 26
 
 typedef struct ts_status ts_status;
 typedef struct ts_module ts_module;
@@ -228,6 +229,14 @@ TS_EXPORT ts_status* ts_module_channels_last(ts_module* m, int64_t* converted) T
  * libtorchspeed is loaded: do not save it for stock PyTorch. */
 TS_EXPORT ts_status* ts_module_fast_linear(const ts_module* m, ts_module** out, int64_t* linears,
                                            int64_t* relus) TS_NOEXCEPT TS_MUST_CHECK;
+/* A clone of a module ts_module_fast_linear made whose torchspeed::linear_packed and
+ * torchspeed::transformer_encoder_layer nodes take BF16 panels of their weights (rounded to nearest
+ * even) in place of FP32 ones; the ops then round x to BF16 too and sum the products in float:
+ * with vdpbf16ps where the CPU has AVX512_BF16, widened to float on AVX-512F or AVX2 elsewhere.
+ * Lower precision than FP32 (about 3 significant digits per operand): validate the result.
+ * *linears gets how many linears were converted (four per encoder layer). m borrowed; *out a new
+ * reference. The result runs only where libtorchspeed is loaded: do not save it for stock PyTorch. */
+TS_EXPORT ts_status* ts_module_linear_bf16(const ts_module* m, ts_module** out, int64_t* linears) TS_NOEXCEPT TS_MUST_CHECK;
 /* A clone whose graphs (every method of the module and its submodules) call
  * torchspeed::conv2d_gemm (csrc/kernels/fastconv.cpp: im2col, then torchspeed::linear_packed's GEMM over
  * the weight packed here; output channels-last) where they called aten::_convolution,

@@ -119,6 +119,7 @@ using TileFn = void (*)(const float*, int64_t, const float*, int64_t, const floa
 // Kernel choice is fastq.h's (tsfast::Isa, detected once): Scalar there means no AVX2+FMA, where
 // ATen's linear runs.
 using tsfast::Isa;
+using tsimpl::Bf16Path;
 
 // The tile functions for 1..MR rows.
 constexpr TileFn avx512_tiles[] = {nullptr,          tile_avx512<1>, tile_avx512<2>, tile_avx512<3>, tile_avx512<4>,
@@ -192,6 +193,10 @@ at::Tensor fallback(const at::Tensor& x, const at::Tensor& packed, const c10::op
 
 at::Tensor tsimpl::linear_packed_with(Isa isa, const at::Tensor& x, const at::Tensor& packed,
                               const c10::optional<at::Tensor>& bias, int64_t n, bool relu, bool any_rows) {
+  if (packed.defined() && packed.scalar_type() == at::kBFloat16) {
+    const Bf16Path path = isa == Isa::Avx512 ? tsimpl::bf16_path() : isa == Isa::Avx2 ? Bf16Path::Avx2 : Bf16Path::Aten;
+    return linear_bf16_with(path, x, packed, bias, n, relu, any_rows);
+  }
   TORCH_CHECK(packed.dim() == 3 && packed.size(2) == kNR && n >= 0 && packed.size(0) == (n + kNR - 1) / kNR &&
                   plain_float(packed) && packed.is_contiguous(),
               "torchspeed::linear_packed: the packed weight [", packed.sizes(), "] does not hold ", n,

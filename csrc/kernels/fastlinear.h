@@ -16,7 +16,8 @@ constexpr int64_t kConvMaxDepth = 576;
 
 // The panels torchspeed::linear_packed reads, from a weight [N, K].
 at::Tensor pack_linear_weight(const at::Tensor& w);
-// torchspeed::linear_packed: x @ W^T + bias (then relu), W packed by pack_linear_weight.
+// torchspeed::linear_packed: x @ W^T + bias (then relu), W packed by pack_linear_weight (FP32) or by
+// pack_linear_weight_bf16 (BF16: linear_bf16_with on the widest path).
 at::Tensor linear_packed(const at::Tensor& x, const at::Tensor& packed, const c10::optional<at::Tensor>& bias,
                          int64_t n, bool relu);
 // linear_packed on the kernel isa (Scalar: ATen's linear); any_rows runs the kernel at every row
@@ -28,6 +29,22 @@ at::Tensor linear_packed_with(tsfast::Isa isa, const at::Tensor& x, const at::Te
 // team. Returns false, computing nothing, on a CPU without AVX2+FMA (the caller runs ATen then).
 bool gemm_packed(const float* x, int64_t lda, int64_t M, int64_t K, const float* packed, const float* bias, float* y,
                  int64_t n, bool relu);
+// The BF16 GEMM's paths (fastlinear_bf16.cpp), ordered: vdpbf16ps (AVX512_BF16), BF16 widened to
+// float on AVX-512F or on AVX2+FMA, ATen's linear on the widened weight.
+enum class Bf16Path { Aten = 0, Avx2 = 1, Avx512 = 2, Dot = 3 };
+// The widest path this CPU has, under TORCHSPEED_MAX_ISA ("avx512" leaves out AVX512_BF16).
+Bf16Path bf16_path();
+// want, when this CPU has it; else a NotImplementedError naming the instructions.
+Bf16Path bf16_resolve(Bf16Path want);
+// The BF16 panels (W rounded to nearest even) torchspeed::linear_packed also takes, from a weight
+// [N, K]: [ceil(N / kLinearPanel), ceil(K / 2), 2 * kLinearPanel], pairs of k side by side.
+at::Tensor pack_linear_weight_bf16(const at::Tensor& w);
+// The [n, k] float weight back from BF16 panels (the BF16 values, widened).
+at::Tensor unpack_linear_weight_bf16(const at::Tensor& packed, int64_t n, int64_t k);
+// linear_packed over BF16 panels on the given path (Aten: ATen's linear on the widened weight);
+// any_rows as linear_packed_with's.
+at::Tensor linear_bf16_with(Bf16Path path, const at::Tensor& x, const at::Tensor& packed,
+                            const c10::optional<at::Tensor>& bias, int64_t n, bool relu, bool any_rows);
 // The taps torchspeed::conv_dw reads (fastconv.cpp), from a depthwise weight [C, 1, kh, kw]:
 // [kh*kw, C], channels innermost.
 at::Tensor pack_dw_weight(const at::Tensor& w);

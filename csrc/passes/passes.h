@@ -42,6 +42,10 @@ struct SwapCounts {
 };
 SwapCounts fast_linear(torch::jit::Module& m);
 SwapCounts fast_conv(torch::jit::Module& m);
+// linear_bf16 (linear_bf16.cpp), after fast_linear: the FP32 panels of torchspeed::linear_packed
+// and torchspeed::transformer_encoder_layer to BF16 ones (weights rounded to BF16, and x at each
+// call). Returns how many linears it converted (four per encoder layer).
+int64_t linear_bf16(torch::jit::Module& m);
 // Swaps an aten::_transformer_encoder_layer_fwd node with constant weights for
 // torchspeed::transformer_encoder_layer (fastencoder.cpp). Returns -1 when it does not match, else
 // how many of its linears took a fused relu (0 or 1).

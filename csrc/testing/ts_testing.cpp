@@ -110,6 +110,39 @@ ts_status* ts_test_linear(const ts_tensor* x, const ts_tensor* w, const ts_tenso
   TS_API_END("linear")
 }
 
+ts_status* ts_test_linear_bf16(const ts_tensor* x, const ts_tensor* w, const ts_tensor* b, int32_t relu,
+                               ts_kernel kernel, ts_tensor** out) noexcept {
+  TS_API_BEGIN
+  TS_CHECK_NOT_NULL(x, "linear_bf16");
+  TS_CHECK_NOT_NULL(w, "linear_bf16");
+  TS_CHECK_NOT_NULL(out, "linear_bf16");
+  TS_CHECK_ARG(relu == 0 || relu == 1, "linear_bf16", "relu is " + std::to_string(relu) + ", want 0 or 1");
+  TS_CHECK_ARG(w->t.dim() == 2 && plain_float(w->t), "linear_bf16",
+               "the weight is not a 2-D float32 CPU tensor (" + std::to_string(w->t.dim()) + " dimensions)");
+  c10::InferenceMode guard;
+  auto bias = optional_of(b);
+  using tsimpl::Bf16Path;
+  at::Tensor r;
+  if (kernel == TS_KERNEL_ATEN) {
+    r = at::linear(x->t, w->t, bias);
+    if (relu) r = at::relu(r);
+  } else {
+    Bf16Path path = tsimpl::bf16_path();
+    switch (kernel) {
+      case TS_KERNEL_FAST: break;
+      case TS_KERNEL_SCALAR: path = Bf16Path::Aten; break;
+      case TS_KERNEL_AVX2: path = tsimpl::bf16_resolve(Bf16Path::Avx2); break;
+      case TS_KERNEL_AVX512: path = tsimpl::bf16_resolve(Bf16Path::Avx512); break;
+      case TS_KERNEL_AVX512BF16: path = tsimpl::bf16_resolve(Bf16Path::Dot); break;
+      default: fail(TS_CODE_INVALID_ARGUMENT, "unknown kernel " + std::to_string(kernel));
+    }
+    r = tsimpl::linear_bf16_with(path, x->t, tsimpl::pack_linear_weight_bf16(w->t), bias, w->t.size(0), relu != 0,
+                                 kernel != TS_KERNEL_FAST);
+  }
+  *out = new ts_tensor{std::move(r)};
+  TS_API_END("linear_bf16")
+}
+
 ts_status* ts_test_linear_pack(const ts_tensor* w, ts_tensor** out) noexcept {
   TS_API_BEGIN
   TS_CHECK_NOT_NULL(w, "linear_pack");

@@ -31,7 +31,8 @@ enum {
   TS_KERNEL_FAST = 1,   /* torchspeed's op as its graphs run it: the widest kernel, fallbacks and all */
   TS_KERNEL_SCALAR = 2, /* torchspeed's scalar reference kernel */
   TS_KERNEL_AVX2 = 3,   /* torchspeed's AVX2 (+FMA) kernel */
-  TS_KERNEL_AVX512 = 4  /* torchspeed's AVX-512F kernel */
+  TS_KERNEL_AVX512 = 4, /* torchspeed's AVX-512F kernel */
+  TS_KERNEL_AVX512BF16 = 5 /* torchspeed's AVX512_BF16 kernel (vdpbf16ps): ts_test_linear_bf16 only */
 };
 
 /* quantize_per_tensor(t, scale, zero_point, dtype) for dtype TS_QUINT8, TS_QINT8 or TS_QINT32.
@@ -54,6 +55,14 @@ TS_TESTING_EXPORT TS_MUST_CHECK ts_status* ts_test_linear(const ts_tensor* x, co
                                                           ts_tensor** out) TS_NOEXCEPT;
 /* The panels torchspeed::linear_packed reads, from a 2-D float32 weight [N, K]. */
 TS_TESTING_EXPORT TS_MUST_CHECK ts_status* ts_test_linear_pack(const ts_tensor* w, ts_tensor** out) TS_NOEXCEPT;
+/* torchspeed::linear_packed(x, pack_linear_weight_bf16(w), b, n, relu): the BF16 GEMM. Kernels:
+ * ATEN (at::linear in FP32 on w as given, the reference), FAST (the graph op, fallbacks and all),
+ * SCALAR (ATen's linear on the BF16 weight widened), AVX2, AVX512 (BF16 widened to float),
+ * AVX512BF16 (vdpbf16ps); a forced one runs at every row count, and one the CPU lacks fails
+ * (TS_CODE_UNSUPPORTED). */
+TS_TESTING_EXPORT TS_MUST_CHECK ts_status* ts_test_linear_bf16(const ts_tensor* x, const ts_tensor* w, const ts_tensor* b,
+                                                               int32_t relu, ts_kernel kernel,
+                                                               ts_tensor** out) TS_NOEXCEPT;
 /* torchspeed::linear_packed(x, packed, b, n, relu). Kernels: FAST (the graph op), AVX2, AVX512. */
 TS_TESTING_EXPORT TS_MUST_CHECK ts_status* ts_test_linear_packed(const ts_tensor* x, const ts_tensor* packed,
                                                                  const ts_tensor* b, int64_t n, int32_t relu,

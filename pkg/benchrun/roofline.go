@@ -1,6 +1,7 @@
 package benchrun
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -59,6 +60,12 @@ func Rooflines(models []Timed, inputs []*torch.Tensor, threads int, skipped func
 	for i := range models {
 		l := &models[i]
 		if l.P50 <= 0 {
+			continue
+		}
+		if why := roofline.NoPeakFor(l.Manifest.Precision); l.isArtifact() && why != "" {
+			if skipped != nil {
+				skipped(l.Name, errors.New(why))
+			}
 			continue
 		}
 		m, countedOn, closeFn, err := flopModule(models, i)

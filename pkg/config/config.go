@@ -132,6 +132,13 @@ type Optimize struct {
 	// (weights packed at load time) by the fast_linear load-time pass; auto keeps it when it
 	// measures faster and its outputs agree with its base's.
 	FastLinear Toggle `mapstructure:"fast_linear" json:"fast_linear"`
+	// LinearBF16: the fast_linear variant's GEMM takes BF16 weights and inputs (the linear_bf16
+	// load-time pass; vdpbf16ps with AVX512_BF16, widened to float elsewhere). Lower precision,
+	// so it must pass the validation thresholds against the original, as INT8 must: auto offers
+	// it when quantize.mode accepts reduced precision (anything but none) and keeps it when it
+	// measures faster; true offers it whatever the mode and keeps it when it passes; false never
+	// builds it.
+	LinearBF16 Toggle `mapstructure:"linear_bf16" json:"linear_bf16"`
 	// FastConv: FP32 models run their small constant-weight 2-D convolutions (groups 1) as
 	// im2col + torchspeed's GEMM by the fast_conv load-time pass; auto keeps it when it measures
 	// faster and its outputs agree with its base's.
@@ -249,7 +256,7 @@ type Output struct {
 func Default() Config {
 	return Config{
 		Optimize: Optimize{
-			Freeze: true, FoldBN: true, OptimizeForInference: Auto, ChannelsLast: Auto, FastQDQ: Auto, FastLinear: Auto, FastConv: Auto, FuseConvAdd: Auto,
+			Freeze: true, FoldBN: true, OptimizeForInference: Auto, ChannelsLast: Auto, FastQDQ: Auto, FastLinear: Auto, LinearBF16: Auto, FastConv: Auto, FuseConvAdd: Auto,
 			MaxAbsError: 1e-3, MinCosine: 0.9999, MinSpeedup: 1.02, Search: SearchQuick,
 		},
 		Quantize: Quantize{

@@ -107,7 +107,7 @@ func (c *Config) ValidateValues() error {
 	for _, t := range []struct {
 		key string
 		v   Toggle
-	}{{"optimize.optimize_for_inference", c.Optimize.OptimizeForInference}, {"optimize.channels_last", c.Optimize.ChannelsLast}, {"optimize.fast_qdq", c.Optimize.FastQDQ}, {"optimize.fast_linear", c.Optimize.FastLinear}, {"optimize.fast_conv", c.Optimize.FastConv}, {"optimize.fuse_conv_add", c.Optimize.FuseConvAdd}, {"runtime.measure", c.Runtime.Measure}} {
+	}{{"optimize.optimize_for_inference", c.Optimize.OptimizeForInference}, {"optimize.channels_last", c.Optimize.ChannelsLast}, {"optimize.fast_qdq", c.Optimize.FastQDQ}, {"optimize.fast_linear", c.Optimize.FastLinear}, {"optimize.linear_bf16", c.Optimize.LinearBF16}, {"optimize.fast_conv", c.Optimize.FastConv}, {"optimize.fuse_conv_add", c.Optimize.FuseConvAdd}, {"runtime.measure", c.Runtime.Measure}} {
 		if t.v != Auto && t.v != On && t.v != Off {
 			bad(t.key, t.v, "auto, true or false")
 		}

@@ -170,6 +170,9 @@ func lostAtPlainLoad(m *torchspeed.Manifest, saved []string) []string {
 	if has(torchspeed.PassFastLinear) {
 		lost = append(lost, "the server runs libtorch's own linears (its BLAS), not torchspeed's GEMM over packed weights")
 	}
+	if has(torchspeed.PassLinearBF16) {
+		lost = append(lost, "the server's linears run in FP32, not in BF16 as validated (outputs closer to the original's)")
+	}
 	if has(torchspeed.PassFastConv) {
 		lost = append(lost, "the server runs libtorch's own convolutions, not torchspeed's im2col + GEMM over packed weights")
 	}

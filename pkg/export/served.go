@@ -13,7 +13,7 @@ import (
 
 // opPasses are the load-time passes whose graphs call torchspeed's operators, in the order
 // torchspeed.Load applies them.
-var opPasses = []string{torchspeed.PassFastLinear, torchspeed.PassFastConv, torchspeed.PassFuseConvAdd, torchspeed.PassFastQDQ}
+var opPasses = []string{torchspeed.PassFastLinear, torchspeed.PassLinearBF16, torchspeed.PassFastConv, torchspeed.PassFuseConvAdd, torchspeed.PassFastQDQ}
 
 // servedModel is what writeServedModel wrote.
 type servedModel struct {

@@ -58,6 +58,7 @@ const (
 	kindFP32Fast // a frozen FP32 candidate + fast_linear (fp32fast.go)
 	kindINT8Fuse // an INT8 candidate (or its fast_qdq variant) + fuse_conv_add (int8fuse.go)
 	kindFP32Conv // a frozen FP32 candidate (or its fast_linear variant) + fast_conv (fp32fast.go)
+	kindFP32BF16 // a fast_linear variant + linear_bf16: its GEMM in BF16 (linearbf16.go)
 )
 
 // candidate is one version of the model the pipeline may keep.
@@ -72,7 +73,7 @@ type candidate struct {
 	passes       []string // load-time passes that turn save into mod
 	channelsLast bool     // 4-D float inputs go in as channels-last
 	steps        []string // steps applied, in order
-	precision    string   // fp32, int8-static, int8-dynamic
+	precision    string   // fp32, bf16 (linear_bf16), int8-static, int8-dynamic
 	engine       string
 	fp32Layers   []string
 	wall         time.Duration

@@ -110,6 +110,7 @@ func (r *run) buildFast(bases []*candidate) {
 				bases = append(bases, c)
 			}
 		}
+		r.buildLinearBF16(bases[n:])
 	}
 	if r.cfg.Optimize.FastConv != config.Off {
 		if len(bases) > 0 {

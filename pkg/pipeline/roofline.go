@@ -29,6 +29,10 @@ func (r *run) roofline() {
 		return
 	}
 	final := r.best()
+	if why := roofline.NoPeakFor(final.precision); why != "" {
+		r.logf("no roofline: %s", why)
+		return
+	}
 	p50 := time.Duration(r.rep.Bench.OptimizedP50 * float64(time.Millisecond))
 	what := "the FP32 original "
 	if r.orig.precision != "fp32" {

@@ -292,6 +292,7 @@ func (r *run) measureStages() error {
 	}
 	best = r.decideFastLinear(best, p50)
 	best = r.decideFastConv(best, p50)
+	best = r.decideLinearBF16(best, p50)
 	// Only the chain's last kept step stays "kept"; earlier ones are superseded.
 	for _, c := range r.cands {
 		if c.status == stKept && c != best {

@@ -146,7 +146,7 @@ type Stage struct {
 	Name   string `json:"name"`
 	Status string `json:"status"`
 	Reason string `json:"reason"`
-	// Precision is fp32, int8-static or int8-dynamic.
+	// Precision is fp32, bf16 (linear_bf16), int8-static or int8-dynamic.
 	Precision string  `json:"precision"`
 	WallMs    float64 `json:"build_ms"`
 	Nodes     *int    `json:"graph_nodes"`

@@ -150,6 +150,8 @@ func precisionWords(p string) string {
 		return "INT8 (dynamic)"
 	case "fp32":
 		return "FP32"
+	case "bf16":
+		return "BF16 (linear layers' weights and inputs; sums in float)"
 	}
 	return p
 }

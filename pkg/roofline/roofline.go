@@ -57,6 +57,16 @@ func Peak(threads int) (kernels.PeakResult, error) {
 // against the INT8 peak.
 func IsINT8(precision string) bool { return strings.HasPrefix(strings.ToLower(precision), "int8") }
 
+// NoPeakFor says why a model of this precision is not placed against a peak ("" when it is):
+// BF16 linears do two multiply-adds per lane and instruction, so the FP32 peak is not their
+// ceiling, and no BF16 peak is measured.
+func NoPeakFor(precision string) string {
+	if strings.EqualFold(precision, "bf16") {
+		return "its linears run in BF16 (two multiply-adds per lane and instruction): the measured FP32 peak is not their ceiling, and no BF16 peak is measured"
+	}
+	return ""
+}
+
 // Place computes the roofline of flops per inference run in p50 against peak: the FP32 peak, or
 // the INT8 one when int8 is set. countedOn names the model the FLOPs were counted on.
 func Place(flops float64, byOp map[string]float64, countedOn string, p50 time.Duration, int8 bool, peak kernels.PeakResult) (*Roofline, error) {

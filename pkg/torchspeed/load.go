@@ -152,7 +152,7 @@ func Load(path string, opts ...LoadOptions) (*Model, error) {
 			continue
 		}
 		switch pass {
-		case PassFastQDQ, PassFastLinear, PassFastConv, PassFuseConvAdd: // last, below
+		case PassFastQDQ, PassFastLinear, PassLinearBF16, PassFastConv, PassFuseConvAdd: // last, below
 		case PassFreeze:
 			fr, err := mod.Freeze(man.preserved()...)
 			if err != nil {
@@ -182,6 +182,15 @@ func Load(path string, opts ...LoadOptions) (*Model, error) {
 		}
 		mod.Close()
 		mod = fast
+	}
+	if o.applies(man, PassLinearBF16) {
+		bf, _, err := mod.LinearBF16()
+		if err != nil {
+			mod.Close()
+			return nil, fmt.Errorf("load artifact %q: re-applying %s: %w", path, PassLinearBF16, err)
+		}
+		mod.Close()
+		mod = bf
 	}
 	if o.applies(man, PassFastConv) {
 		fast, _, _, err := mod.FastConv()

@@ -38,6 +38,13 @@ const (
 	// float rounding. Load applies it after every other pass but fast_qdq. Like PassFastQDQ, its
 	// result runs only where torchspeed's shim is loaded.
 	PassFastLinear = "fast_linear"
+	// PassLinearBF16, listed after PassFastLinear, gives torchspeed's GEMM the linears' weights
+	// as BF16 and rounds their inputs to BF16 (products summed in float): vdpbf16ps where the CPU
+	// has AVX512_BF16, the BF16 values widened to float on other AVX-512 and AVX2 CPUs, so one
+	// artifact answers alike across a fleet. Lower precision than FP32: optimize offers it as a
+	// variant that must pass validation against the original. Load applies it right after
+	// PassFastLinear. Like PassFastQDQ, its result runs only where torchspeed's shim is loaded.
+	PassLinearBF16 = "linear_bf16"
 	// PassFastConv swaps the graph's 1-D and 2-D, ungrouped convolutions with constant weights for
 	// torchspeed::conv2d_gemm (im2col, then PassFastLinear's GEMM over weights packed at load
 	// time; output channels-last), and depthwise ones for torchspeed::conv_dw (a vectorized
@@ -72,7 +79,7 @@ type Manifest struct {
 	LoadPasses []string `json:"load_passes"`
 	// ChannelsLast: 4-D float inputs are converted to channels-last before forward.
 	ChannelsLast bool `json:"channels_last"`
-	// Precision is "fp32" or "int8-static" / "int8-dynamic".
+	// Precision is "fp32", "bf16" (PassLinearBF16) or "int8-static" / "int8-dynamic".
 	Precision string `json:"precision"`
 	// QEngine is the quantized engine an INT8 artifact must run with.
 	QEngine string `json:"qengine,omitempty"`

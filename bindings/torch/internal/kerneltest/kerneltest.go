@@ -39,9 +39,12 @@ const (
 	Scalar Kernel = C.TS_KERNEL_SCALAR
 	AVX2   Kernel = C.TS_KERNEL_AVX2
 	AVX512 Kernel = C.TS_KERNEL_AVX512
+	// AVX512BF16 forces the BF16 GEMM's vdpbf16ps kernel (LinearBF16 only).
+	AVX512BF16 Kernel = C.TS_KERNEL_AVX512BF16
 )
 
-// Forced says whether k forces one of torchspeed's instruction sets (Scalar, AVX2, AVX512).
+// Forced says whether k forces one of torchspeed's instruction sets (Scalar, AVX2, AVX512,
+// AVX512BF16).
 func (k Kernel) Forced() bool { return k >= Scalar }
 
 func tensors(ts ...*torch.Tensor) ([]*C.ts_tensor, func(), error) {
@@ -148,6 +151,26 @@ func Linear(x, w, b *torch.Tensor, relu bool, kernel Kernel) (*torch.Tensor, err
 	defer release()
 	var out *C.ts_tensor
 	if err := statusErr(C.ts_test_linear(c[0], c[1], c[2], cBool(relu), C.ts_kernel(kernel), &out)); err != nil {
+		return nil, err
+	}
+	return wrap(out), nil
+}
+
+// LinearBF16 returns linear(x, w, b) (b may be nil), then relu when relu is set, through the BF16
+// GEMM on w packed as BF16 (on every call): kernel Fast (the graph op), Scalar (ATen's linear on
+// the widened BF16 weight), AVX2, AVX512 (BF16 widened to float), AVX512BF16 (vdpbf16ps); ATen is
+// FP32 at::linear on w as given.
+func LinearBF16(x, w, b *torch.Tensor, relu bool, kernel Kernel) (*torch.Tensor, error) {
+	if err := required(x, w); err != nil {
+		return nil, err
+	}
+	c, release, err := tensors(x, w, b)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	var out *C.ts_tensor
+	if err := statusErr(C.ts_test_linear_bf16(c[0], c[1], c[2], cBool(relu), C.ts_kernel(kernel), &out)); err != nil {
 		return nil, err
 	}
 	return wrap(out), nil
