@@ -348,16 +348,19 @@ at::Tensor tsimpl::conv2d_pool_impl(tsfast::Isa isa, const at::Tensor& x, const 
 at::Tensor tsimpl::conv2d_pool(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& packed,
                                const c10::optional<at::Tensor>& bias, at::IntArrayRef stride, at::IntArrayRef padding,
                                at::IntArrayRef dilation, bool relu, at::IntArrayRef pool_kernel,
-                               at::IntArrayRef pool_stride) {
+                               at::IntArrayRef pool_stride, bool flatten) {
   TORCH_CHECK(!pool_kernel.empty(), "torchspeed::conv2d_pool: the pool kernel size is empty");
   bool fast = false;
-  return conv2d_pool_impl(Isa::Best, x, weight, packed, bias, stride, padding, dilation, relu, pool_kernel,
-                          pool_stride, &fast);
+  at::Tensor y = conv2d_pool_impl(Isa::Best, x, weight, packed, bias, stride, padding, dilation, relu, pool_kernel,
+                                  pool_stride, &fast);
+  // The pass folds a following flatten(1) in: one op fewer to dispatch, and a view of the NCHW
+  // result (a copy only after a fallback that left it channels-last).
+  return flatten ? y.flatten(1) : y;
 }
 
 void tsimpl::register_conv_pool(torch::Library& m) {
   m.def(
       "conv2d_pool(Tensor x, Tensor weight, Tensor packed, Tensor? bias, int[] stride, int[] padding, "
-      "int[] dilation, bool relu, int[] pool_kernel, int[] pool_stride) -> Tensor",
+      "int[] dilation, bool relu, int[] pool_kernel, int[] pool_stride, bool flatten) -> Tensor",
       &tsimpl::conv2d_pool);
 }

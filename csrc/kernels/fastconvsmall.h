@@ -24,9 +24,11 @@ at::Tensor conv2d_pool_impl(tsfast::Isa isa, const at::Tensor& x, const at::Tens
                             const c10::optional<at::Tensor>& bias, at::IntArrayRef stride, at::IntArrayRef padding,
                             at::IntArrayRef dilation, bool relu, at::IntArrayRef pool_kernel,
                             at::IntArrayRef pool_stride, bool* fast);
-// The graph op: conv2d_pool_impl on the widest kernel, a pool kernel required.
+// The graph op: conv2d_pool_impl on the widest kernel, a pool kernel required; flatten: the
+// result flattened from dimension 1 (aten::flatten(y, 1)).
 at::Tensor conv2d_pool(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& packed,
                        const c10::optional<at::Tensor>& bias, at::IntArrayRef stride, at::IntArrayRef padding,
-                       at::IntArrayRef dilation, bool relu, at::IntArrayRef pool_kernel, at::IntArrayRef pool_stride);
+                       at::IntArrayRef dilation, bool relu, at::IntArrayRef pool_kernel, at::IntArrayRef pool_stride,
+                       bool flatten);
 
 }  // namespace tsimpl

@@ -1,7 +1,8 @@
 // The fast_conv pass: swaps torchspeed::conv2d_gemm (ungrouped) or torchspeed::conv_dw
 // (depthwise; kernels/fastconv.cpp) in for aten::_convolution / aten::convolution / aten::conv2d /
 // aten::conv1d with a constant weight, fusing a following relu, and a plain max_pool2d after an
-// ungrouped 2-D one into torchspeed::conv2d_pool (kernels/fastconvsmall.cpp).
+// ungrouped 2-D one (and a flatten from dimension 1 after that) into torchspeed::conv2d_pool
+// (kernels/fastconvsmall.cpp).
 #include <torch/csrc/jit/ir/constants.h>
 
 #include <vector>
@@ -88,6 +89,13 @@ bool plain_max_pool(Node* mp, std::vector<int64_t>& pool_k, std::vector<int64_t>
   return true;
 }
 
+// Whether fl is aten::flatten(x, 1, -1).
+bool flatten_from_1(Node* fl) {
+  if (!fl->matches("aten::flatten.using_ints(Tensor(a) self, int start_dim=0, int end_dim=-1) -> Tensor(a)")) return false;
+  auto start = const_int(fl->input(1)), end = const_int(fl->input(2));
+  return start && end && *start == 1 && *end == -1;
+}
+
 // Swaps one conv node (is_conv) if it is a 1-D or 2-D, ungrouped or depthwise, not transposed one
 // with a constant weight and constant arguments; returns whether it did. A 1-D conv ([N, C, L], weight
 // [O, I, k]: audio front ends, STFT-like filter banks, a VAD's encoder) runs as a 2-D one of
@@ -144,9 +152,16 @@ bool swap_one(Node* node, Counts& counts) {
   }
   // A 2-D conv whose (relu's) only use is a plain max_pool2d: one torchspeed::conv2d_pool.
   std::vector<int64_t> pool_k, pool_s;
+  bool flatten = false;
   if (Node* mp = dw || one_d ? nullptr : only_user(last->output()); mp != nullptr && plain_max_pool(mp, pool_k, pool_s)) {
     last = mp;
     gone.push_back(mp);
+    // ... and a flatten from dimension 1 after it (the classifier's input) folds in too.
+    if (Node* fl = only_user(mp->output()); fl != nullptr && flatten_from_1(fl)) {
+      last = fl;
+      gone.push_back(fl);
+      flatten = true;
+    }
   }
   auto* graph = node->owningGraph();
   torch::jit::WithInsertPoint guard(node);
@@ -165,6 +180,7 @@ bool swap_one(Node* node, Counts& counts) {
   if (!pool_k.empty()) {
     args.push_back(graph->insertConstant(pool_k));
     args.push_back(graph->insertConstant(pool_s));
+    args.push_back(graph->insertConstant(flatten));
   }
   Node* repl = graph->create(dw ? dw_sym : pool_k.empty() ? gemm_sym : pool_sym, args, 1);
   // The output's strides are channels-last where the original's were not: plain Tensor.
