@@ -103,6 +103,38 @@ __attribute__((target("avx512f"))) void tile_avx512(const TileArgs& t) {
   }
 }
 
+// AVX-512 on a panel with at most 16 valid columns (a layer of 16 or fewer output channels, or the
+// last panel's remainder): one accumulator per row, half the FMAs of tile_avx512.
+template <int MR>
+__attribute__((target("avx512f"))) void narrow_avx512(const TileArgs& t) {
+  const __mmask16 m0 = t.nvalid >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << t.nvalid) - 1);
+  const __m512 i0 = t.bias ? _mm512_maskz_loadu_ps(m0, t.bias) : _mm512_setzero_ps();
+  __m512 c0[MR];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; r++) c0[r] = i0;
+  for (int64_t g = 0; g < t.nseg; g++) {
+    const float* a = t.a + g * t.seg_stride;
+    const float* b = t.b + g * t.seglen * kNR;
+    for (int64_t k = 0; k < t.seglen; k++) {
+      const __m512 w0 = _mm512_loadu_ps(b + k * kNR);
+#pragma GCC unroll 8
+      for (int r = 0; r < MR; r++) c0[r] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * t.lda + k]), w0, c0[r]);
+    }
+  }
+  const __m512 zero = _mm512_setzero_ps();
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; r++) _mm512_mask_storeu_ps(t.c + r * t.ldc, m0, t.relu ? _mm512_max_ps(zero, c0[r]) : c0[r]);
+}
+
+template <int MR>
+void any_avx512(const TileArgs& t) {
+  if (t.nvalid <= 16) {
+    narrow_avx512<MR>(t);
+  } else {
+    tile_avx512<MR>(t);
+  }
+}
+
 // AVX2: 16 columns of the panel at a time (off = 0 or 16; nv <= 16 of them valid), so MR rows
 // of two accumulators each fit the 16 ymm registers.
 template <int MR>
@@ -152,8 +184,8 @@ void tile_avx2(const TileArgs& t) {
 
 using TileFn = void (*)(const TileArgs&);
 constexpr int kMR512 = 8, kMR2 = 6;
-constexpr TileFn avx512_tiles[] = {nullptr,        tile_avx512<1>, tile_avx512<2>, tile_avx512<3>, tile_avx512<4>,
-                                   tile_avx512<5>, tile_avx512<6>, tile_avx512<7>, tile_avx512<8>};
+constexpr TileFn avx512_tiles[] = {nullptr,       any_avx512<1>, any_avx512<2>, any_avx512<3>, any_avx512<4>,
+                                   any_avx512<5>, any_avx512<6>, any_avx512<7>, any_avx512<8>};
 constexpr TileFn avx2_tiles[] = {nullptr, tile_avx2<1>, tile_avx2<2>, tile_avx2<3>, tile_avx2<4>, tile_avx2<5>, tile_avx2<6>};
 
 // The convolution's geometry once the input is channels-last with its zero border.
@@ -204,6 +236,10 @@ void pad_nhwc(const at::Tensor& x, int64_t ph, int64_t pw, float* dst) {
     for (int64_t h = 0; h < H; h++) {
       float* d = dst + ((n * Hp + h + ph) * Wp + pw) * C;
       const float* s = src + n * sn + h * sh;
+      if ((C == 1 || sc == 1) && (W == 1 || sw == C)) {  // the row is one run (channels-last, or one channel)
+        std::memcpy(d, s, W * C * sizeof(float));
+        continue;
+      }
       for (int64_t w = 0; w < W; w++, d += C) {
         for (int64_t c = 0; c < C; c++) d[c] = s[w * sw + c * sc];
       }
