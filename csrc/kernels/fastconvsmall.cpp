@@ -197,10 +197,11 @@ struct Geometry {
   const float* packed;       // [ceil(OC/kNR), K, kNR]
   const float* bias;         // [OC] or null
   bool relu;
+  float* y;                  // [N, OH, OW, OC]
 };
 
-// Output rows begin..end-1 (row = (n, oh): OW positions) into y [N, OH, OW, OC].
-void conv_rows(Isa isa, const Geometry& g, float* y, int64_t begin, int64_t end) {
+// Output rows begin..end-1 (row = (n, oh): OW positions) into g.y.
+void conv_rows(Isa isa, const Geometry& g, int64_t begin, int64_t end) {
   const int mr = isa == Isa::Avx512 ? kMR512 : kMR2;
   const TileFn* tiles = isa == Isa::Avx512 ? avx512_tiles : avx2_tiles;
   const int64_t K = g.kh * g.kw * g.C, panels = (g.OC + kNR - 1) / kNR;
@@ -211,7 +212,7 @@ void conv_rows(Isa isa, const Geometry& g, float* y, int64_t begin, int64_t end)
       const int rows = static_cast<int>(std::min<int64_t>(mr, g.OW - ow0));
       for (int64_t p = 0; p < panels; p++) {
         TileArgs t{base + ow0 * g.sw * g.C, g.sw * g.C, g.Wp * g.C, g.kh, g.kw * g.C, g.packed + p * K * kNR,
-                   g.bias ? g.bias + p * kNR : nullptr, y + (row * g.OW + ow0) * g.OC + p * kNR, g.OC,
+                   g.bias ? g.bias + p * kNR : nullptr, g.y + (row * g.OW + ow0) * g.OC + p * kNR, g.OC,
                    static_cast<int>(std::min<int64_t>(kNR, g.OC - p * kNR)), g.relu};
         tiles[rows](t);
       }
@@ -334,13 +335,13 @@ bool tsimpl::conv2d_direct(tsfast::Isa isa, const at::Tensor& x, const at::Tenso
     cy = conv.data();
   }
   const Geometry g{xp, N, C, Hp, Wp, kh, kw, s[0], s[1], OH, OW, OC, packed.data_ptr<float>(),
-                   bias != nullptr ? bias->data_ptr<float>() : nullptr, relu};
+                   bias != nullptr ? bias->data_ptr<float>() : nullptr, relu, cy};
   const int64_t rows = N * OH;
   const int64_t grain = std::max<int64_t>(1, kTaskFlops / std::max<int64_t>(1, 2 * OW * K * OC));
   if (rows <= grain) {
-    conv_rows(isa, g, cy, 0, rows);
+    conv_rows(isa, g, 0, rows);
   } else {
-    at::parallel_for(0, rows, grain, [&](int64_t r0, int64_t r1) { conv_rows(isa, g, cy, r0, r1); });
+    at::parallel_for(0, rows, grain, [&](int64_t r0, int64_t r1) { conv_rows(isa, g, r0, r1); });
   }
   if (pool_k != nullptr) pool_nchw(cy, N, OH, OW, OC, pool_k, pool_s, PH, PW, y.data_ptr<float>());
   *out = std::move(y);
