@@ -172,6 +172,37 @@ func TestConvPoolFallbacks(t *testing.T) {
 	}
 }
 
+// TestConvPoolRefusals: arguments ATen refuses are refused by torchspeed::conv2d_pool too, with an
+// error, not a crash: a zero pool kernel or stride, input channels that do not match the weight.
+func TestConvPoolRefusals(t *testing.T) {
+	r := rand.New(rand.NewPCG(25, 26))
+	c := convCase{1, 16, 8, 8, 32, 3, 3, params(1, 1, 1)}
+	x, w, b := convData(t, r, c, true)
+	x3 := newTensor(t, randFloats(r, 3*64), 1, 3, 8, 8)
+	for _, bad := range []struct {
+		what string
+		x    *torch.Tensor
+		pool kerneltest.PoolParams
+	}{
+		{"pool kernel 0", x, kerneltest.PoolParams{Kernel: [2]int64{0, 0}, Stride: [2]int64{2, 2}}},
+		{"pool stride 0", x, kerneltest.PoolParams{Kernel: [2]int64{2, 2}, Stride: [2]int64{0, 0}}},
+		{"3 input channels for a 16-channel weight", x3, kerneltest.PoolParams{Kernel: [2]int64{2, 2}, Stride: [2]int64{2, 2}}},
+	} {
+		for _, k := range []kerneltest.Kernel{kerneltest.ATen, kerneltest.Fast} {
+			var err error
+			torch.Do(func() {
+				var y *torch.Tensor
+				if y, _, err = kerneltest.Conv2dPool(bad.x, w, b, c.p, true, &bad.pool, k); err == nil {
+					y.Close()
+				}
+			})
+			if err == nil {
+				t.Errorf("%s, kernel %d: no error", bad.what, k)
+			}
+		}
+	}
+}
+
 // TestConvPoolPassOnDigits: on the frozen digits CNN (after fast_linear, as optimize builds it)
 // fast_conv fuses conv2 + relu + max_pool2d + flatten into torchspeed::conv2d_pool and leaves no
 // ATen convolution or pool running; on the 500 held-out samples (batches of 4, which the direct

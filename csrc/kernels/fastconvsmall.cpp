@@ -307,7 +307,8 @@ bool tsimpl::conv2d_direct(tsfast::Isa isa, const at::Tensor& x, const at::Tenso
     return false;
   if (s[0] <= 0 || s[1] <= 0 || p[0] < 0 || p[1] < 0 || d[0] != 1 || d[1] != 1) return false;
   const int64_t Hp = H + 2 * p[0], Wp = W + 2 * p[1];
-  if (N <= 0 || Hp < kh || Wp < kw || N * Hp * Wp * C > kMaxPadFloats) return false;
+  // Empty images (only padding) are ATen's to answer or refuse.
+  if (N <= 0 || H <= 0 || W <= 0 || Hp < kh || Wp < kw || N * Hp * Wp * C > kMaxPadFloats) return false;
   const int64_t OH = (Hp - kh) / s[0] + 1, OW = (Wp - kw) / s[1] + 1;
   if (N * OH * OW > kMaxRows) return false;
   int64_t PH = 0, PW = 0;
