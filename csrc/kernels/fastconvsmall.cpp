@@ -39,8 +39,9 @@ using tsfast::Isa;
 constexpr int64_t kNR = tsimpl::kLinearPanel;
 
 // Output positions (N*OH*OW) and zero-bordered input floats (N*(H+2ph)*(W+2pw)*C) past which
-// conv2d_gemm's im2col path runs instead: the direct kernel has no cache blocking, and it was
-// measured on the digits CNN's sizes (64 positions, 16x10x10 floats; docs/architecture.md).
+// conv2d_gemm's im2col path runs instead: the direct kernel has no cache blocking. It beat im2col
+// in BenchmarkConv2d at the digits CNN's sizes (64 positions) and at 32x16x16 (256 positions,
+// 32x18x18 floats padded); larger sizes were not measured (docs/architecture.md).
 constexpr int64_t kMaxRows = 256;
 constexpr int64_t kMaxPadFloats = 1 << 14;
 // Convolution outputs (N*OH*OW*OC) a fused pool may buffer before pooling: 256 KB.
