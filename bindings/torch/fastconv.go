@@ -11,7 +11,9 @@ import "C"
 // dilation, groups 1 and not transposed (a frozen graph's convolutions), whose depth IC x kh x kw
 // the kernel takes (576 at most). The op is im2col into rows of output positions followed by
 // FastLinear's GEMM over the weight packed once here, bias and a relu fused (a relu that is the
-// conv's only use); its output is channels-last. Inputs with more output positions than the
+// conv's only use); its output is channels-last. A 2-D one whose (relu's) only use is a
+// max_pool2d without padding, dilation or ceil mode takes the pool too (torchspeed::conv2d_pool,
+// NCHW output). Inputs with more output positions than the
 // kernel takes (256; 1024 for a 1x1 conv needing no im2col) run ATen's convolution on the
 // original weight. A depthwise convolution (groups = input = output channels, weight [C, 1, kh, kw])
 // calls torchspeed::conv_dw instead: a vectorized loop over output positions, ATen's convolution past

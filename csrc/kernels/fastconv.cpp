@@ -28,6 +28,7 @@
 #include <atomic>
 #include <cstring>
 
+#include "fastconvsmall.h"
 #include "fastlinear.h"
 #include "fastq.h"
 #include "ops.h"
@@ -130,6 +131,12 @@ at::Tensor tsimpl::conv2d_gemm_impl(const at::Tensor& x, const at::Tensor& weigh
     *fast = false;
     at::Tensor y = at::conv2d(x, weight, bias, stride, padding, dilation, 1);
     return relu ? at::relu(y) : y;
+  }
+  // Tiny images: the direct kernel (fastconvsmall.cpp), no im2col, the same bits.
+  if (at::Tensor yd; !direct && tsimpl::conv2d_direct(tsfast::cpu_isa(), x, weight, packed, b, s, p, d, relu, nullptr,
+                                                      nullptr, &yd)) {
+    *fast = true;
+    return yd;
   }
   const int64_t rows = N * OH * OW;
   at::Tensor y = at::empty({N, oc, OH, OW}, x.options().memory_format(at::MemoryFormat::ChannelsLast));

@@ -11,6 +11,7 @@ TORCH_LIBRARY(torchspeed, m) {
   tsfast::register_qadd(m);
   tsimpl::register_linear(m);
   tsimpl::register_conv(m);
+  tsimpl::register_conv_pool(m);
   tsimpl::register_encoder(m);
 #ifdef TS_HAVE_CONV_ADD
   tsimpl::register_conv_add(m);

@@ -1,6 +1,8 @@
 // The fast_conv pass: swaps torchspeed::conv2d_gemm (ungrouped) or torchspeed::conv_dw
 // (depthwise; kernels/fastconv.cpp) in for aten::_convolution / aten::convolution / aten::conv2d /
-// aten::conv1d with a constant weight, fusing a following relu.
+// aten::conv1d with a constant weight, fusing a following relu, and a plain max_pool2d after an
+// ungrouped 2-D one (and a flatten from dimension 1 after that) into torchspeed::conv2d_pool
+// (kernels/fastconvsmall.cpp).
 #include <torch/csrc/jit/ir/constants.h>
 
 #include <vector>
@@ -68,6 +70,32 @@ bool is_conv(Node* node) {
              "dilation=1, int groups=1) -> Tensor");
 }
 
+// Whether mp is a max_pool2d that torchspeed::conv2d_pool computes: constant kernel and stride
+// (empty: the kernel), no padding, dilation 1, floor; pool_k and pool_s get the pairs.
+bool plain_max_pool(Node* mp, std::vector<int64_t>& pool_k, std::vector<int64_t>& pool_s) {
+  if (!mp->matches("aten::max_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, int[2] "
+                   "dilation=1, bool ceil_mode=False) -> Tensor"))
+    return false;
+  auto k = const_ints(mp->input(1)), st = const_ints(mp->input(2)), pad = const_ints(mp->input(3)),
+       dil = const_ints(mp->input(4));
+  auto ceil = const_bool(mp->input(5));
+  if (!k || !st || !pad || !dil || !ceil || *ceil) return false;
+  int64_t kp[2], sp[2], pp[2], dp[2];
+  if (!pair_of(*k, kp) || !pair_of(st->empty() ? *k : *st, sp) || !pair_of(*pad, pp) || !pair_of(*dil, dp)) return false;
+  if (kp[0] <= 0 || kp[1] <= 0 || sp[0] <= 0 || sp[1] <= 0 || pp[0] != 0 || pp[1] != 0 || dp[0] != 1 || dp[1] != 1)
+    return false;
+  pool_k = {kp[0], kp[1]};
+  pool_s = {sp[0], sp[1]};
+  return true;
+}
+
+// Whether fl is aten::flatten(x, 1, -1).
+bool flatten_from_1(Node* fl) {
+  if (!fl->matches("aten::flatten.using_ints(Tensor(a) self, int start_dim=0, int end_dim=-1) -> Tensor(a)")) return false;
+  auto start = const_int(fl->input(1)), end = const_int(fl->input(2));
+  return start && end && *start == 1 && *end == -1;
+}
+
 // Swaps one conv node (is_conv) if it is a 1-D or 2-D, ungrouped or depthwise, not transposed one
 // with a constant weight and constant arguments; returns whether it did. A 1-D conv ([N, C, L], weight
 // [O, I, k]: audio front ends, STFT-like filter banks, a VAD's encoder) runs as a 2-D one of
@@ -76,6 +104,7 @@ bool is_conv(Node* node) {
 bool swap_one(Node* node, Counts& counts) {
   static const auto gemm_sym = c10::Symbol::fromQualString("torchspeed::conv2d_gemm");
   static const auto dw_sym = c10::Symbol::fromQualString("torchspeed::conv_dw");
+  static const auto pool_sym = c10::Symbol::fromQualString("torchspeed::conv2d_pool");
   const bool named = node->kind() == c10::Symbol::fromQualString("aten::conv2d") ||
                      node->kind() == c10::Symbol::fromQualString("aten::conv1d");
   auto w = constant_float(node->input(1));
@@ -121,6 +150,19 @@ bool swap_one(Node* node, Counts& counts) {
     last = r;
     gone.push_back(r);
   }
+  // A 2-D conv whose (relu's) only use is a plain max_pool2d: one torchspeed::conv2d_pool.
+  std::vector<int64_t> pool_k, pool_s;
+  bool flatten = false;
+  if (Node* mp = dw || one_d ? nullptr : only_user(last->output()); mp != nullptr && plain_max_pool(mp, pool_k, pool_s)) {
+    last = mp;
+    gone.push_back(mp);
+    // ... and a flatten from dimension 1 after it (the classifier's input) folds in too.
+    if (Node* fl = only_user(mp->output()); fl != nullptr && flatten_from_1(fl)) {
+      last = fl;
+      gone.push_back(fl);
+      flatten = true;
+    }
+  }
   auto* graph = node->owningGraph();
   torch::jit::WithInsertPoint guard(node);
   Value* x = node->input(0);
@@ -135,7 +177,12 @@ bool swap_one(Node* node, Counts& counts) {
       graph->insertConstant(*padding),
       graph->insertConstant(*dilation),
       graph->insertConstant(relu)};
-  Node* repl = graph->create(dw ? dw_sym : gemm_sym, args, 1);
+  if (!pool_k.empty()) {
+    args.push_back(graph->insertConstant(pool_k));
+    args.push_back(graph->insertConstant(pool_s));
+    args.push_back(graph->insertConstant(flatten));
+  }
+  Node* repl = graph->create(dw ? dw_sym : pool_k.empty() ? gemm_sym : pool_sym, args, 1);
   // The output's strides are channels-last where the original's were not: plain Tensor.
   repl->output()->setType(c10::TensorType::get());
   repl->insertBefore(node);

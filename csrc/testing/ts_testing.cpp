@@ -4,6 +4,7 @@
 // status is recognised by its flag).
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include "fastconvsmall.h"
 #include "fastlinear.h"
 #include "fastq.h"
 #include "internal.h"
@@ -203,6 +204,52 @@ ts_status* ts_test_conv2d(const ts_tensor* x, const ts_tensor* w, const ts_tenso
   if (fast != nullptr) *fast = ran_fast ? 1 : 0;
   *out = new ts_tensor{std::move(r)};
   TS_API_END("conv2d")
+}
+
+ts_status* ts_test_conv2d_pool(const ts_tensor* x, const ts_tensor* w, const ts_tensor* b,
+                               const ts_test_conv2d_args* args, const ts_test_pool_args* pool, ts_kernel kernel,
+                               ts_tensor** out, int32_t* fast) noexcept {
+  TS_API_BEGIN
+  TS_CHECK_NOT_NULL(x, "conv2d_pool");
+  TS_CHECK_NOT_NULL(w, "conv2d_pool");
+  TS_CHECK_NOT_NULL(args, "conv2d_pool");
+  TS_CHECK_NOT_NULL(out, "conv2d_pool");
+  TS_CHECK_ARG(kernel == TS_KERNEL_ATEN || kernel == TS_KERNEL_FAST || kernel == TS_KERNEL_AVX2 ||
+                   kernel == TS_KERNEL_AVX512,
+               "conv2d_pool", "kernel " + std::to_string(kernel) + " is not ATEN, FAST, AVX2 or AVX512");
+  TS_CHECK_ARG(args->relu == 0 || args->relu == 1, "conv2d_pool",
+               "relu is " + std::to_string(args->relu) + ", want 0 or 1");
+  TS_CHECK_ARG(args->groups == 1, "conv2d_pool", "groups is " + std::to_string(args->groups) + ", want 1");
+  TS_CHECK_ARG(plain_float(w->t) && w->t.dim() == 4 && w->t.size(0) > 0, "conv2d_pool",
+               "the weight is not a float32 [O, I, kh, kw] tensor");
+  c10::InferenceMode guard;
+  auto bias = optional_of(b);
+  const std::vector<int64_t> stride{args->stride[0], args->stride[1]}, padding{args->padding[0], args->padding[1]},
+      dilation{args->dilation[0], args->dilation[1]};
+  std::vector<int64_t> pk, ps;
+  if (pool != nullptr) {
+    pk = {pool->kernel[0], pool->kernel[1]};
+    ps = {pool->stride[0], pool->stride[1]};
+  }
+  bool ran_fast = false;
+  at::Tensor r;
+  if (kernel == TS_KERNEL_ATEN) {
+    r = at::conv2d(x->t, w->t, bias, stride, padding, dilation, 1);
+    if (args->relu) r = at::relu(r);
+    if (pool != nullptr) r = at::max_pool2d(r, pk, ps, {0, 0}, {1, 1}, false);
+  } else if (kernel == TS_KERNEL_FAST) {
+    const at::Tensor packed = tsimpl::pack_conv_weight(w->t);
+    r = pool != nullptr ? tsimpl::conv2d_pool_impl(Isa::Best, x->t, w->t, packed, bias, stride, padding, dilation,
+                                                   args->relu != 0, pk, ps, &ran_fast)
+                        : tsimpl::conv2d_gemm_impl(x->t, w->t, packed, bias, stride, padding, dilation,
+                                                   args->relu != 0, &ran_fast);
+  } else {
+    r = tsimpl::conv2d_pool_impl(isa_of(kernel), x->t, w->t, tsimpl::pack_conv_weight(w->t), bias, stride, padding,
+                                 dilation, args->relu != 0, pk, ps, &ran_fast);
+  }
+  if (fast != nullptr) *fast = ran_fast ? 1 : 0;
+  *out = new ts_tensor{std::move(r)};
+  TS_API_END("conv2d_pool")
 }
 
 ts_status* ts_test_qconv2d_add(const ts_tensor* qx, const ts_tensor* residual, const ts_test_qconv_add_args* args,

@@ -82,6 +82,21 @@ TS_TESTING_EXPORT TS_MUST_CHECK ts_status* ts_test_conv2d(const ts_tensor* x, co
                                                           const ts_test_conv2d_args* args, ts_kernel kernel,
                                                           ts_tensor** out, int32_t* fast) TS_NOEXCEPT;
 
+/* A max_pool2d's kernel and stride (height, width); no padding, dilation 1, floor. */
+typedef struct ts_test_pool_args {
+  int64_t kernel[2], stride[2];
+} ts_test_pool_args;
+
+/* max_pool2d(conv2d(x, w, b, ...) then relu, pool) (pool may be NULL: the convolution alone),
+ * groups 1. Kernels: ATEN (its three ops), FAST (torchspeed::conv2d_pool as the fast_conv pass's
+ * graphs run it; conv2d_gemm without a pool), AVX2, AVX512 (the direct tiny-image kernel on that
+ * instruction set, conv2d_gemm's path and ATen's pool where it does not apply). w is packed on every
+ * call. *fast (may be NULL) says whether the direct kernel ran. */
+TS_TESTING_EXPORT TS_MUST_CHECK ts_status* ts_test_conv2d_pool(const ts_tensor* x, const ts_tensor* w,
+                                                               const ts_tensor* b, const ts_test_conv2d_args* args,
+                                                               const ts_test_pool_args* pool, ts_kernel kernel,
+                                                               ts_tensor** out, int32_t* fast) TS_NOEXCEPT;
+
 /* One quantized convolution + add: the float weight [O, I/groups, kh, kw] is quantized to qint8
  * (zero point 0) with the float32 vector wscales (1 or O scales) and prepacked on the current
  * quantized engine. */

@@ -48,7 +48,8 @@ const (
 	// PassFastConv swaps the graph's 1-D and 2-D, ungrouped convolutions with constant weights for
 	// torchspeed::conv2d_gemm (im2col, then PassFastLinear's GEMM over weights packed at load
 	// time; output channels-last), and depthwise ones for torchspeed::conv_dw (a vectorized
-	// loop), fusing a following relu: the same values up to float rounding.
+	// loop), fusing a following relu, and a max_pool2d after that into torchspeed::conv2d_pool:
+	// the same values up to float rounding.
 	// Load applies it right after PassFastLinear. Like PassFastQDQ, its result runs only where
 	// torchspeed's shim is loaded.
 	PassFastConv = "fast_conv"

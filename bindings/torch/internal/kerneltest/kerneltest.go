@@ -246,6 +246,47 @@ func Conv2d(x, w, b *torch.Tensor, p ConvParams, relu bool, kernel Kernel) (y *t
 	return wrap(out), f != 0, nil
 }
 
+// PoolParams are a max_pool2d's kernel and stride (height, width); no padding, dilation 1, floor.
+type PoolParams struct {
+	Kernel, Stride [2]int64
+}
+
+// Conv2dPool returns max_pool2d(conv2d(x, w, b) with p, then relu when relu is set, pool) (pool
+// nil: the convolution alone), groups 1, computed by kernel: ATen; Fast (torchspeed::conv2d_pool
+// as FastConv's graphs run it, conv2d_gemm without a pool); AVX2 or AVX512 (the direct tiny-image
+// kernel on that instruction set, falling back as the op does). w is packed on every call. fast
+// says whether the direct kernel ran.
+func Conv2dPool(x, w, b *torch.Tensor, p ConvParams, relu bool, pool *PoolParams, kernel Kernel) (y *torch.Tensor, fast bool, err error) {
+	if err := required(x, w); err != nil {
+		return nil, false, err
+	}
+	c, release, err := tensors(x, w, b)
+	if err != nil {
+		return nil, false, err
+	}
+	defer release()
+	args := C.ts_test_conv2d_args{groups: C.int64_t(p.Groups), relu: cBool(relu)}
+	for i := 0; i < 2; i++ {
+		args.stride[i] = C.int64_t(p.Stride[i])
+		args.padding[i] = C.int64_t(p.Padding[i])
+		args.dilation[i] = C.int64_t(p.Dilation[i])
+	}
+	var pa *C.ts_test_pool_args
+	if pool != nil {
+		pa = &C.ts_test_pool_args{}
+		for i := 0; i < 2; i++ {
+			pa.kernel[i] = C.int64_t(pool.Kernel[i])
+			pa.stride[i] = C.int64_t(pool.Stride[i])
+		}
+	}
+	var out *C.ts_tensor
+	var f C.int32_t
+	if err := statusErr(C.ts_test_conv2d_pool(c[0], c[1], c[2], &args, pa, C.ts_kernel(kernel), &out, &f)); err != nil {
+		return nil, false, err
+	}
+	return wrap(out), f != 0, nil
+}
+
 // QConvAddArgs describe one quantized conv + add for QConv2dAdd: the float weight
 // [O, I/Groups, kh, kw] is quantized to qint8 (zero point 0) with WeightScales (one per output
 // channel, or one for the tensor) and prepacked on the current quantized engine.
