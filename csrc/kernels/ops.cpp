@@ -12,6 +12,7 @@ TORCH_LIBRARY(torchspeed, m) {
   tsimpl::register_linear(m);
   tsimpl::register_conv(m);
   tsimpl::register_encoder(m);
+  tsimpl::register_lstm(m);
 #ifdef TS_HAVE_CONV_ADD
   tsimpl::register_conv_add(m);
 #endif
