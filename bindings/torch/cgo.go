@@ -25,7 +25,7 @@ import (
 )
 
 // APIVersion is the shim ABI version these bindings were written for.
-const APIVersion = 26
+const APIVersion = 27
 
 // The libtorch releases torchspeed supports: 1.13 (Debian 12) through the 2.x releases that
 // still ship TorchScript and the graph-mode quantization passes (their removal is proposed

@@ -562,6 +562,10 @@ func TestFastConvPassOnSileroV4(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	before, err := fr.NodeCounts()
+	if err != nil {
+		t.Fatal(err)
+	}
 	fast, convs, _, err := fr.FastConv()
 	fr.Close()
 	if err != nil {
@@ -571,6 +575,15 @@ func TestFastConvPassOnSileroV4(t *testing.T) {
 	counts, err := fast.NodeCounts()
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Every conv here is 1-D: a chain of them shares its views (one conv reads the previous one's
+	// 4-D output; one unsqueeze per input), so the pass adds fewer than an unsqueeze and a squeeze
+	// per conv.
+	views := func(c map[string]int) int { return c["aten::unsqueeze"] + c["aten::squeeze"] }
+	if added := views(counts) - views(before); added >= 2*convs {
+		t.Errorf("the pass added %d squeeze/unsqueeze nodes for %d 1-D convs: the chains' views are not shared", added, convs)
+	} else {
+		t.Logf("%d squeeze/unsqueeze nodes added for %d 1-D convs", added, convs)
 	}
 	// Two sample-rate branches (8 and 16 kHz), each with 4 depthwise convs among its 18.
 	if counts["aten::conv1d"]+counts["aten::_convolution"] != 0 || counts["torchspeed::conv_dw"] != 8 ||

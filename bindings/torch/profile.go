@@ -152,3 +152,26 @@ func (m *Module) opProfileJSON(inputs []*Tensor) (string, error) {
 	}
 	return takeString(p), nil
 }
+
+// OpProfileBegin starts recording the ops dispatched on the calling goroutine's OS thread, for
+// calls OpProfile cannot make: a method with typed arguments (Module.CallSingle, a session's
+// RunMethod on its caller's thread), a stream's state carried between calls. Call it, the calls
+// and OpProfileEnd on one goroutine locked with runtime.LockOSThread (inside Do, or a timing loop's
+// thread). One profile at a time per thread.
+func OpProfileBegin() error {
+	return statusErr(C.ts_op_profile_begin())
+}
+
+// OpProfileEnd stops the profile OpProfileBegin started on this thread and returns it: the ops in
+// the order they ran, TotalNS the time between the two calls.
+func OpProfileEnd() (OpTiming, error) {
+	var p *C.char
+	if err := statusErr(C.ts_op_profile_end(&p)); err != nil {
+		return OpTiming{}, fmt.Errorf("end op profile: %w", err)
+	}
+	var t OpTiming
+	if err := json.Unmarshal([]byte(takeString(p)), &t); err != nil {
+		return OpTiming{}, fmt.Errorf("end op profile: shim returned malformed JSON: %w", err)
+	}
+	return t, nil
+}

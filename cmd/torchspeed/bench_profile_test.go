@@ -11,6 +11,7 @@ import (
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/internal/exitcode"
+	"github.com/torchspeed/torchspeed/internal/fixtures"
 	"github.com/torchspeed/torchspeed/pkg/bench"
 	"github.com/torchspeed/torchspeed/pkg/torchspeed"
 	"github.com/torchspeed/torchspeed/pkg/version"
@@ -187,5 +188,29 @@ func TestOptimizeTimeAndRuns(t *testing.T) {
 	}
 	if _, err := os.Stat(out); err == nil {
 		t.Errorf("%s written: want nothing", out)
+	}
+}
+
+// TestBenchProfileTypedStream profiles a model called with typed values over a stream of real
+// speech (Silero VAD v4: forward(x, sr) with sr an int, the LSTM state carried between calls):
+// every profiled run is one call, and the profile holds the ops of the 16 kHz branch, its LSTM
+// and its convolutions.
+func TestBenchProfileTypedStream(t *testing.T) {
+	f := fixtures.Load(t).Get(t, "silero_v4")
+	out, stderr, err := runBench(t, "-m", f.Path(f.File), "--input", "x=seq:"+f.Path("silero_v4_in_x.npy"),
+		"--input", "sr=int:16000", "--profile", "--runs", "30", "--json")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	var rep bench.RunReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("JSON: %v\n%s", err, out)
+	}
+	if len(rep.Profiles) != 1 || rep.Profiles[0].Runs != 30 || len(rep.Profiles[0].Nodes) == 0 {
+		t.Fatalf("profiles %+v: want one of 30 calls", rep.Profiles)
+	}
+	kinds := rep.Profiles[0].KindCounts()
+	if kinds["aten::lstm"] != 1 || kinds["aten::conv1d"] == 0 {
+		t.Errorf("kinds %v: want the 16 kHz branch's one LSTM call and its convolutions", kinds)
 	}
 }

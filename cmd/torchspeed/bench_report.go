@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/torchspeed/torchspeed/bindings/torch"
-	"github.com/torchspeed/torchspeed/internal/exitcode"
 	"github.com/torchspeed/torchspeed/pkg/bench"
 	"github.com/torchspeed/torchspeed/pkg/benchrun"
 	"github.com/torchspeed/torchspeed/pkg/callargs"
@@ -37,9 +36,6 @@ func (b *benchCmd) measure(rep *bench.RunReport, models []*benchrun.Loaded, spec
 		fmt.Fprintf(log, "bench: %s: %d streams x %d threads...\n", models[0].Spec.Name, b.streams, b.threads)
 		rep.Throughput, err = benchrun.RunStreams(models[0], ins, 0, b.threads, b.streams, opts, b.seed)
 		return err
-	}
-	if b.profile && plans != nil {
-		return exitcode.Usagef("bench: --profile times the forward of tensor inputs (--input-shape, or an artifact's own); these inputs are typed values or data: give --input-shape to profile")
 	}
 	inputs, err := benchrun.MakeInputs(ins, 0, b.seed)
 	if err != nil {
@@ -83,7 +79,7 @@ func (b *benchCmd) measure(rep *bench.RunReport, models []*benchrun.Loaded, spec
 		}
 	}
 	if b.profile {
-		if rep.Profiles, err = b.profileModels(models, inputs, opts, log); err != nil {
+		if rep.Profiles, err = b.profileModels(models, inputs, plans, opts, log); err != nil {
 			return err
 		}
 	}
@@ -110,22 +106,33 @@ func (b *benchCmd) measure(rep *bench.RunReport, models []*benchrun.Loaded, spec
 }
 
 // profileModels profiles each model's ops, and an artifact measured alone beside its original
-// (the manifest's source file, when it sits next to the artifact with the recorded digest).
-func (b *benchCmd) profileModels(models []*benchrun.Loaded, inputs []*torch.Tensor, o bench.Options, log io.Writer) ([]*bench.OpProfile, error) {
+// (the manifest's source file, when it sits next to the artifact with the recorded digest). With
+// plans (typed arguments, data, streams), each profiled run is one call as the timed runs make
+// it; the original takes the artifact's.
+func (b *benchCmd) profileModels(models []*benchrun.Loaded, inputs []*torch.Tensor, plans []*callargs.Plan, o bench.Options, log io.Writer) ([]*bench.OpProfile, error) {
 	all := models
 	if len(models) == 1 && models[0].IsArtifact() {
 		orig, why := originalBeside(models[0], log)
 		if orig != nil {
 			defer orig.Model.Close()
 			all = []*benchrun.Loaded{orig, models[0]}
+			if plans != nil {
+				plans = []*callargs.Plan{plans[0], plans[0]}
+			}
 		} else {
 			fmt.Fprintf(log, "bench: --profile: %s; give it with --vs ORIGINAL to profile both\n", why)
 		}
 	}
 	var out []*bench.OpProfile
-	for _, l := range all {
+	for i, l := range all {
 		fmt.Fprintf(log, "bench: profiling the ops of %s...\n", l.Spec.Name)
-		p, err := benchrun.ProfileOps(l, inputs, o)
+		var p *bench.OpProfile
+		var err error
+		if plans != nil {
+			p, err = benchrun.ProfileCalls(l, plans[i].Method, plans[i], o)
+		} else {
+			p, err = benchrun.ProfileOps(l, inputs, o)
+		}
 		if err != nil {
 			return nil, err
 		}

@@ -5,6 +5,7 @@
 #include <torch/csrc/jit/runtime/interpreter.h>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 #include "internal.h"
@@ -115,6 +116,25 @@ struct ProfileScope {
   ProfileScope& operator=(const ProfileScope&) = delete;
 };
 
+std::string profile_json(const Profile& prof, int64_t total) {
+  tsimpl::JsonWriter w;
+  w.begin_object().key("total_ns").value(total).key("ops").begin_array();
+  for (const auto& o : prof.ops) {
+    w.begin_object().key("op").value(o.op).key("ns").value(o.ns).key("shapes").value(o.shapes).key("scope").value(o.scope).end_object();
+  }
+  w.end_array().end_object();
+  return w.str();
+}
+
+// A profile opened by ts_op_profile_begin on this thread, closed by ts_op_profile_end: whatever
+// runs between them on the thread (any method call, with any arguments) is recorded.
+struct OpenProfile {
+  Profile prof;
+  std::unique_ptr<ProfileScope> scope = std::make_unique<ProfileScope>(&prof);
+  int64_t t0 = 0;
+};
+thread_local std::unique_ptr<OpenProfile> tl_open;
+
 }  // namespace
 
 extern "C" {
@@ -123,6 +143,7 @@ ts_status* ts_module_op_profile(const ts_module* m, ts_tensor* const* inputs, si
   TS_API_BEGIN
   TS_CHECK_NOT_NULL(m, "op_profile");
   TS_CHECK_NOT_NULL(json, "op_profile");
+  if (tl_open) tsimpl::fail(TS_CODE_INVALID_ARGUMENT, "a profile is open on this thread (ts_op_profile_begin)");
   auto args = tsimpl::make_inputs(inputs, n);
   auto method = m->m.get_method("forward");
   Profile prof;
@@ -134,14 +155,32 @@ ts_status* ts_module_op_profile(const ts_module* m, ts_tensor* const* inputs, si
     method(args);
     total = now_ns() - t0;
   }
-  tsimpl::JsonWriter w;
-  w.begin_object().key("total_ns").value(total).key("ops").begin_array();
-  for (const auto& o : prof.ops) {
-    w.begin_object().key("op").value(o.op).key("ns").value(o.ns).key("shapes").value(o.shapes).key("scope").value(o.scope).end_object();
-  }
-  w.end_array().end_object();
-  *json = tsimpl::dup_string(w.str());
+  *json = tsimpl::dup_string(profile_json(prof, total));
   TS_API_END("op_profile")
+}
+
+ts_status* ts_op_profile_begin(void) noexcept {
+  TS_API_BEGIN
+  if (tl_profile != nullptr || tl_open) {
+    tsimpl::fail(TS_CODE_INVALID_ARGUMENT, "a profile is already open on this thread (or a forward is being profiled)");
+  }
+  auto open = std::make_unique<OpenProfile>();
+  tl_open = std::move(open);
+  tl_open->t0 = now_ns();
+  TS_API_END("op_profile_begin")
+}
+
+ts_status* ts_op_profile_end(char** json) noexcept {
+  TS_API_BEGIN
+  TS_CHECK_NOT_NULL(json, "op_profile_end");
+  if (!tl_open) tsimpl::fail(TS_CODE_INVALID_ARGUMENT, "no profile is open on this thread: call ts_op_profile_begin first");
+  const int64_t total = now_ns() - tl_open->t0;
+  // The callbacks go before the JSON is built: the profile then stays whole whatever happens.
+  std::unique_ptr<OpenProfile> open = std::move(tl_open);
+  open->scope.reset();
+  std::string js = profile_json(open->prof, total);
+  *json = tsimpl::dup_string(js);
+  TS_API_END("op_profile_end")
 }
 
 }  // extern "C"

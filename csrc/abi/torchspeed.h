@@ -71,8 +71,9 @@ extern "C" {
  *     ts_quant_dynamic (no caller; use the _v2 functions).
  * 24: ts_module_serve_mkldnn, ts_mkldnn_serve_unavailable, ts_module_channels_last_inputs.
  * 25: ts_module_call_single.
- * 26: ts_module_linear_bf16. */
-#define TS_API_VERSION 26
+ * 26: ts_module_linear_bf16.
+ * 27: ts_op_profile_begin, ts_op_profile_end. */
+#define TS_API_VERSION 27
 
 typedef struct ts_status ts_status;
 typedef struct ts_module ts_module;
@@ -455,6 +456,13 @@ TS_EXPORT ts_status* ts_module_define_ops(ts_module* m, const char* source /* bo
  * their time is in total_ns only. The forward runs on the calling thread. */
 TS_EXPORT ts_status* ts_module_op_profile(const ts_module* m /* borrowed */, ts_tensor* const* inputs /* borrowed */,
                                           size_t n, char** json /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
+/* ts_module_op_profile for calls of any kind (ts_module_call_single with ints, strings, a stream's
+ * state): ts_op_profile_begin starts recording the ops dispatched on the calling thread,
+ * ts_op_profile_end stops and writes the same JSON, total_ns being the time between the two. One
+ * profile at a time per thread: a second begin, or an end without a begin, fails
+ * (TS_CODE_INVALID_ARGUMENT). A thread that ends before ts_op_profile_end frees its profile. */
+TS_EXPORT ts_status* ts_op_profile_begin(void) TS_NOEXCEPT TS_MUST_CHECK;
+TS_EXPORT ts_status* ts_op_profile_end(char** json /* new reference */) TS_NOEXCEPT TS_MUST_CHECK;
 /* ---- end of profiling and inspection ---- */
 
 /* ---- TorchScript values, method calls, schemas and state (csrc/abi/value.cpp; API version 7) ----

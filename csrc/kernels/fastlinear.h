@@ -69,4 +69,23 @@ at::Tensor conv2d_gemm_impl(const at::Tensor& x, const at::Tensor& weight, const
                             const c10::optional<at::Tensor>& bias, at::IntArrayRef stride, at::IntArrayRef padding,
                             at::IntArrayRef dilation, bool relu, bool* fast);
 
+// Whether aten::lstm's params (per layer w_ih [4H, in], w_hh [4H, H], then b_ih and b_hh [4H] when
+// has_biases) are float CPU tensors of a unidirectional LSTM without projections, which
+// torchspeed::lstm (fastlstm.cpp) covers.
+bool lstm_packable(at::TensorList params, bool has_biases, int64_t num_layers);
+// The weights torchspeed::lstm reads, from params that lstm_packable accepts: per layer
+// [in + H + 1, 4H padded to 16], [W_ih | W_hh]^T then b_ih + b_hh, the layers one after another.
+at::Tensor pack_lstm_weights(at::TensorList params, bool has_biases, int64_t num_layers);
+// torchspeed::lstm: aten::lstm(input, hx, params, has_biases, num_layers, dropout, train false,
+// bidirectional false, batch_first) computed from packed = pack_lstm_weights(params) where it can.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> lstm_packed(const at::Tensor& input, at::TensorList hx,
+                                                           at::TensorList params, const at::Tensor& packed,
+                                                           bool has_biases, int64_t num_layers, bool batch_first);
+// lstm_packed on the kernel isa (Scalar: the plain loop); *fast (where given) says whether
+// torchspeed's loop ran (false: at::lstm did).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> lstm_packed_with(tsfast::Isa isa, const at::Tensor& input,
+                                                                at::TensorList hx, at::TensorList params,
+                                                                const at::Tensor& packed, bool has_biases,
+                                                                int64_t num_layers, bool batch_first, bool* fast);
+
 }  // namespace tsimpl

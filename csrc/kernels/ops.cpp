@@ -13,6 +13,7 @@ TORCH_LIBRARY(torchspeed, m) {
   tsimpl::register_conv(m);
   tsimpl::register_conv_pool(m);
   tsimpl::register_encoder(m);
+  tsimpl::register_lstm(m);
 #ifdef TS_HAVE_CONV_ADD
   tsimpl::register_conv_add(m);
 #endif

@@ -5,6 +5,7 @@
 // (kernels/fastconvsmall.cpp).
 #include <torch/csrc/jit/ir/constants.h>
 
+#include <unordered_map>
 #include <vector>
 
 #include "fastlinear.h"
@@ -101,7 +102,27 @@ bool flatten_from_1(Node* fl) {
 // [O, I, k]: audio front ends, STFT-like filter banks, a VAD's encoder) runs as a 2-D one of
 // height 1: unsqueeze, conv2d_gemm, squeeze. libtorch 1.13 sends those to the same slow im2col
 // path (thnn_conv2d) as small 2-D ones, with its per-call set-up cost.
-bool swap_one(Node* node, Counts& counts) {
+// The 1-D convs' views the pass makes, reused where it can: a 1-D conv runs on unsqueeze(x, 2) and
+// gives squeeze(y, 2), so a chain of them (Silero VAD's encoder: depthwise, then pointwise) would
+// pay two view ops per link in the interpreter. squeezed maps each squeeze's output to the 4-D
+// output it views (height 1: the next conv reads that directly: same storage, same elements);
+// unsqueezed maps a 3-D input to the unsqueeze already made of it, reused by convs in its block.
+struct Views {
+  std::unordered_map<Value*, Value*> squeezed, unsqueezed;
+  std::vector<Node*> squeezes;
+};
+
+Value* unsqueezed_input(Node* node, Value* x, Views& views) {
+  if (auto it = views.squeezed.find(x); it != views.squeezed.end()) return it->second;
+  if (auto it = views.unsqueezed.find(x); it != views.unsqueezed.end() && it->second->node()->owningBlock() == node->owningBlock()) {
+    return it->second;
+  }
+  Value* u = node->owningGraph()->insert(c10::aten::unsqueeze, {x, 2});
+  views.unsqueezed[x] = u;
+  return u;
+}
+
+bool swap_one(Node* node, Counts& counts, Views& views) {
   static const auto gemm_sym = c10::Symbol::fromQualString("torchspeed::conv2d_gemm");
   static const auto dw_sym = c10::Symbol::fromQualString("torchspeed::conv_dw");
   static const auto pool_sym = c10::Symbol::fromQualString("torchspeed::conv2d_pool");
@@ -166,7 +187,7 @@ bool swap_one(Node* node, Counts& counts) {
   auto* graph = node->owningGraph();
   torch::jit::WithInsertPoint guard(node);
   Value* x = node->input(0);
-  if (one_d) x = graph->insert(c10::aten::unsqueeze, {x, 2});
+  if (one_d) x = unsqueezed_input(node, x, views);
   std::vector<Value*> args{
       x,
       // The original weight (as 4-D for a 1-D conv), for the fallback: ATen's bits there.
@@ -187,7 +208,11 @@ bool swap_one(Node* node, Counts& counts) {
   repl->output()->setType(c10::TensorType::get());
   repl->insertBefore(node);
   Value* y = repl->output();
-  if (one_d) y = graph->insert(c10::aten::squeeze, {y, 2});
+  if (one_d) {
+    y = graph->insert(c10::aten::squeeze, {y, 2});
+    views.squeezed[y] = repl->output();
+    views.squeezes.push_back(y->node());
+  }
   last->output()->replaceAllUsesWith(y);
   for (auto it = gone.rbegin(); it != gone.rend(); ++it) (*it)->destroy();
   counts.swapped++;
@@ -195,13 +220,13 @@ bool swap_one(Node* node, Counts& counts) {
   return true;
 }
 
-void swap_block(torch::jit::Block* block, Counts& counts) {
+void swap_block(torch::jit::Block* block, Counts& counts, Views& views) {
   std::vector<Node*> todo;
   for (auto* node : block->nodes()) {
-    for (auto* sub : node->blocks()) swap_block(sub, counts);
+    for (auto* sub : node->blocks()) swap_block(sub, counts, views);
     if (is_conv(node)) todo.push_back(node);
   }
-  for (auto* node : todo) swap_one(node, counts);
+  for (auto* node : todo) swap_one(node, counts, views);
 }
 
 }  // namespace
@@ -210,6 +235,13 @@ tsimpl::SwapCounts tsimpl::fast_conv(torch::jit::Module& m) {
   Counts counts;
   if (tsfast::cpu_isa() == tsfast::Isa::Scalar) return counts;  // without AVX2+FMA: unchanged
   at::NoGradGuard guard;  // packed constants are plain tensors, not inference ones
-  for_each_method_graph(m, [&counts](const auto& g) { swap_block(g->block(), counts); });
+  for_each_method_graph(m, [&counts](const auto& g) {
+    Views views;
+    swap_block(g->block(), counts, views);
+    // Squeezes whose every user now reads the 4-D output.
+    for (Node* sq : views.squeezes) {
+      if (!sq->output()->hasUses()) sq->destroy();
+    }
+  });
   return counts;
 }

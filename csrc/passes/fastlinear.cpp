@@ -2,7 +2,7 @@
 // aten::linear and for the aten::matmul (+ aten::add bias) pair that optimize_for_inference leaves,
 // fusing a following relu, and aten::_transformer_encoder_layer_fwd (a scripted layer's, or a traced
 // layer's ops fused into one by fuse_encoder.cpp) for torchspeed::transformer_encoder_layer
-// (kernels/fastencoder.cpp).
+// (kernels/fastencoder.cpp), and aten::lstm for torchspeed::lstm (fastlstm.cpp).
 #include <torch/csrc/jit/ir/constants.h>
 
 #include <vector>
@@ -80,16 +80,18 @@ bool swap_one(Node* node, Counts& counts) {
 
 void swap_block(torch::jit::Block* block, Counts& counts) {
   static const auto encoder = c10::Symbol::fromQualString("aten::_transformer_encoder_layer_fwd");
-  std::vector<Node*> todo, layers;
+  std::vector<Node*> todo, layers, lstms;
   for (auto* node : block->nodes()) {
     for (auto* sub : node->blocks()) swap_block(sub, counts);
     if (node->kind() == encoder) layers.push_back(node);
+    if (node->kind() == c10::aten::lstm) lstms.push_back(node);
     if (node->matches("aten::linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor") ||
         node->matches("aten::matmul(Tensor self, Tensor other) -> Tensor")) {
       todo.push_back(node);
     }
   }
   for (auto* node : todo) swap_one(node, counts);
+  for (auto* node : lstms) counts.swapped += tsimpl::swap_lstm(node);
   for (auto* node : layers) {
     int relus = tsimpl::swap_encoder_layer(node);
     if (relus >= 0) {  // its four linears run torchspeed's kernel

@@ -33,8 +33,8 @@ struct FastQdqCounts {
 };
 FastQdqCounts fast_qdq(torch::jit::Module& m);
 
-// fast_linear (fastlinear.cpp) and fast_conv (fastconv.cpp): linears / convs with constant
-// weights to torchspeed::linear_packed / conv2d_gemm (conv_dw for depthwise convs), a following relu fused. swapped counts the
+// fast_linear (fastlinear.cpp) and fast_conv (fastconv.cpp): linears (and LSTMs: swap_lstm) /
+// convs with constant weights to torchspeed::linear_packed / conv2d_gemm (conv_dw for depthwise convs), a following relu fused. swapped counts the
 // linears (four per encoder layer) or convs, relus those that took a relu. On a CPU without
 // AVX2+FMA nothing is swapped.
 struct SwapCounts {
@@ -46,6 +46,10 @@ SwapCounts fast_conv(torch::jit::Module& m);
 // and torchspeed::transformer_encoder_layer to BF16 ones (weights rounded to BF16, and x at each
 // call). Returns how many linears it converted (four per encoder layer).
 int64_t linear_bf16(torch::jit::Module& m);
+// Swaps an aten::lstm node with constant weights (eval mode, one direction, no projections) for
+// torchspeed::lstm (fastlstm.cpp), part of fast_linear. Returns how many linears that took (two
+// per layer: the input's and the hidden state's), 0 when it does not match.
+int64_t swap_lstm(torch::jit::Node* node);
 // Swaps an aten::_transformer_encoder_layer_fwd node with constant weights for
 // torchspeed::transformer_encoder_layer (fastencoder.cpp). Returns -1 when it does not match, else
 // how many of its linears took a fused relu (0 or 1).

@@ -315,4 +315,49 @@ ts_status* ts_test_qconv2d_add(const ts_tensor* qx, const ts_tensor* residual, c
   TS_API_END("qconv2d_add")
 }
 
+ts_status* ts_test_lstm(const ts_tensor* input, const ts_tensor* h0, const ts_tensor* c0,
+                        const ts_tensor* const* params, int64_t n_params, int64_t num_layers, int32_t batch_first,
+                        ts_kernel kernel, ts_tensor** out, ts_tensor** h_n, ts_tensor** c_n, int32_t* fast) noexcept {
+  TS_API_BEGIN
+  TS_CHECK_NOT_NULL(input, "lstm");
+  TS_CHECK_NOT_NULL(h0, "lstm");
+  TS_CHECK_NOT_NULL(c0, "lstm");
+  TS_CHECK_NOT_NULL(out, "lstm");
+  TS_CHECK_NOT_NULL(h_n, "lstm");
+  TS_CHECK_NOT_NULL(c_n, "lstm");
+  TS_CHECK_ARG(n_params >= 0 && n_params <= 4096 && (n_params == 0 || params != nullptr), "lstm",
+               "n_params is " + std::to_string(n_params) + " (params NULL or too many)");
+  TS_CHECK_ARG(batch_first == 0 || batch_first == 1, "lstm",
+               "batch_first is " + std::to_string(batch_first) + ", want 0 or 1");
+  std::vector<at::Tensor> ps;
+  for (int64_t i = 0; i < n_params; i++) {
+    TS_CHECK_NOT_NULL(params[i], "lstm");
+    ps.push_back(params[i]->t);
+  }
+  c10::InferenceMode guard;
+  const std::vector<at::Tensor> hx{h0->t, c0->t};
+  bool ran_fast = false;
+  std::tuple<at::Tensor, at::Tensor, at::Tensor> r;
+  if (kernel == TS_KERNEL_ATEN) {
+    r = at::lstm(input->t, hx, ps, true, num_layers, 0.0, false, false, batch_first != 0);
+  } else {
+    const Isa isa = isa_of(kernel);
+    // What the pass would not swap runs ATen's op, as in a graph the pass left alone.
+    if (!tsimpl::lstm_packable(ps, true, num_layers)) {
+      r = at::lstm(input->t, hx, ps, true, num_layers, 0.0, false, false, batch_first != 0);
+    } else {
+      r = tsimpl::lstm_packed_with(isa, input->t, hx, ps, tsimpl::pack_lstm_weights(ps, true, num_layers), true,
+                                   num_layers, batch_first != 0, &ran_fast);
+    }
+  }
+  auto o = std::make_unique<ts_tensor>(ts_tensor{std::get<0>(r)});
+  auto h = std::make_unique<ts_tensor>(ts_tensor{std::get<1>(r)});
+  auto c = std::make_unique<ts_tensor>(ts_tensor{std::get<2>(r)});
+  if (fast != nullptr) *fast = ran_fast ? 1 : 0;
+  *out = o.release();
+  *h_n = h.release();
+  *c_n = c.release();
+  TS_API_END("lstm")
+}
+
 }  // extern "C"

@@ -121,6 +121,17 @@ TS_TESTING_EXPORT TS_MUST_CHECK ts_status* ts_test_qconv2d_add(const ts_tensor* 
                                                                const ts_test_qconv_add_args* args, ts_kernel kernel,
                                                                ts_tensor** out, int32_t* fused) TS_NOEXCEPT;
 
+/* aten::lstm(input, [h0, c0], params, has_biases 1, num_layers, dropout 0, train 0, bidirectional
+ * 0, batch_first) over n_params weights (per layer w_ih, w_hh, b_ih, b_hh). Kernels: ATEN, FAST
+ * (torchspeed::lstm as fast_linear's graphs run it, the weights packed on every call), SCALAR,
+ * AVX2, AVX512. *fast (may be NULL) says whether torchspeed's loop ran. out, h_n and c_n are new
+ * references, all three set or none. */
+TS_TESTING_EXPORT TS_MUST_CHECK ts_status* ts_test_lstm(const ts_tensor* input, const ts_tensor* h0,
+                                                        const ts_tensor* c0, const ts_tensor* const* params,
+                                                        int64_t n_params, int64_t num_layers, int32_t batch_first,
+                                                        ts_kernel kernel, ts_tensor** out, ts_tensor** h_n,
+                                                        ts_tensor** c_n, int32_t* fast) TS_NOEXCEPT;
+
 #ifdef __cplusplus
 }
 #endif

@@ -41,30 +41,72 @@ func ProfileOps(l *Loaded, inputs []*torch.Tensor, o bench.Options) (*bench.OpPr
 	var runs []bench.OpRun
 	var err error
 	torch.Do(func() {
-		for range profileWarmup {
-			if _, err = m.OpProfileOnThisThread(in...); err != nil {
-				return
-			}
-		}
-		start := time.Now()
-		for len(runs) < MaxProfileRuns {
-			if o.Runs > 0 && len(runs) >= o.Runs {
-				break
-			}
-			if o.Duration > 0 && len(runs) > 0 && time.Since(start) >= o.Duration {
-				break
-			}
-			var t torch.OpTiming
-			if t, err = m.OpProfileOnThisThread(in...); err != nil {
-				return
-			}
-			runs = append(runs, opRun(t))
-		}
+		runs, err = profileLoop(o, func() (torch.OpTiming, error) { return m.OpProfileOnThisThread(in...) })
 	})
 	if err != nil {
 		return nil, err
 	}
 	return bench.SummarizeOps(l.Spec.Name, runs)
+}
+
+// ProfileCalls is ProfileOps for a model called with calls' arguments (typed values, a stream's
+// ordered sequences): each profiled run is one call of method, made as the timed runs make it (a
+// session of its own on the shared inference thread, the sequences replayed from a reset state;
+// a reset, when a stream starts over, is in that call's profile).
+func ProfileCalls(l *Loaded, method string, calls Calls, o bench.Options) (*bench.OpProfile, error) {
+	if err := o.Validate(); err != nil {
+		return nil, fmt.Errorf("profile %s: %w", l.Spec.Name, err)
+	}
+	var runs []bench.OpRun
+	var err error
+	torch.Do(func() {
+		var t *SessionTarget
+		if t, err = l.SessionTarget(method, calls); err != nil {
+			return
+		}
+		defer t.Close()
+		runs, err = profileLoop(o, func() (torch.OpTiming, error) {
+			if err := torch.OpProfileBegin(); err != nil {
+				return torch.OpTiming{}, err
+			}
+			runErr := t.Run()
+			timing, err := torch.OpProfileEnd() // always: the profile must not stay open
+			if runErr != nil {
+				return torch.OpTiming{}, fmt.Errorf("profile %s: %w", l.Spec.Name, runErr)
+			}
+			return timing, err
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return bench.SummarizeOps(l.Spec.Name, runs)
+}
+
+// profileLoop runs profile profileWarmup times, dropping those, then o.Runs times or for
+// o.Duration (at least once, at most MaxProfileRuns), on the calling (inference) thread.
+func profileLoop(o bench.Options, profile func() (torch.OpTiming, error)) ([]bench.OpRun, error) {
+	for range profileWarmup {
+		if _, err := profile(); err != nil {
+			return nil, err
+		}
+	}
+	var runs []bench.OpRun
+	start := time.Now()
+	for len(runs) < MaxProfileRuns {
+		if o.Runs > 0 && len(runs) >= o.Runs {
+			break
+		}
+		if o.Duration > 0 && len(runs) > 0 && time.Since(start) >= o.Duration {
+			break
+		}
+		t, err := profile()
+		if err != nil {
+			return nil, err
+		}
+		runs = append(runs, opRun(t))
+	}
+	return runs, nil
 }
 
 func opRun(t torch.OpTiming) bench.OpRun {

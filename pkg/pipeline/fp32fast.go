@@ -31,8 +31,8 @@ type fastPass struct {
 
 var (
 	fastLinearPass = fastPass{torchspeed.PassFastLinear, kindFP32Fast, (*torch.Module).FastLinear,
-		"the graph has no linear with a constant float weight (aten::linear, or aten::matmul by a constant 2-D tensor)",
-		"linear layer", "swapped for torchspeed's GEMM"}
+		"the graph has no linear with a constant float weight (aten::linear, or aten::matmul by a constant 2-D tensor) and no eval-mode LSTM with constant weights",
+		"linear layer", "swapped for torchspeed's GEMM (an LSTM's two per layer for its fused loop)"}
 	fastConvPass = fastPass{torchspeed.PassFastConv, kindFP32Conv, (*torch.Module).FastConv,
 		"the graph has no 2-D convolution with a constant float weight and groups 1",
 		"convolution", "swapped for im2col + torchspeed's GEMM"}

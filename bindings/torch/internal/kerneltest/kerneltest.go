@@ -329,3 +329,28 @@ func QConv2dAdd(qx, residual *torch.Tensor, a QConvAddArgs, kernel Kernel) (out 
 	}
 	return wrap(o), f != 0, nil
 }
+
+// LSTM returns aten::lstm(input, [h0, c0], params, has_biases, layers, dropout 0, eval,
+// unidirectional, batchFirst) as (output, h_n, c_n), with params per layer w_ih, w_hh, b_ih, b_hh:
+// ATen's op (kernel ATen), torchspeed::lstm as FastLinear's graphs run it (Fast), or one of its
+// loops forced (Scalar, AVX2, AVX512). fast says whether torchspeed's loop ran.
+func LSTM(input, h0, c0 *torch.Tensor, params []*torch.Tensor, layers int, batchFirst bool, kernel Kernel) (out, hn, cn *torch.Tensor, fast bool, err error) {
+	if err := required(append([]*torch.Tensor{input, h0, c0}, params...)...); err != nil {
+		return nil, nil, nil, false, err
+	}
+	c, release, err := tensors(append([]*torch.Tensor{input, h0, c0}, params...)...)
+	if err != nil {
+		return nil, nil, nil, false, err
+	}
+	defer release()
+	var ps **C.ts_tensor
+	if len(params) > 0 {
+		ps = &c[3]
+	}
+	var o, h, cc *C.ts_tensor
+	var f C.int32_t
+	if err := statusErr(C.ts_test_lstm(c[0], c[1], c[2], ps, C.int64_t(len(params)), C.int64_t(layers), cBool(batchFirst), C.ts_kernel(kernel), &o, &h, &cc, &f)); err != nil {
+		return nil, nil, nil, false, err
+	}
+	return wrap(o), wrap(h), wrap(cc), f != 0, nil
+}
