@@ -397,7 +397,7 @@ func (r *run) pickThreads(at func(n int) *candidate) (bench.ThreadChoice, error)
 	}
 	o := bench.ThreadOptions{MinRounds: max(4, r.cfg.Bench.StageRuns/5), Block: 5, MaxTime: fullThreadTime}
 	if r.quick() {
-		o.MaxTime = quickThreadTime
+		o.MaxTime, o.SeparatedRounds = quickThreadTime, 2
 	}
 	ch, err := bench.ChooseThreadsWith(r.opts.AutoThreads, set, func() error { return tg.Run() }, o, nil)
 	if err != nil {
