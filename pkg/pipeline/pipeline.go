@@ -185,7 +185,7 @@ func (r *run) steps(start time.Time, out *output) (*report.Report, error) {
 		name string
 		run  func() error
 	}{
-		{"load and check the original", r.load}, {"build FP32 candidates", func() error { return r.atStageThreads(r.fp32Stages) }},
+		{"load and check the original", func() error { return r.atStageThreads(r.load) }}, {"build FP32 candidates", func() error { return r.atStageThreads(r.fp32Stages) }},
 		{"build fast_linear/fast_conv variants", r.fp32Fast}, {r.stagesStep(), func() error { return r.atStageThreads(r.measureStages) }}, {"choose threads", r.chooseThreads}, {"quantize, validate and time INT8", r.quantize},
 		{"runtime settings", r.measureRuntime}, {"INT8 or FP32 where the artifact runs", r.recheckPrecision}, {"final benchmark", r.finalBench},
 	}
