@@ -177,3 +177,48 @@ func TestChooseThreadsUndecidedFollowsTheRounds(t *testing.T) {
 		t.Fatalf("why: %s", ch.Why)
 	}
 }
+
+// SeparatedRounds ends a choice early only where the counts' runs do not overlap at all: 8x
+// apart with +-30% noise after 2 rounds; a 5% difference under that noise, or runs that overlap
+// once, go on to the usual rounds.
+func TestChooseThreadsSeparated(t *testing.T) {
+	noise := []float64{1, 1.3, 0.7, 1.1, 0.9, 1.2}
+	cases := []struct {
+		name       string
+		one, two   time.Duration
+		factors    []float64
+		wantRounds int
+		want       int
+	}{
+		{"8x apart", 500 * time.Microsecond, 4 * time.Millisecond, noise, 2, 1},
+		{"2 threads 3x faster", 3 * time.Millisecond, time.Millisecond, noise, 2, 2},
+		{"5% apart, overlapping", time.Millisecond, 1050 * time.Microsecond, noise, 6, 1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			clock := &SimClock{}
+			cur := 0
+			set := func(n int) error { cur = n; return nil }
+			base := map[int]time.Duration{1: c.one, 2: c.two}
+			ch, err := ChooseThreadsWith([]int{1, 2}, set, noisyRun(clock, base, &cur, c.factors), ThreadOptions{MinRounds: 6, Block: 5, SeparatedRounds: 2}, clock)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ch.Rounds != c.wantRounds || ch.Threads != c.want || cur != c.want {
+				t.Fatalf("chose %d after %d rounds (%s), want %d after %d", ch.Threads, ch.Rounds, ch.Why, c.want, c.wantRounds)
+			}
+			if ch.Rounds < 6 && !strings.Contains(ch.Why, "every run at") {
+				t.Errorf("an early end does not say why: %s", ch.Why)
+			}
+		})
+	}
+	if got := separated([]int{1, 2}, map[int][]time.Duration{1: {1, 3}, 2: {3, 5}}); got != -1 {
+		t.Errorf("runs that tie at the edge counted as apart (%d)", got)
+	}
+	if got := separated([]int{1, 2, 4}, map[int][]time.Duration{1: {5, 6}, 2: {1, 3}, 4: {2, 9}}); got != -1 {
+		t.Errorf("apart from one count but not the other counted as apart (%d)", got)
+	}
+	if got := separated([]int{1, 2, 4}, map[int][]time.Duration{1: {5, 6}, 2: {1, 2}, 4: {3, 4}}); got != 2 {
+		t.Errorf("2 apart from both others: got %d", got)
+	}
+}

@@ -107,6 +107,9 @@ type run struct {
 	// fp32Threads is the thread choice measured on the best FP32 model (zero Stats: threads
 	// were not chosen by measurement).
 	fp32Threads bench.ThreadChoice
+	// fp32Deferred: the quick search left FP32's thread choice until a decision needs it
+	// (deferFP32Threads).
+	fp32Deferred bool
 	// runtime is the runtime setting measured fastest (zero: not measured).
 	runtime runenv.Candidate
 	// int8 is the INT8-or-FP32 decision, for recheckPrecision (nil: none was taken).
@@ -182,8 +185,8 @@ func (r *run) steps(start time.Time, out *output) (*report.Report, error) {
 		name string
 		run  func() error
 	}{
-		{"load and check the original", r.load}, {"build FP32 candidates", r.fp32Stages}, {"build fast_linear/fast_conv variants", r.fp32Fast},
-		{r.stagesStep(), r.measureStages}, {"choose threads", r.chooseThreads}, {"quantize, validate and time INT8", r.quantize},
+		{"load and check the original", func() error { return r.atStageThreads(r.load) }}, {"build FP32 candidates", func() error { return r.atStageThreads(r.fp32Stages) }},
+		{"build fast_linear/fast_conv variants", r.fp32Fast}, {r.stagesStep(), func() error { return r.atStageThreads(r.measureStages) }}, {"choose threads", r.chooseThreads}, {"quantize, validate and time INT8", r.quantize},
 		{"runtime settings", r.measureRuntime}, {"INT8 or FP32 where the artifact runs", r.recheckPrecision}, {"final benchmark", r.finalBench},
 	}
 	r.startSearch(start)

@@ -95,7 +95,7 @@ func (r *run) applyINT8(dec *int8Decision, d quant.Decision) error {
 		}
 		dec.warned = d.Reason
 		r.warn(d.Reason)
-		if err := r.fp32ThreadsBack(); err != nil {
+		if err := r.fp32ThreadsBack(dec.fp32); err != nil {
 			return err
 		}
 		// The artifact is FP32 now: its validation is the FP32 one.
@@ -170,6 +170,12 @@ func (r *run) otherPrecision(dir string) (*serveGroup, error) {
 		r.rep.Decisions = append(r.rep.Decisions, d)
 		r.logf("%s", d)
 		return nil, nil
+	}
+	if dec.usedINT8 && r.fp32Deferred {
+		if err := r.fp32ThreadsNow(dec.fp32); err != nil {
+			return nil, err
+		}
+		threads = r.fp32Threads.Threads
 	}
 	path, err := r.saveCopy(alt, threads, dir, "other")
 	if err != nil {

@@ -128,6 +128,13 @@ func (r *run) buildINT8(mode string, in *quantInputs, th validate.Thresholds) (c
 		// decisions taken on it) does not change with the thread count the run measures at.
 		CalibrationThreads: torch.AvailableCPUs(),
 	}
+	if n := r.stageThreads(); n > 0 {
+		// The quick search calibrates at its stage count (one thread), a fixed count too: on the
+		// loaded 2-vCPU VM resnet50's 16 calibration passes took 8 s each at 2 threads. The
+		// full search's INT8 model can then differ from this one by a rounding step of a range
+		// (quant.Options.CalibrationThreads); both are validated the same way.
+		opts.CalibrationThreads = n
+	}
 	if r.opts.Progress != nil {
 		opts.Progress = func(done, total int) { r.opts.Progress("calibration", done, total) }
 	}
@@ -249,7 +256,10 @@ func (r *run) measureINT8(c *candidate, qrep *quant.Outcome, valB validate.Batch
 			cands = append(cands, x)
 		}
 	}
-	m, err := r.measure("INT8 vs FP32", cands, r.stageOptions(r.cfg.Bench.StageRuns))
+	// Every pair of these decides, or might: the INT8 form against FP32, optimize_for_inference
+	// and the fast variants against their bases; the original only where FP32 kept nothing.
+	opts := r.untilSettled(r.stageOptions(r.cfg.Bench.StageRuns), cands, func(*candidate) bool { return true }, fp32 == r.orig)
+	m, err := r.measure("INT8 vs FP32", cands, opts)
 	if err != nil {
 		return fmt.Errorf("measuring INT8: %w", err)
 	}
@@ -275,7 +285,13 @@ func (r *run) measureINT8(c *candidate, qrep *quant.Outcome, valB validate.Batch
 	}
 	d := quant.DecideINT8(m.result(best8.name).Stats.P50, fp32P50, r.cfg.Optimize.MinSpeedup, q.Force)
 	if d.UseINT8 && !q.Force {
-		d = r.checkAgainstFP32Threads(d, m.result(best8.name).Stats.P50)
+		d2, settled, err := r.fp32CountsSettled(d, m, best8, fp32)
+		if err != nil {
+			return err
+		}
+		if d = d2; !settled {
+			d = r.checkAgainstFP32Threads(d, m.result(best8.name).Stats.P50)
+		}
 	}
 	dec := &int8Decision{c: c, picked: picked, best8: best8, fp32: fp32, ofi: ofi, match: match, meas: m,
 		int8Threads: r.threads, int8Val: r.rep.Validation, forced: q.Force}
@@ -398,6 +414,12 @@ func metricsOf(res *validate.Result) report.Metrics {
 // validateFP32 compares the chosen FP32 model with the original on the validation data.
 func (r *run) validateFP32() error {
 	best := r.best()
+	if r.fp32Deferred {
+		// INT8 was tried and the artifact stays FP32: its thread count is measured now.
+		if err := r.chooseFP32Threads(best); err != nil {
+			return err
+		}
+	}
 	if best == r.orig {
 		r.rep.Validation = &report.Validation{
 			Checked: best.name, CheckedPrecision: best.precision, Data: "none needed", Passed: true,
@@ -555,8 +577,11 @@ func (r *run) checkAgainstFP32Threads(d quant.Decision, int8P50 time.Duration) q
 }
 
 // fp32ThreadsBack sets FP32's thread choice again when INT8, measured at another count, is
-// not kept.
-func (r *run) fp32ThreadsBack() error {
+// not kept (taking the choice on fp32 first where the quick search left it).
+func (r *run) fp32ThreadsBack(fp32 *candidate) error {
+	if err := r.fp32ThreadsNow(fp32); err != nil {
+		return err
+	}
 	fp := r.fp32Threads.Threads
 	if !r.autoThreads() || fp == 0 || fp == r.threads {
 		return nil

@@ -319,6 +319,39 @@ func (r *run) stageTargets() []*candidate {
 	return live
 }
 
+// stageThreads is the intra-op thread count at which the quick search, when the thread count
+// is left to measurement, computes the original's reference outputs and builds, checks and
+// times the FP32 stages and their fast variants: the fewest count it tries (0: the count set,
+// as in the full search or with a configured count). Those rounds rank graph passes of one
+// model against each other, and the thread choice that follows measures the kept one at every
+// count; a run at all the CPUs of a loaded machine waits at every operator for an OpenMP
+// worker the kernel preempted (docs/architecture.md: resnet50's FP32 forward 3.6 s at 2
+// threads against 0.48 s at 1 on the 2-vCPU VM under load), and its spinning workers burn
+// that wait as CPU time.
+func (r *run) stageThreads() int {
+	if !r.quick() || !r.autoThreads() {
+		return 0
+	}
+	return slices.Min(r.opts.AutoThreads)
+}
+
+// atStageThreads runs f with the intra-op threads set to stageThreads, then sets the count
+// back.
+func (r *run) atStageThreads(f func() error) error {
+	n, prev := r.stageThreads(), torch.NumThreads()
+	if n <= 0 || n == prev {
+		return f()
+	}
+	if err := torch.SetNumThreads(n); err != nil {
+		return err
+	}
+	err := f()
+	if serr := torch.SetNumThreads(prev); err == nil {
+		err = serr
+	}
+	return err
+}
+
 // autoThreads says whether the thread count is chosen by measurement (runtime.threads: 0).
 func (r *run) autoThreads() bool { return r.cfg.Runtime.Threads <= 0 && len(r.opts.AutoThreads) >= 2 }
 
@@ -331,12 +364,20 @@ func (r *run) chooseThreads() error {
 		r.threads = max(r.opts.Threads, r.cfg.Runtime.Threads, torch.NumThreads())
 		return nil
 	}
-	best := r.best()
+	if r.deferFP32Threads() {
+		return nil
+	}
+	return r.chooseFP32Threads(r.best())
+}
+
+// chooseFP32Threads measures best, the FP32 model, at each candidate thread count and sets
+// the fastest.
+func (r *run) chooseFP32Threads(best *candidate) error {
 	ch, err := r.pickThreads(func(int) *candidate { return best })
 	if err != nil {
 		return err
 	}
-	r.threads, r.fp32Threads = ch.Threads, ch
+	r.threads, r.fp32Threads, r.fp32Deferred = ch.Threads, ch, false
 	r.rep.Decisions = append(r.rep.Decisions, fmt.Sprintf("threads: %d (measured on %s: %s)", ch.Threads, best.name, ch.Why))
 	r.logf("threads: %d (%s)", ch.Threads, ch.Why)
 	return nil
@@ -356,10 +397,26 @@ func (r *run) pickThreads(at func(n int) *candidate) (bench.ThreadChoice, error)
 		torch.Do(func() { err = torch.SetNumThreadsOnThisThread(n) })
 		return err
 	}
-	rounds := max(4, r.cfg.Bench.StageRuns/5)
-	ch, err := bench.ChooseThreads(r.opts.AutoThreads, set, func() error { return tg.Run() }, rounds, 5, nil)
+	o := bench.ThreadOptions{MinRounds: max(4, r.cfg.Bench.StageRuns/5), Block: 5, MaxTime: fullThreadTime}
+	if r.quick() {
+		o.MaxTime, o.SeparatedRounds = quickThreadTime, 2
+	}
+	ch, err := bench.ChooseThreadsWith(r.opts.AutoThreads, set, func() error { return tg.Run() }, o, nil)
 	if err != nil {
 		return ch, err
 	}
+	if !ch.Decided && r.quick() {
+		ch.Why += fmt.Sprintf(" (quick search: no rounds added after %s; %s adds them for up to %s)", quickThreadTime, fullSearchHint, fullThreadTime)
+	}
 	return ch, torch.SetNumThreads(ch.Threads)
 }
+
+// After its first rounds, a thread choice whose interval does not yet decide adds rounds for
+// up to fullThreadTime (quickThreadTime in the quick search), then keeps the count faster in
+// the median round. On the loaded 2-vCPU VM the choices that reached the limit were the ones
+// the load decided, not the counts: resnet50's FP32 and INT8 choices each ran their 30 s
+// there (docs/architecture.md).
+const (
+	fullThreadTime  = 30 * time.Second
+	quickThreadTime = 10 * time.Second
+)
