@@ -94,7 +94,7 @@ func noVariant(t *testing.T, cfg *config.Config, pass string) {
 	}
 }
 
-// decideFastLinear on given p50s: auto keeps the variant of the chosen stage only when it is
+// decideFastChain on given p50s, fast_linear alone: auto keeps the variant of the chosen stage only when it is
 // faster, true keeps it anyway, and a variant of a stage that was not chosen is rejected.
 func TestDecideFastLinear(t *testing.T) {
 	for _, c := range []struct {
@@ -121,7 +121,7 @@ func TestDecideFastLinear(t *testing.T) {
 		fast := &candidate{name: base.name + " + fast_linear", kind: kindFP32Fast, status: stCandidate, base: base, reason: "8 linear(s) swapped"}
 		r := &run{cfg: &cfg, rep: &report.Report{}, cands: []*candidate{freeze, ofi, fast}}
 		p50 := map[string]float64{"freeze": 0.20, ofi.name: 0.22, fast.name: c.fast}
-		got := r.decideFastLinear(freeze, p50)
+		got := r.decideFastChain(freeze, p50)
 		if fast.status != c.want || !strings.Contains(fast.reason, c.inReason) {
 			t.Errorf("%s, p50 %.2f vs 0.20, on the chosen stage %v: %s %q, want %s with %q", c.toggle, c.fast, c.onBest, fast.status, fast.reason, c.want, c.inReason)
 		}
@@ -207,9 +207,9 @@ func TestFP32FastConv(t *testing.T) {
 	noVariant(t, cfg, "fast_conv")
 }
 
-// decideFastConv on given p50s: it judges the fast_conv variants against what decideFastLinear
-// left standing (the fast_linear variant when kept), keeps one only when faster (or on), and
-// rejects the variants of candidates not kept.
+// decideFastChain on given p50s with fast_conv variants: the fastest chain of variants is kept
+// (one set on must be in it), whether or not its first step was faster alone, and the variants of
+// candidates not kept are rejected.
 func TestDecideFastConv(t *testing.T) {
 	for _, c := range []struct {
 		toggle       config.Toggle
@@ -221,7 +221,9 @@ func TestDecideFastConv(t *testing.T) {
 		{config.Auto, 0.10, 0.08, stKept, "freeze + fast_linear + fast_conv", stRejected},
 		{config.Auto, 0.10, 0.11, stRejected, "freeze + fast_linear", stRejected},
 		{config.On, 0.10, 0.11, stKept, "freeze + fast_linear + fast_conv", stRejected},
-		{config.Auto, 0.30, 0.08, stRejected, "freeze + fast_conv", stKept}, // fast_linear not kept
+		// fast_linear alone slower than freeze, but the fastest with fast_conv: kept together.
+		{config.Auto, 0.30, 0.08, stKept, "freeze + fast_linear + fast_conv", stRejected},
+		{config.Auto, 0.30, 0.17, stRejected, "freeze + fast_conv", stKept},
 	} {
 		cfg := config.Default()
 		cfg.Optimize.FastConv = c.toggle
@@ -231,7 +233,7 @@ func TestDecideFastConv(t *testing.T) {
 		lfc := &candidate{name: "freeze + fast_linear + fast_conv", kind: kindFP32Conv, status: stCandidate, base: lin, reason: "2 convolution(s) swapped"}
 		r := &run{cfg: &cfg, rep: &report.Report{}, cands: []*candidate{freeze, lin, fc, lfc}}
 		p50 := map[string]float64{"freeze": 0.20, lin.name: c.lin, fc.name: 0.15, lfc.name: c.conv}
-		got := r.decideFastConv(r.decideFastLinear(freeze, p50), p50)
+		got := r.decideFastChain(freeze, p50)
 		if got.name != c.wantBest || lfc.status != c.wantLinConv || fc.status != c.wantFreezeFC {
 			t.Errorf("%s, p50 fast_linear %.2f, + fast_conv %.2f: best %s, %s %s (%q), %s %s (%q); want %s, %s, %s", c.toggle, c.lin, c.conv,
 				got.name, lfc.name, lfc.status, lfc.reason, fc.name, fc.status, fc.reason, c.wantBest, c.wantLinConv, c.wantFreezeFC)

@@ -73,9 +73,12 @@ func (r *run) int8Fast(q *candidate) *candidate {
 }
 
 // pickFast decides between base and fast (built from it; nil: none), see pickVariant; fast
-// is kept anyway when optimize.fast_qdq is on. It returns the one that stands for base.
+// is kept anyway when optimize.fast_qdq is on. Its outputs are base's bit for bit (checked when
+// built) from fewer operations, so it is kept unless slower beyond doubt: under load the
+// interval of a 5% saving (resnet18's input quantize, 0.5 of 10 ms) straddled 1 and it was
+// dropped. It returns the one that stands for base.
 func (r *run) pickFast(m *measurement, base, fast *candidate) *candidate {
-	return r.pickVariant(m, base, fast, r.cfg.Optimize.FastQDQ == config.On, "optimize.fast_qdq")
+	return r.pickVariant(m, base, fast, r.cfg.Optimize.FastQDQ == config.On, true, "optimize.fast_qdq")
 }
 
 // pickVariant decides between base and v (a variant built from it; nil: none) and returns the
@@ -85,8 +88,9 @@ func (r *run) pickFast(m *measurement, base, fast *candidate) *candidate {
 // interval excludes 1; otherwise the two run again, alone and interleaved, with more runs
 // (confirmPair). Deciding on the p50s of m alone was a coin toss when they were a few percent
 // apart: it rejected a variant that then won every alternation of separate processes
-// (docs/architecture.md).
-func (r *run) pickVariant(m *measurement, base, v *candidate, on bool, knob string) *candidate {
+// (docs/architecture.md). With sameBits (v gives base's outputs bit for bit with less work), v is
+// kept unless it is slower beyond doubt (the interval lies above 1).
+func (r *run) pickVariant(m *measurement, base, v *candidate, on, sameBits bool, knob string) *candidate {
 	if v == nil {
 		return base
 	}
@@ -110,9 +114,14 @@ func (r *run) pickVariant(m *measurement, base, v *candidate, on bool, knob stri
 		}
 		ratio, lo, hi, where = p.Ratio, p.RatioLo, p.RatioHi, fmt.Sprintf("timed alone against it, %d runs each, as %s could not tell them apart (p50 %.3f vs %.3f ms)", p.Runs, m.name, vp, bp)
 	}
-	if hi < 1 {
+	switch {
+	case hi < 1:
 		v.reason = fmt.Sprintf("%.2fx faster than %s (p50 ratio %.3f, 95%% CI %.3f-%.3f, %s); %s", 1/ratio, base.name, ratio, lo, hi, where, v.reason)
-	} else {
+	case sameBits && lo <= 1:
+		v.reason = fmt.Sprintf("not slower than %s beyond doubt (p50 ratio %.3f, 95%% CI %.3f-%.3f, %s), with the same outputs from less work; %s", base.name, ratio, lo, hi, where, v.reason)
+	case sameBits:
+		v.status, v.reason = stRejected, fmt.Sprintf("slower than %s beyond doubt (p50 ratio %.3f, 95%% CI %.3f-%.3f, %s)", base.name, ratio, lo, hi, where)
+	default:
 		v.status, v.reason = stRejected, fmt.Sprintf("not faster than %s beyond doubt (p50 ratio %.3f, 95%% CI %.3f-%.3f, %s)", base.name, ratio, lo, hi, where)
 	}
 	return r.recordVariant(v, base)

@@ -91,7 +91,7 @@ func (r *run) int8Fuse(b *candidate, val validate.Batches, th validate.Threshold
 // (built on best or on the candidate best was built from; nil: none): fuse is kept when its
 // p50 is lower, or when optimize.fuse_conv_add is on. It returns the one that stands for best.
 func (r *run) pickFuse(m *measurement, best, fuse *candidate) *candidate {
-	c := r.pickVariant(m, best, fuse, r.cfg.Optimize.FuseConvAdd == config.On, "optimize.fuse_conv_add")
+	c := r.pickVariant(m, best, fuse, r.cfg.Optimize.FuseConvAdd == config.On, false, "optimize.fuse_conv_add")
 	if c == fuse && fuse.base.kind == kindINT8Fast && fuse.base.status == stCandidate {
 		fuse.base.status, fuse.base.reason = stSuperseded, fmt.Sprintf("%s; %s is built on it", fuse.base.reason, fuse.name)
 	}

@@ -176,3 +176,47 @@ func TestPickFuseNeedsAnInterval(t *testing.T) {
 		})
 	}
 }
+
+// pickFast keeps fast_qdq (the same bits from less work) unless it is slower beyond doubt: a tie
+// the shared measurement and the pair timed alone cannot split keeps it, where fuse_conv_add's
+// would be rejected.
+func TestPickFastKeepsSameBitsOnTies(t *testing.T) {
+	ms := time.Millisecond
+	for _, c := range []struct {
+		name     string
+		confirm  pairResult
+		want     state
+		inReason string
+	}{
+		{"alike alone", pairResult{1.02, 0.96, 1.08, 120}, stKept, "not slower than INT8 static beyond doubt"},
+		{"faster alone", pairResult{0.95, 0.93, 0.97, 120}, stKept, "1.05x faster than INT8 static"},
+		{"slower alone", pairResult{1.10, 1.05, 1.15, 120}, stRejected, "slower than INT8 static beyond doubt"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := config.Default()
+			q := &candidate{name: "INT8 static", kind: kindINT8, status: stCandidate}
+			fast := &candidate{name: q.name + " + fast_qdq", kind: kindINT8Fast, status: stCandidate, base: q, reason: "same bits"}
+			r := &run{cfg: &cfg, rep: &report.Report{}, cands: []*candidate{q, fast},
+				confirmPair: func(*candidate, *candidate) (pairResult, error) { return c.confirm, nil }}
+			result := func(name string, med time.Duration) *bench.Result {
+				xs := make([]time.Duration, 30)
+				for i := range xs {
+					xs[i] = time.Duration(float64(med) * (0.85 + 0.3*float64((i*7)%30)/29))
+				}
+				s, err := bench.Summarize(xs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return &bench.Result{Name: name, Samples: xs, Stats: s}
+			}
+			m := &measurement{name: "INT8 vs FP32", cmp: &bench.Comparison{Results: []*bench.Result{result(q.name, 10*ms), result(fast.name, 10*ms)}}}
+			got := r.pickFast(m, q, fast)
+			if !strings.Contains(fast.reason, c.inReason) {
+				t.Errorf("reason %q lacks %q", fast.reason, c.inReason)
+			}
+			if (c.want == stKept) != (got == fast) || (c.want == stRejected) != (fast.status == stRejected) {
+				t.Errorf("picked %s, fast_qdq %s; want %s", got.name, fast.status, c.want)
+			}
+		})
+	}
+}

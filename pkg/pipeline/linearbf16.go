@@ -16,7 +16,7 @@ import (
 // float elsewhere, so the artifact answers alike on every CPU of a fleet). Lower precision than
 // FP32, so unlike fast_linear it is held to the validation thresholds against the original on the
 // validation data, as an INT8 model is; it runs in the same measurement as its base, and
-// decideLinearBF16 keeps it only when it is faster.
+// decideFastChain keeps it only in the fastest chain.
 func (r *run) buildLinearBF16(fast []*candidate) {
 	// auto: only where the config accepts reduced precision for this model.
 	on := r.cfg.Optimize.LinearBF16
@@ -71,11 +71,4 @@ func (r *run) linearBF16Of(f *candidate) {
 	}
 	c.reason = fmt.Sprintf("%s in BF16 (weights and inputs rounded, sums in float; vdpbf16ps where the CPU has AVX512_BF16, widened to float elsewhere); validated against the original on %s: cosine %.6f, max abs error %.3g (thresholds: validation.*)",
 		report.Plural(converted, "linear layer"), desc, res.Cosine, res.MaxAbsError)
-}
-
-// decideLinearBF16 keeps best's linear_bf16 variant when it is faster on the stage measurement
-// (p50), or when optimize.linear_bf16 is on; the variants of fast_linear candidates not kept are
-// rejected. It returns the candidate that now stands for best.
-func (r *run) decideLinearBF16(best *candidate, p50 map[string]float64) *candidate {
-	return r.decideFast(best, p50, kindFP32BF16, r.cfg.Optimize.LinearBF16, "optimize.linear_bf16")
 }

@@ -290,9 +290,7 @@ func (r *run) measureStages() error {
 			p50 = fast
 		}
 	}
-	best = r.decideFastLinear(best, p50)
-	best = r.decideFastConv(best, p50)
-	best = r.decideLinearBF16(best, p50)
+	best = r.decideFastChain(best, p50)
 	// Only the chain's last kept step stays "kept"; earlier ones are superseded.
 	for _, c := range r.cands {
 		if c.status == stKept && c != best {
