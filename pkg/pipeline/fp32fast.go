@@ -232,6 +232,7 @@ func (r *run) decideFastChain(best *candidate, p50 map[string]float64) *candidat
 	}
 	// A pass set on must be in the chain kept, where some chain has it.
 	required := false
+	onKinds := map[kind]string{} // the passes set on that some chain has
 	for k, kn := range knobs {
 		if kn.toggle != config.On {
 			continue
@@ -243,6 +244,7 @@ func (r *run) decideFastChain(best *candidate, p50 map[string]float64) *candidat
 		if slices.ContainsFunc(options, has) {
 			options = slices.DeleteFunc(slices.Clone(options), func(c *candidate) bool { return !has(c) })
 			required = true
+			onKinds[k] = kn.name
 		}
 	}
 	bp := p50[best.name]
@@ -265,14 +267,22 @@ func (r *run) decideFastChain(best *candidate, p50 map[string]float64) *candidat
 		case c == winner:
 			c.status = stKept
 			if required {
-				c.reason = fmt.Sprintf("%s is on in the config (%.2fx vs %s, p50 %.3f vs %.3f ms); %s", onKnobs(kept, knobs), bp/fp, best.name, fp, bp, c.reason)
+				c.reason = fmt.Sprintf("%s is on in the config (%.2fx vs %s, p50 %.3f vs %.3f ms); %s", onKnob(c, kept, knobs), bp/fp, best.name, fp, bp, c.reason)
 			} else {
 				c.reason = fmt.Sprintf("%.2fx faster than %s (p50 %.3f vs %.3f ms); %s", bp/fp, best.name, fp, bp, c.reason)
 			}
 		case slices.Contains(kept, c):
 			c.status, c.reason = stKept, fmt.Sprintf("kept under %s (p50 %.3f ms; its own %.3f vs %s's %.3f); %s", winner.name, wp, fp, best.name, bp, c.reason)
-		case required && fp > 0 && fp < wp:
-			c.status, c.reason = stRejected, fmt.Sprintf("faster than %s (p50 %.3f vs %.3f ms) but without %s, which the config sets on", winner.name, fp, wp, onKnobs(kept, knobs))
+		case required && !slices.Contains(options, c):
+			l, _ := links(c)
+			var lacks []string
+			for k, name := range onKinds {
+				if !slices.ContainsFunc(l, func(b *candidate) bool { return b.kind == k }) {
+					lacks = append(lacks, name)
+				}
+			}
+			slices.Sort(lacks)
+			c.status, c.reason = stRejected, fmt.Sprintf("the config sets %s on, which this variant lacks (p50 %.3f ms; %s kept, %.3f)", strings.Join(lacks, " and "), fp, winner.name, wp)
 		case winner == best:
 			c.status, c.reason = stRejected, fmt.Sprintf("not faster than %s (p50 %.3f vs %.3f ms)", best.name, fp, bp)
 		default:
@@ -283,19 +293,19 @@ func (r *run) decideFastChain(best *candidate, p50 map[string]float64) *candidat
 	return winner
 }
 
-// onKnobs names the optimize.* toggles set on among the kinds of chain.
-func onKnobs(chain []*candidate, knobs map[kind]struct {
+// onKnob names the optimize.* toggle set on that keeps c: c's own, else the first one on in
+// chain.
+func onKnob(c *candidate, chain []*candidate, knobs map[kind]struct {
 	toggle config.Toggle
 	name   string
 }) string {
-	var on []string
-	for _, c := range chain {
-		if kn := knobs[c.kind]; kn.toggle == config.On && !slices.Contains(on, kn.name) {
-			on = append([]string{kn.name}, on...)
+	if kn := knobs[c.kind]; kn.toggle == config.On {
+		return kn.name
+	}
+	for _, b := range chain {
+		if kn := knobs[b.kind]; kn.toggle == config.On {
+			return kn.name
 		}
 	}
-	if len(on) == 0 {
-		return "a pass set on"
-	}
-	return strings.Join(on, " and ")
+	return "a pass set on"
 }
