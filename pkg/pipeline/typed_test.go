@@ -303,6 +303,10 @@ func TestOptimizeTypedArgs(t *testing.T) {
 	// ("Graph::copy() encountered a use of a value emb2.1 not in scope"): the run says so and
 	// keeps the FP32 result.
 	c.Quantize.Mode = "auto"
+	// auto would also offer BF16 linears, kept when faster; validation then reported a max abs
+	// error of 0.0015 where this replay, over every output of the dict, saw 0.008. This test is
+	// about typed arguments at FP32 and auto INT8's refusal; BF16 has its own tests.
+	c.Optimize.LinearBF16 = config.Off
 	c.Bench.Runs, c.Bench.Warmup, c.Bench.StageRuns = 8, 1, 4
 	c.Output.Dir = t.TempDir()
 	rep, err := Run(context.Background(), &c, testOptions())
