@@ -203,7 +203,7 @@ func (r *run) int8Failed(c *candidate, qerr error, mode string, in *quantInputs)
 		if c != nil {
 			c.status = stRejected
 		}
-		r.warn(fmt.Sprintf("%s failed validation on %s (%s): the artifact stays FP32 (the best FP32 result). Set quantize.force to require INT8 (the run then fails with exit 3), or raise quantize.max_fallback_layers, or try another quantize.observer", name, valDesc, why))
+		r.warn(fmt.Sprintf("%s failed validation on %s (%s): the artifact stays floating point (the best FP32 result, with BF16 linears where optimize.linear_bf16 won). Set quantize.force to require INT8 (the run then fails with exit 3), or raise quantize.max_fallback_layers, or try another quantize.observer", name, valDesc, why))
 		return r.validateFP32()
 	}
 	if errors.As(qerr, &te) || (c != nil && c.status == stRejected) {
@@ -225,7 +225,7 @@ func (r *run) int8Failed(c *candidate, qerr error, mode string, in *quantInputs)
 	if q.Force {
 		return fmt.Errorf("quantize: %s; quantize.force requires INT8, so nothing is written: drop force (or use quantize.mode none) to keep the FP32 result", why)
 	}
-	r.warn(fmt.Sprintf("%s; the artifact stays FP32 (quantize.mode %s)", why, q.Mode))
+	r.warn(fmt.Sprintf("%s; the artifact stays floating point: FP32, with BF16 linears where optimize.linear_bf16 won (quantize.mode %s)", why, q.Mode))
 	return r.validateFP32()
 }
 

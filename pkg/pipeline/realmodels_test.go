@@ -189,7 +189,7 @@ func TestFallbackListsOnlyLayersItChanged(t *testing.T) {
 			if rep.Artifact == nil || rep.Bench == nil || rep.Bench.Precision != "fp32" {
 				t.Fatalf("artifact %v, bench %+v: want the FP32 result", rep.Artifact, rep.Bench)
 			}
-			if !hasLine(rep.Warnings, "failed validation", "stays FP32", "quantize.force") {
+			if !hasLine(rep.Warnings, "failed validation", "stays floating point", "quantize.force") {
 				t.Errorf("no warning that INT8 failed and FP32 stands: %q", rep.Warnings)
 			}
 			if rep.Validation == nil || !rep.Validation.Passed || rep.Validation.CheckedPrecision != "fp32" {
