@@ -193,10 +193,7 @@ func (r *run) fastVariantOf(base *candidate, p fastPass) *candidate {
 // the noise; Silero VAD v4's fused LSTM was lost the same way. Variants of stages not kept are
 // rejected. It returns the candidate that now stands for best.
 func (r *run) decideFastChain(best *candidate, p50 map[string]float64) *candidate {
-	knobs := map[kind]struct {
-		toggle config.Toggle
-		name   string
-	}{
+	knobs := map[kind]fastKnob{
 		kindFP32Fast: {r.cfg.Optimize.FastLinear, "optimize.fast_linear"},
 		kindFP32Conv: {r.cfg.Optimize.FastConv, "optimize.fast_conv"},
 		kindFP32BF16: {r.cfg.Optimize.LinearBF16, "optimize.linear_bf16"},
@@ -293,12 +290,15 @@ func (r *run) decideFastChain(best *candidate, p50 map[string]float64) *candidat
 	return winner
 }
 
-// onKnob names the optimize.* toggle set on that keeps c: c's own, else the first one on in
-// chain.
-func onKnob(c *candidate, chain []*candidate, knobs map[kind]struct {
+// fastKnob is a fast variant's optimize.* toggle and its name.
+type fastKnob struct {
 	toggle config.Toggle
 	name   string
-}) string {
+}
+
+// onKnob names the optimize.* toggle set on that keeps c: c's own, else the first one on in
+// chain.
+func onKnob(c *candidate, chain []*candidate, knobs map[kind]fastKnob) string {
 	if kn := knobs[c.kind]; kn.toggle == config.On {
 		return kn.name
 	}
