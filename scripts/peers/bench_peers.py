@@ -363,7 +363,8 @@ def export_onnx(args, entry):
 
 
 def optimize(args, entry):
-    """`torchspeed optimize` with the peer config; returns (artifact, report) or raises."""
+    """`torchspeed optimize` with the peer config; returns (artifact, report, seconds it took in this
+    run or None where an earlier run's artifact was up to date) or raises."""
     name = entry["name"]
     cfg = os.path.join(HERE, "configs", f"{name}.yaml")
     out = os.path.join(args.work, name)
@@ -384,15 +385,33 @@ def optimize(args, entry):
         cmd = [args.torchspeed, "optimize", "-c", resolved, "-m", src, "-o", out, "--threads", threads,
                "--overwrite", "--quiet"]
         log(f"{name}: {' '.join(cmd)}")
+        t0 = time.monotonic()
         r = subprocess.run(cmd, capture_output=True, text=True)
+        ran_s = time.monotonic() - t0
         if r.returncode != 0:
             raise RuntimeError(f"torchspeed optimize failed (rc {r.returncode}): {r.stderr.strip()[-600:]}")
+        log(f"{name}: optimize took {ran_s:.0f} s")
+    else:
+        ran_s = None
     with open(report) as f:
         rep = json.load(f)
     arts = [p for p in os.listdir(out) if p.endswith(".torchspeed.pt")]
     if len(arts) != 1:
         raise RuntimeError(f"{out}: want one *.torchspeed.pt, found {arts}")
-    return os.path.join(out, arts[0]), rep
+    return os.path.join(out, arts[0]), rep, ran_s
+
+
+def artifact_summary(art, rep, ran_s, **more):
+    """What the table says of torchspeed's artifact: precision, validation, and what optimize
+    cost (the report's wall time; ran_s when this run made it)."""
+    val = rep.get("validation") or {}
+    return {"artifact": art, "precision": (rep.get("manifest") or {}).get("precision"),
+            "decisions": rep.get("decisions"), "validation_passed": val.get("passed"),
+            "validation_metrics": val.get("metrics"), "validation_data": val.get("data"),
+            "report": os.path.join(os.path.dirname(art), "report.json"),
+            "optimize": {"wall_s": (rep.get("wall_ms") or 0) / 1e3, "search": rep.get("search"),
+                         "started": rep.get("started"), "this_run": ran_s is not None, "process_s": ran_s},
+            **more}
 
 
 def stream_contenders(args, entry):
@@ -420,7 +439,7 @@ def stream_contenders(args, entry):
     else:
         skipped.append({"contender": "ort-fp32", "why": "the fixture names no ONNX file"})
     try:
-        art, rep = optimize(args, entry)
+        art, rep, ran_s = optimize(args, entry)
     except (RuntimeError, OSError, ValueError) as e:
         skipped.append({"contender": "ts-*", "why": str(e)})
         return out, skipped, None
@@ -431,13 +450,7 @@ def stream_contenders(args, entry):
     out.append(("ts-bench-default", tsb + ["--threads", t, "--runtime", "default"], "torchspeed"))
     gow = [args.goworker, "-model", art, "-input", x, "-threads", ts_t, "-ref", ref, "-stream"]
     out.append(("ts-go", [args.torchspeed, "launch", "--no-thread-bind", "--artifact", art, "--"] + gow, "torchspeed"))
-    val = rep.get("validation") or {}
-    summary = {"artifact": art, "precision": (rep.get("manifest") or {}).get("precision"),
-               "decisions": rep.get("decisions"), "validation_passed": val.get("passed"),
-               "validation_metrics": val.get("metrics"), "validation_data": val.get("data"),
-               "report": os.path.join(os.path.dirname(art), "report.json"),
-               "max_abs_vs_ref": stream_max_abs(args, art, x, sr, ref)}
-    return out, skipped, summary
+    return out, skipped, artifact_summary(art, rep, ran_s, max_abs_vs_ref=stream_max_abs(args, art, x, sr, ref))
 
 
 def stream_max_abs(args, art, x, sr, ref):
@@ -481,7 +494,7 @@ def contenders(args, entry):
     out += pt2
     skipped += why
     try:
-        art, rep = optimize(args, entry)
+        art, rep, ran_s = optimize(args, entry)
     except (RuntimeError, OSError, ValueError) as e:
         skipped.append({"contender": "ts-*", "why": str(e)})
         return out, skipped, None
@@ -500,12 +513,7 @@ def contenders(args, entry):
     if args.diagnostics:
         out.append(("ts-go-locked", gow + ["-mode", "locked"], "diagnostic"))
         out.append(("ts-go-cxx", gow + ["-mode", "cxx"], "diagnostic"))
-    val = rep.get("validation") or {}
-    summary = {"artifact": art, "precision": (rep.get("manifest") or {}).get("precision"),
-               "decisions": rep.get("decisions"), "validation_passed": val.get("passed"),
-               "validation_metrics": val.get("metrics"), "validation_data": val.get("data"),
-               "report": os.path.join(os.path.dirname(art), "report.json")}
-    return out, skipped, summary
+    return out, skipped, artifact_summary(art, rep, ran_s)
 
 
 PT2_RECIPES = ("inductor", "inductor_max_autotune", "pt2e_int8")
@@ -755,9 +763,9 @@ def markdown(doc):
              "Machine interruptions (`torchspeed probe --interrupts 1s`, all usable CPUs busy): before "
              f"{interruption_text(doc.get('interruptions_before'))}; "
              f"after {interruption_text(doc.get('interruptions_after'))}.", "",
-             "| model | contender | threads | p50 ms | p95 ms | p95/p50 [95% CI] | vs best peer (p50) | 95% CI "
+             "| model | contender | threads | p50 ms | p95 ms | p99 ms | p95/p50 [95% CI] | vs best peer (p50) | 95% CI "
              "| p50 per process | others' CPU (median/max) | cosine vs FP32 (streams: max abs vs reference) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in doc["models"]:
         for c in sorted(r["contenders"], key=lambda c: c["p50_ms"]):
             best = " **best peer**" if c["contender"] == r["best_peer"] else ""
@@ -769,12 +777,15 @@ def markdown(doc):
             err = (c.get("ready") or {}).get("max_abs_vs_ref", art_err)
             acc = fmt(cos, 4) if err is None else f"max abs {err:.1e}"
             thr = (c.get("ready") or {}).get("threads", "-")
-            lines.append(f"| {r['model']} | {c['contender']}{best} | {thr} | {fmt(c['p50_ms'])} | {fmt(c['p95_ms'])} | "
+            lines.append(f"| {r['model']} | {c['contender']}{best} | {thr} | {fmt(c['p50_ms'])} | {fmt(c['p95_ms'])} | {fmt(c.get('p99_ms'))} | "
                          f"{tail_cell(c)} | {ratio} | {ci} | "
                          f"{' / '.join(fmt(x) for x in c.get('process_p50_ms', []))} | "
                          f"{c['other_cpu_median']:.2f}/{c['other_cpu_max']:.2f} | {acc} |")
         for s in r["skipped"]:
-            lines.append(f"| {r['model']} | {s['contender']} | not run: {s['why']} | | | | | | | | |")
+            lines.append(f"| {r['model']} | {s['contender']} | not run: {s['why']} | | | | | | | | | |")
+    verdict = verdict_lines(doc)
+    if verdict:
+        lines += ["", "## Against the best peer", ""] + verdict
     tails = tail_lines(doc)
     if tails:
         lines += ["", "## p95/p50 against the best peer's, and the machine's floor", ""] + tails
@@ -787,6 +798,59 @@ def markdown(doc):
     if doc["warnings"]:
         lines += [""] + [f"- warning: {w}" for w in doc["warnings"]]
     return "\n".join(lines) + "\n"
+
+
+# torchspeed's goal: a p50 at most this fraction of the best peer's (1.5x faster).
+TARGET_RATIO = 0.67
+
+
+def verdict_lines(doc):
+    """One row per torchspeed contender: its p50 over the best peer's (the goal: at most
+    TARGET_RATIO), its p95 and p99 against the best peer's as absolute figures (a ratio of
+    ratios would reward being slower), the artifact's precision and validation, and what
+    optimize cost."""
+    rows = []
+    for r in doc["models"]:
+        by = {c["contender"]: c for c in r["contenders"]}
+        best = by.get(r.get("best_peer"))
+        if not best:
+            continue
+        art = r.get("torchspeed_artifact") or {}
+        opt = art.get("optimize") or {}
+        opt_cell = "-"
+        if opt.get("wall_s"):
+            opt_cell = f"{opt['wall_s']:.0f} s, {opt.get('search') or '?'} search" + (
+                "" if opt.get("this_run") else f" (earlier run, {opt.get('started', '?')})")
+        val = art.get("validation_metrics") or {}
+        acc = art.get("precision") or "?"
+        if art.get("max_abs_vs_ref") is not None:
+            acc += f", max abs {art['max_abs_vs_ref']:.1e} over the stream"
+        elif val.get("cosine") is not None:
+            acc += f", cosine {val['cosine']:.4f}"
+        if val.get("top1_agreement") is not None:
+            acc += f", top-1 agreement {val['top1_agreement']:.3f}"
+        if art.get("validation_passed") is False:
+            acc += ", validation FAILED"
+
+        def vs(c, key):
+            a, b = c.get(key), best.get(key)
+            if a is None or b is None:
+                return "-"
+            return f"{a:.3f} vs {b:.3f} ({'not above' if a <= b else 'above'})"
+        for name in ("ts-bench", "ts-go"):
+            c = by.get(name)
+            if not c or "ratio_to_best" not in c:
+                continue
+            ci = c.get("ratio_ci95") or [float("nan")] * 2
+            ratio = c["ratio_to_best"]
+            rows.append(f"| {r['model']} | {name} | {best['contender']} | {ratio:.2f}x "
+                        f"[{fmt(ci[0], 2)}, {fmt(ci[1], 2)}] | {'yes' if ratio <= TARGET_RATIO else 'no'} | "
+                        f"{vs(c, 'p95_ms')} | {vs(c, 'p99_ms')} | {acc} | {opt_cell} |")
+    if not rows:
+        return []
+    return ([f"| model | torchspeed | best peer | p50 ratio [95% CI] | <= {TARGET_RATIO}x | p95 ms vs peer's | "
+             "p99 ms vs peer's | artifact, accuracy | optimize wall |",
+             "|---|---|---|---|---|---|---|---|---|"] + rows)
 
 
 def tail_cell(c):
@@ -852,9 +916,16 @@ def write(doc, out):
     with open(out + ".tmp", "w") as f:
         json.dump(doc, f, indent=1)
     os.replace(out + ".tmp", out)
+    return write_markdown(doc, out)
+
+
+def write_markdown(doc, out):
+    """Writes doc's Markdown beside out (.json -> .md), whole or not at all."""
     md = markdown(doc)
-    with open(os.path.splitext(out)[0] + ".md", "w") as f:
+    path = os.path.splitext(out)[0] + ".md"
+    with open(path + ".tmp", "w") as f:
         f.write(md)
+    os.replace(path + ".tmp", path)
     return md
 
 
@@ -910,7 +981,18 @@ def main():
                     help="--throughput: also time each peer with its streams pinned (taskset) as torchspeed's are")
     ap.add_argument("--spread-warn", type=float, default=1.15,
                     help="warn when a contender's processes differ by more than this factor at p50")
+    ap.add_argument("--render", metavar="JSON",
+                    help="write a saved result's Markdown again (beside it, with this version's tables) and "
+                         "print it; runs nothing")
     args = ap.parse_args()
+    if args.render:
+        try:
+            with open(args.render) as f:
+                doc = json.load(f)
+            print(write_markdown(doc, args.render))
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            sys.exit(f"bench-peers: --render {args.render}: {e}")
+        return
     if args.processes < 1:
         sys.exit(f"bench-peers: --processes {args.processes}: want 1 or more")
     tools = [(args.torchspeed, "make build"), (args.goworker, "make bench-peers builds it"),
