@@ -91,12 +91,7 @@ func TestFastConvMatchesATen(t *testing.T) {
 			what := fmt.Sprintf("%v, channels-last %v, relu %v, bias %v", c, cl, relu, bias)
 			x, w, b := convData(t, r, c, bias)
 			if cl {
-				xc, err := x.ChannelsLast()
-				if err != nil {
-					t.Fatal(err)
-				}
-				x = xc
-				t.Cleanup(func() { xc.Close() })
+				x = channelsLastOf(t, x)
 			}
 			want, got, fast, err := convOn(threads, x, w, b, c.p, relu)
 			if err != nil {
@@ -336,12 +331,7 @@ func BenchmarkConv2d(b *testing.B) {
 				r := rand.New(rand.NewPCG(11, 12))
 				x, w, bias := convData(b, r, c, true)
 				if cl {
-					xc, err := x.ChannelsLast()
-					if err != nil {
-						b.Fatal(err)
-					}
-					x = xc
-					b.Cleanup(func() { xc.Close() })
+					x = channelsLastOf(b, x)
 				}
 				// A linear weight of the same size: packing the conv's adds one permuted copy.
 				w2 := newTensor(b, randFloats(r, int(c.oc*c.ic*c.kh*c.kw)), c.oc, c.ic*c.kh*c.kw)
@@ -467,26 +457,8 @@ func TestFastConvPassOn1DStreams(t *testing.T) {
 		if counts["aten::conv1d"]+counts["aten::_convolution"] != 0 || counts["torchspeed::conv2d_gemm"] != convs {
 			t.Errorf("%s: node counts after the pass %v", name, counts)
 		}
-		r := streamref.Load(t, f, "forward")
-		out, err := fast.Call("reset_states")
-		if err != nil {
-			t.Fatal(err)
-		}
-		out.Close()
-		worst := 0.0
-		for i := 0; i < r.Calls(); i++ {
-			out, err := fast.Call("forward", r.Args(i)...)
-			if err != nil {
-				t.Fatalf("%s call %d: %v", name, i, err)
-			}
-			d, err := r.Diff(i, out)
-			out.Close()
-			if err != nil || d > streamTol {
-				t.Fatalf("%s call %d: diff %.3g from PyTorch's (%v)", name, i, d, err)
-			}
-			worst = max(worst, d)
-		}
-		t.Logf("%s: %d 1-D conv(s) swapped; %d calls within %.2g of PyTorch's", name, convs, r.Calls(), worst)
+		calls, worst := replayStream(t, fast, f, streamTol)
+		t.Logf("%s: %d 1-D conv(s) swapped; %d calls within %.2g of PyTorch's", name, convs, calls, worst)
 		fast.Close()
 	}
 }
@@ -523,12 +495,7 @@ func TestFastConvDepthwiseMatchesATen(t *testing.T) {
 			what := fmt.Sprintf("%v, channels-last %v, relu %v, bias %v", c, cl, relu, bias)
 			x, w, b := convData(t, r, c, bias)
 			if cl {
-				xc, err := x.ChannelsLast()
-				if err != nil {
-					t.Fatal(err)
-				}
-				x = xc
-				t.Cleanup(func() { xc.Close() })
+				x = channelsLastOf(t, x)
 			}
 			want, got, fast, err := convOn(threads, x, w, b, c.p, relu)
 			if err != nil {
@@ -590,28 +557,49 @@ func TestFastConvPassOnSileroV4(t *testing.T) {
 		counts["torchspeed::conv2d_gemm"]+counts["torchspeed::conv_dw"] != convs {
 		t.Fatalf("node counts after the pass %v (%d swapped); want 8 torchspeed::conv_dw, no aten conv", counts, convs)
 	}
+	calls, worst := replayStream(t, fast, f, sileroBound)
+	t.Logf("%d convs swapped (8 depthwise); %d calls within %.2g of PyTorch's", convs, calls, worst)
+}
+
+// channelsLastOf returns a channels-last copy of x, closed when the test ends.
+func channelsLastOf(tb testing.TB, x *torch.Tensor) *torch.Tensor {
+	tb.Helper()
+	xc, err := x.ChannelsLast()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { xc.Close() })
+	return xc
+}
+
+// sileroBound is the float-reordering error allowed on Silero's speech probability, as
+// cmd/torchspeed's sileroBound: twice the rounding of a 1024-term sum.
+const sileroBound = 2 * 1024 * (1.0 / (1 << 24)) / (1 - 1024*(1.0/(1<<24)))
+
+// replayStream resets m (reset_states) and replays fixture f's recorded forward stream, failing
+// at the first call whose outputs are further than bound from PyTorch's; it returns the number
+// of calls and the largest difference.
+func replayStream(t *testing.T, m *torch.Module, f fixtures.Fixture, bound float64) (calls int, worst float64) {
+	t.Helper()
 	r := streamref.Load(t, f, "forward")
-	out, err := fast.Call("reset_states")
+	out, err := m.Call("reset_states")
 	if err != nil {
 		t.Fatal(err)
 	}
 	out.Close()
-	const u = 1.0 / (1 << 24)
-	bound := 2 * 1024 * u / (1 - 1024*u) // as cmd/torchspeed's sileroBound
-	worst := 0.0
 	for i := 0; i < r.Calls(); i++ {
-		out, err := fast.Call("forward", r.Args(i)...)
+		out, err := m.Call("forward", r.Args(i)...)
 		if err != nil {
-			t.Fatalf("call %d: %v", i, err)
+			t.Fatalf("%s call %d: %v", f.Name, i, err)
 		}
 		d, err := r.Diff(i, out)
 		out.Close()
 		if err != nil || d > bound {
-			t.Fatalf("call %d: diff %.3g from PyTorch's (bound %.3g; %v)", i, d, bound, err)
+			t.Fatalf("%s call %d: diff %.3g from PyTorch's (bound %.3g; %v)", f.Name, i, d, bound, err)
 		}
 		worst = max(worst, d)
 	}
-	t.Logf("%d convs swapped (8 depthwise); %d calls within %.2g of PyTorch's", convs, r.Calls(), worst)
+	return r.Calls(), worst
 }
 
 // BenchmarkConvDepthwise times at::conv2d and torchspeed::conv_dw (taps packed on each call, as
@@ -632,12 +620,7 @@ func BenchmarkConvDepthwise(b *testing.B) {
 				r := rand.New(rand.NewPCG(13, 14))
 				x, w, bias := convData(b, r, c, true)
 				if cl {
-					xc, err := x.ChannelsLast()
-					if err != nil {
-						b.Fatal(err)
-					}
-					x = xc
-					b.Cleanup(func() { xc.Close() })
+					x = channelsLastOf(b, x)
 				}
 				var aten, fast []float64
 				ran := true

@@ -89,12 +89,7 @@ func TestConvDirectMatchesReference(t *testing.T) {
 				what := fmt.Sprintf("%v, channels-last %v, relu %v, bias %v, pool %v", c, cl, relu, bias, pool)
 				x, w, b := convData(t, r, c, bias)
 				if cl {
-					xc, err := x.ChannelsLast()
-					if err != nil {
-						t.Fatal(err)
-					}
-					x = xc
-					t.Cleanup(func() { xc.Close() })
+					x = channelsLastOf(t, x)
 				}
 				ref := refConv2d(t, x, w, b, c, relu)
 				if pool != nil {

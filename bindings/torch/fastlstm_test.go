@@ -10,7 +10,6 @@ import (
 	"github.com/torchspeed/torchspeed/bindings/torch"
 	"github.com/torchspeed/torchspeed/bindings/torch/internal/kerneltest"
 	"github.com/torchspeed/torchspeed/internal/fixtures"
-	"github.com/torchspeed/torchspeed/internal/fixtures/streamref"
 )
 
 // lstmCase is one LSTM: input [T, B, in] ([B, T, in] batch-first), layers of h units.
@@ -202,26 +201,6 @@ func TestFastLinearPassOnSileroV4(t *testing.T) {
 	if counts["aten::lstm"] != 0 || counts["torchspeed::lstm"] != 4 || linears != 16 {
 		t.Fatalf("node counts after the pass %v (%d linears swapped); want 4 torchspeed::lstm (16 linears), no aten::lstm", counts, linears)
 	}
-	r := streamref.Load(t, f, "forward")
-	out, err := fast.Call("reset_states")
-	if err != nil {
-		t.Fatal(err)
-	}
-	out.Close()
-	const u = 1.0 / (1 << 24)
-	bound := 2 * 1024 * u / (1 - 1024*u) // as cmd/torchspeed's sileroBound
-	worst := 0.0
-	for i := 0; i < r.Calls(); i++ {
-		out, err := fast.Call("forward", r.Args(i)...)
-		if err != nil {
-			t.Fatalf("call %d: %v", i, err)
-		}
-		d, err := r.Diff(i, out)
-		out.Close()
-		if err != nil || d > bound {
-			t.Fatalf("call %d: diff %.3g from PyTorch's (bound %.3g; %v)", i, d, bound, err)
-		}
-		worst = max(worst, d)
-	}
-	t.Logf("%d LSTM calls swapped; %d calls within %.2g of PyTorch's", counts["torchspeed::lstm"], r.Calls(), worst)
+	calls, worst := replayStream(t, fast, f, sileroBound)
+	t.Logf("%d LSTM calls swapped; %d calls within %.2g of PyTorch's", counts["torchspeed::lstm"], calls, worst)
 }

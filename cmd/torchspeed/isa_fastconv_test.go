@@ -44,13 +44,5 @@ func TestFastConvOnEmulatedAVX2(t *testing.T) {
 		t.Fatal(err)
 	}
 	input := "x=" + f.Path(f.Inputs[0].File)
-	native, stderr, code := cli(t, "", nil, "run", "-m", art, "--input", input, "--json")
-	if code != 0 {
-		t.Fatalf("run (native): exit %d\n%s", code, stderr)
-	}
-	emu, stderr, code := e.run(t, nil, "run", "-m", art, "--input", input, "--json")
-	if code != 0 {
-		t.Fatalf("run (emulated): exit %d\n%s", code, stderr)
-	}
-	sameRunOutputs(t, native, emu)
+	e.sameAsNative(t, art, input)
 }

@@ -179,15 +179,7 @@ func TestCLIOnEmulatedAVX2(t *testing.T) {
 		t.Errorf("bench did not say the artifact was measured on another CPU:\n%s", stderr)
 	}
 
-	native, stderr, code := cli(t, "", nil, "run", "-m", art, "--input", input, "--json")
-	if code != 0 {
-		t.Fatalf("run (native): exit %d\n%s", code, stderr)
-	}
-	emu, stderr, code := e.run(t, nil, "run", "-m", art, "--input", input, "--json")
-	if code != 0 {
-		t.Fatalf("run (emulated): exit %d\n%s", code, stderr)
-	}
-	sameRunOutputs(t, native, emu)
+	e.sameAsNative(t, art, input)
 
 	repo := filepath.Join(t.TempDir(), "repo")
 	if _, stderr, code = e.run(t, nil, "export", "triton", "-m", art, "-o", repo); code != 0 {
@@ -318,15 +310,7 @@ output: {dir: %s}
 		t.Fatalf("manifest: precision %s, load passes %q: want bf16 with %s", man.Precision, man.LoadPasses, torchspeed.PassLinearBF16)
 	}
 	input := "src=" + f.Path(f.Inputs[0].File)
-	native, stderr, code := cli(t, "", nil, "run", "-m", art, "--input", input, "--json")
-	if code != 0 {
-		t.Fatalf("run (native): exit %d\n%s", code, stderr)
-	}
-	emu, stderr, code := e.run(t, nil, "run", "-m", art, "--input", input, "--json")
-	if code != 0 {
-		t.Fatalf("run (emulated): exit %d\n%s", code, stderr)
-	}
-	sameRunOutputs(t, native, emu)
+	e.sameAsNative(t, art, input)
 	out, stderr, code := e.run(t, nil, "check", "-m", art, "--original", f.ModelPath(), "--input", input, "--no-timing", "--json")
 	if code != 0 {
 		t.Fatalf("check: exit %d\n%s\n%s", code, out, stderr)
@@ -344,6 +328,21 @@ output: {dir: %s}
 
 // runtimeEnvFileName is export's runtime environment file.
 const runtimeEnvFileName = "torchspeed.env"
+
+// sameAsNative runs art on input (`run --json`) here and emulated, and compares the outputs
+// (sameRunOutputs).
+func (e *emulated) sameAsNative(t *testing.T, art, input string) {
+	t.Helper()
+	native, stderr, code := cli(t, "", nil, "run", "-m", art, "--input", input, "--json")
+	if code != 0 {
+		t.Fatalf("run (native): exit %d\n%s", code, stderr)
+	}
+	emu, stderr, code := e.run(t, nil, "run", "-m", art, "--input", input, "--json")
+	if code != 0 {
+		t.Fatalf("run (emulated): exit %d\n%s", code, stderr)
+	}
+	sameRunOutputs(t, native, emu)
+}
 
 // sameRunOutputs compares two `run --json` results: the same outputs within float32
 // reassociation of the output's magnitude (other kernels sum in another order).

@@ -35,6 +35,10 @@
 
 namespace {
 
+using tsimpl::plain_float;
+using tsimpl::no_grad;
+using tsimpl::pair_of;
+
 // Output positions (N*OH*OW) and depth (IC*kh*kw) past which ATen's convolution runs instead:
 // below them this kernel beat ATen in BenchmarkConv2d (bindings/torch/fastconv_test.go; figures
 // in docs/architecture.md), above them it lost or could not be told apart. Small convs only.
@@ -43,24 +47,6 @@ constexpr int64_t kMaxDirectRows = 1024;  // 1x1, stride 1, no padding, channels
 constexpr int64_t kMaxK = tsimpl::kConvMaxDepth;
 constexpr int64_t kBlockFloats = 1 << 13;  // im2col rows built at once: 32 KB
 constexpr int64_t kTaskFlops = 1 << 21;    // FLOPs per parallel task, as csrc/kernels/fastlinear.cpp's
-
-bool plain_float(const at::Tensor& t) {
-  return t.defined() && t.device().is_cpu() && t.layout() == at::kStrided && t.scalar_type() == at::kFloat;
-}
-
-bool no_grad(const at::Tensor& t) { return !(t.requires_grad() && at::GradMode::is_enabled()); }
-
-// A conv parameter as a pair: ATen takes one value for both dimensions, or two.
-bool pair_of(at::IntArrayRef v, int64_t out[2]) {
-  if (v.size() == 1) {
-    out[0] = out[1] = v[0];
-    return true;
-  }
-  if (v.size() != 2) return false;
-  out[0] = v[0];
-  out[1] = v[1];
-  return true;
-}
 
 // Rows begin..end-1 of the im2col matrix into col ([end - begin, K]): row r = output position (n,
 // oh, ow), column (i, j, c) = x[n, c, oh*sh - ph + i*dh, ow*sw - pw + j*dw], 0 outside; x is a

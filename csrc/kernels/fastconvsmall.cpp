@@ -35,6 +35,10 @@
 
 namespace {
 
+using tsimpl::plain_float;
+using tsimpl::no_grad;
+using tsimpl::pair_of;
+
 using tsfast::Isa;
 constexpr int64_t kNR = tsimpl::kLinearPanel;
 
@@ -270,23 +274,6 @@ void pool_nchw(const float* conv, int64_t N, int64_t OH, int64_t OW, int64_t OC,
       }
     }
   }
-}
-
-bool plain_float(const at::Tensor& t) {
-  return t.defined() && t.device().is_cpu() && t.layout() == at::kStrided && t.scalar_type() == at::kFloat;
-}
-
-bool no_grad(const at::Tensor& t) { return !(t.requires_grad() && at::GradMode::is_enabled()); }
-
-bool pair_of(at::IntArrayRef v, int64_t out[2]) {
-  if (v.size() == 1) {
-    out[0] = out[1] = v[0];
-    return true;
-  }
-  if (v.size() != 2) return false;
-  out[0] = v[0];
-  out[1] = v[1];
-  return true;
 }
 
 }  // namespace

@@ -24,6 +24,9 @@
 
 namespace {
 
+using tsimpl::plain_float;
+using tsimpl::no_grad;
+
 constexpr int64_t kNR = tsimpl::kLinearPanel;  // panel width: two zmm, four ymm
 constexpr int64_t kMaxRows = 2048;   // rows of x past which at::linear runs instead (see README)
 constexpr int64_t kTaskFlops = 1 << 21;  // FLOPs per parallel task: smaller GEMMs stay on one thread
@@ -176,12 +179,6 @@ namespace {
 at::Tensor unpack_weight(const at::Tensor& packed, int64_t n) {
   return packed.permute({0, 2, 1}).reshape({-1, packed.size(1)}).narrow(0, 0, n).contiguous();
 }
-
-bool plain_float(const at::Tensor& t) {
-  return t.defined() && t.device().is_cpu() && t.layout() == at::kStrided && t.scalar_type() == at::kFloat;
-}
-
-bool no_grad(const at::Tensor& t) { return !(t.requires_grad() && at::GradMode::is_enabled()); }
 
 at::Tensor fallback(const at::Tensor& x, const at::Tensor& packed, const c10::optional<at::Tensor>& bias, int64_t n,
                     bool relu) {

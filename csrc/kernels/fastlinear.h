@@ -8,6 +8,26 @@
 
 namespace tsimpl {
 
+// A CPU float tensor in strided layout: what the fast kernels compute on (else ATen runs).
+inline bool plain_float(const at::Tensor& t) {
+  return t.defined() && t.device().is_cpu() && t.layout() == at::kStrided && t.scalar_type() == at::kFloat;
+}
+
+// No autograd graph to record: the fast kernels have no backward.
+inline bool no_grad(const at::Tensor& t) { return !(t.requires_grad() && at::GradMode::is_enabled()); }
+
+// A conv parameter as a pair: ATen takes one value for both dimensions, or two.
+inline bool pair_of(at::IntArrayRef v, int64_t out[2]) {
+  if (v.size() == 1) {
+    out[0] = out[1] = v[0];
+    return true;
+  }
+  if (v.size() != 2) return false;
+  out[0] = v[0];
+  out[1] = v[1];
+  return true;
+}
+
 // Columns per panel of a packed weight: panels [ceil(N / kLinearPanel), K, kLinearPanel].
 constexpr int64_t kLinearPanel = 32;
 // Depth (IC*kh*kw) past which conv2d_gemm always runs ATen's convolution: the fast_conv pass

@@ -29,6 +29,8 @@
 
 namespace {
 
+using tsimpl::no_grad;
+
 constexpr int64_t kNR = tsimpl::kLinearPanel;
 constexpr int64_t kMaxRows = 2048;       // as the FP32 kernel: BLAS wins past it
 constexpr int64_t kTaskFlops = 1 << 21;  // FLOPs per parallel task
@@ -270,8 +272,6 @@ Bf16Path detect_path() {
 bool plain(const at::Tensor& t, at::ScalarType st) {
   return t.defined() && t.device().is_cpu() && t.layout() == at::kStrided && t.scalar_type() == st;
 }
-
-bool no_grad(const at::Tensor& t) { return !(t.requires_grad() && at::GradMode::is_enabled()); }
 
 }  // namespace
 

@@ -28,15 +28,12 @@
 
 namespace {
 
+using tsimpl::plain_float;
+using tsimpl::no_grad;
+
 constexpr int64_t kCols = 16;  // packed gate columns are padded to a multiple of this
 
 int64_t padded(int64_t n) { return (n + kCols - 1) / kCols * kCols; }
-
-bool plain_float(const at::Tensor& t) {
-  return t.defined() && t.device().is_cpu() && t.layout() == at::kStrided && t.scalar_type() == at::kFloat;
-}
-
-bool no_grad(const at::Tensor& t) { return !(t.requires_grad() && at::GradMode::is_enabled()); }
 
 // exp(x) for the gates (Cephes' expf), written so that the compiler vectorizes a loop calling it:
 // no libm call (n = round(x / ln 2) by adding and subtracting 1.5 * 2^23, whose low bits are then

@@ -13,23 +13,13 @@
 
 namespace {
 
+using tsimpl::pair_of;
+
 using torch::jit::Node;
 using torch::jit::Value;
 
 using tsimpl::constant_float;
 using tsimpl::only_user;
-
-// A conv parameter as a pair: ATen takes one value for both dimensions, or two.
-bool pair_of(at::IntArrayRef v, int64_t out[2]) {
-  if (v.size() == 1) {
-    out[0] = out[1] = v[0];
-    return true;
-  }
-  if (v.size() != 2) return false;
-  out[0] = v[0];
-  out[1] = v[1];
-  return true;
-}
 
 c10::optional<std::vector<int64_t>> const_ints(Value* v) {
   auto iv = torch::jit::toIValue(v);

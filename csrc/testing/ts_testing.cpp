@@ -19,6 +19,8 @@ using tsimpl::fail;
 
 namespace {
 
+using tsimpl::plain_float;
+
 // The kernel a ts_kernel names, for the entries that take torchspeed's (not ATEN). FAST is the
 // widest this CPU has; a forced one it lacks fails (TS_CODE_UNSUPPORTED).
 Isa isa_of(ts_kernel kernel) {
@@ -29,10 +31,6 @@ Isa isa_of(ts_kernel kernel) {
     case TS_KERNEL_AVX512: return tsfast::resolve(Isa::Avx512);
     default: fail(TS_CODE_INVALID_ARGUMENT, "unknown kernel " + std::to_string(kernel));
   }
-}
-
-bool plain_float(const at::Tensor& t) {
-  return t.defined() && t.device().is_cpu() && t.layout() == at::kStrided && t.scalar_type() == at::kFloat;
 }
 
 c10::optional<at::Tensor> optional_of(const ts_tensor* t) {

@@ -28,11 +28,7 @@ func TestFP32FastLinear(t *testing.T) {
 		t.Fatal(err)
 	}
 	const name = "freeze + fast_linear"
-	s := stageNamed(rep, name)
-	if s == nil {
-		t.Fatalf("no %q row: stages %+v", name, rep.Stages)
-	}
-	t.Logf("%s: %s, %s", name, s.Status, s.Reason)
+	s := mustStage(t, rep, name)
 	if s.Status != report.StatusKept || !strings.Contains(s.Reason, "8 linear layers swapped") || !strings.Contains(s.Reason, "2 with a fused relu") {
 		t.Errorf("row %s, %q: want kept (fast_linear is on) with 8 linears, 2 relus", s.Status, s.Reason)
 	}
@@ -151,11 +147,7 @@ func TestFP32FastConv(t *testing.T) {
 		t.Fatal(err)
 	}
 	const name = "freeze + fast_linear + fast_conv"
-	s := stageNamed(rep, name)
-	if s == nil {
-		t.Fatalf("no %q row: stages %+v", name, rep.Stages)
-	}
-	t.Logf("%s: %s, %s", name, s.Status, s.Reason)
+	s := mustStage(t, rep, name)
 	if s.Status != report.StatusKept || !strings.Contains(s.Reason, "2 convolutions swapped") || !strings.Contains(s.Reason, "2 with a fused relu") {
 		t.Errorf("row %s, %q: want kept (fast_conv is on) with 2 convolutions, 2 relus", s.Status, s.Reason)
 	}

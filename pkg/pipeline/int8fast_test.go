@@ -30,11 +30,7 @@ func TestINT8FastQDQ(t *testing.T) {
 		t.Fatal(err)
 	}
 	const name = "INT8 static + fast_qdq"
-	s := stageNamed(rep, name)
-	if s == nil {
-		t.Fatalf("no %q row: stages %+v", name, rep.Stages)
-	}
-	t.Logf("%s: %s, %s", name, s.Status, s.Reason)
+	s := mustStage(t, rep, name)
 	if s.Status != report.StatusKept || !strings.Contains(s.Reason, "outputs exactly INT8 static's") {
 		t.Errorf("row %s, %q: want kept (fast_qdq is on) with the exact comparison", s.Status, s.Reason)
 	}

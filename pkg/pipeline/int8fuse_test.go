@@ -41,11 +41,7 @@ func TestINT8FuseConvAdd(t *testing.T) {
 		t.Fatal(err)
 	}
 	const name = "INT8 static + fast_qdq + fuse_conv_add"
-	s := stageNamed(rep, name)
-	if s == nil {
-		t.Fatalf("no %q row: stages %+v", name, rep.Stages)
-	}
-	t.Logf("%s: %s, %s", name, s.Status, s.Reason)
+	s := mustStage(t, rep, name)
 	if s.Status != report.StatusKept || !strings.Contains(s.Reason, "8 conv + add pairs fused; against FP32") {
 		t.Errorf("row %s, %q: want kept (fuse_conv_add is on) with its validation", s.Status, s.Reason)
 	}

@@ -33,6 +33,17 @@ func stageNamed(rep *report.Report, name string) *report.Stage {
 	return nil
 }
 
+// mustStage returns the report's row called name, logged, and fails the test without one.
+func mustStage(t *testing.T, rep *report.Report, name string) *report.Stage {
+	t.Helper()
+	s := stageNamed(rep, name)
+	if s == nil {
+		t.Fatalf("no %q row: stages %+v", name, rep.Stages)
+	}
+	t.Logf("%s: %s, %s", name, s.Status, s.Reason)
+	return s
+}
+
 // An INT8 model with an FP32 island (resnet18's conv1 kept FP32 by quantize.skip) gets an
 // "INT8 static + optimize_for_inference" candidate; kept (optimize_for_inference: true), the
 // artifact is the INT8 model plus the load-time pass, and torchspeed.Load answers like that.
@@ -54,11 +65,8 @@ func TestINT8OFI(t *testing.T) {
 		t.Fatal(err)
 	}
 	const name = "INT8 static + optimize_for_inference"
-	s := stageNamed(rep, name)
-	if s == nil {
-		t.Fatalf("no %q row: stages %+v", name, rep.Stages)
-	}
-	t.Logf("%s: %s, %s; p50 %v ms", name, s.Status, s.Reason, deref(s.P50Ms))
+	s := mustStage(t, rep, name)
+	t.Logf("%s: p50 %v ms", name, deref(s.P50Ms))
 	if s.Status != report.StatusKept || !strings.Contains(s.Reason, "outputs match INT8 static's: cosine") || s.Precision != "int8-static" {
 		t.Errorf("row %s, %s, %q: want kept (optimize_for_inference is on), int8-static, with the comparison with INT8 static", s.Status, s.Precision, s.Reason)
 	}

@@ -33,11 +33,7 @@ func TestLinearBF16Variant(t *testing.T) {
 		t.Fatal(err)
 	}
 	const name = "freeze + fast_linear + linear_bf16"
-	s := stageNamed(rep, name)
-	if s == nil {
-		t.Fatalf("no %q row: stages %+v", name, rep.Stages)
-	}
-	t.Logf("%s: %s, %s", name, s.Status, s.Reason)
+	s := mustStage(t, rep, name)
 	if s.Status != report.StatusKept || !strings.Contains(s.Reason, "8 linear layers in BF16") || !strings.Contains(s.Reason, "validated against the original") {
 		t.Errorf("row %s, %q: want kept (linear_bf16 is on) with 8 linears, validated", s.Status, s.Reason)
 	}

@@ -232,18 +232,24 @@ func Conv2d(x, w, b *torch.Tensor, p ConvParams, relu bool, kernel Kernel) (y *t
 		return nil, false, err
 	}
 	defer release()
-	args := C.ts_test_conv2d_args{groups: C.int64_t(p.Groups), relu: cBool(relu)}
-	for i := 0; i < 2; i++ {
-		args.stride[i] = C.int64_t(p.Stride[i])
-		args.padding[i] = C.int64_t(p.Padding[i])
-		args.dilation[i] = C.int64_t(p.Dilation[i])
-	}
+	args := p.cArgs(relu)
 	var out *C.ts_tensor
 	var f C.int32_t
 	if err := statusErr(C.ts_test_conv2d(c[0], c[1], c[2], &args, C.ts_kernel(kernel), &out, &f)); err != nil {
 		return nil, false, err
 	}
 	return wrap(out), f != 0, nil
+}
+
+// cArgs is p with relu as the test shim takes them.
+func (p ConvParams) cArgs(relu bool) C.ts_test_conv2d_args {
+	args := C.ts_test_conv2d_args{groups: C.int64_t(p.Groups), relu: cBool(relu)}
+	for i := 0; i < 2; i++ {
+		args.stride[i] = C.int64_t(p.Stride[i])
+		args.padding[i] = C.int64_t(p.Padding[i])
+		args.dilation[i] = C.int64_t(p.Dilation[i])
+	}
+	return args
 }
 
 // PoolParams are a max_pool2d's kernel and stride (height, width); no padding, dilation 1, floor.
@@ -265,12 +271,7 @@ func Conv2dPool(x, w, b *torch.Tensor, p ConvParams, relu bool, pool *PoolParams
 		return nil, false, err
 	}
 	defer release()
-	args := C.ts_test_conv2d_args{groups: C.int64_t(p.Groups), relu: cBool(relu)}
-	for i := 0; i < 2; i++ {
-		args.stride[i] = C.int64_t(p.Stride[i])
-		args.padding[i] = C.int64_t(p.Padding[i])
-		args.dilation[i] = C.int64_t(p.Dilation[i])
-	}
+	args := p.cArgs(relu)
 	var pa *C.ts_test_pool_args
 	if pool != nil {
 		pa = &C.ts_test_pool_args{}
