@@ -265,8 +265,11 @@ class Worker:
                 pass
 
     def run(self, k, timeout):
-        self.proc.stdin.write(f"run {k}\n")
-        self.proc.stdin.flush()
+        try:
+            self.proc.stdin.write(f"run {k}\n")
+            self.proc.stdin.flush()
+        except OSError:  # the pipe broke: the worker has exited
+            raise EOFError(f"{self.name}: exited (rc {self.proc.wait()}): {self.stderr_tail()}") from None
         line = self._readline(timeout)
         if not line.startswith("ns"):
             raise RuntimeError(f"{self.name}: {line}")
@@ -656,11 +659,26 @@ def bench_model(args, entry, rng):
               "torchspeed_artifact": ts_info, "skipped": skipped, "contenders": [], "interrupted": False,
               "processes": args.processes}
     interrupted = False
+
+    def drop(c, why):
+        log(f"{name}: {c} {why}")
+        skipped.append({"contender": c, "why": why})
+        live.remove(c)
+        for w in procs[c]:
+            w.close()
+        blocks.pop(c, None)
+        other.pop(c, None)
+
+    blocks, other = {}, {}
     try:
         ks = {}
-        for c in live:
+        for c in list(live):
             procs[c][0].resume()
-            ns = procs[c][0].run(3, args.ready_timeout)
+            try:
+                ns = procs[c][0].run(3, args.ready_timeout)
+            except (TimeoutError, EOFError, RuntimeError) as e:
+                drop(c, f"failed before the rounds: {e}")
+                continue
             procs[c][0].pause()
             est = max(1e-6, sorted(ns)[1] / 1e9)
             # The block is split between the contender's processes: a round costs the same time
@@ -682,11 +700,19 @@ def bench_model(args, entry, rng):
                 t0 = time.monotonic()
                 w = procs[c][i]
                 w.resume()
+                if c not in live:  # dropped earlier in this round
+                    continue
                 try:
                     # The first --block-warmup runs of a turn are not timed: a process that was
                     # stopped pays for waking its threads and refilling the caches.
                     ns = w.run(ks[c] + args.block_warmup, args.ready_timeout + 60)[args.block_warmup:]
                     w.pause()
+                except (TimeoutError, EOFError, RuntimeError) as e:
+                    # A contender whose process died or stopped answering leaves the table (its
+                    # other rounds would pair with nothing); the rest go on.
+                    drop(c, f"failed in round {r + 1}: {e}")
+                    del got[c]
+                    continue
                 except KeyboardInterrupt:
                     # Keep the complete rounds: a partial one would pair some contenders only.
                     log(f"{name}: interrupted in round {r + 1}: keeping the {r} complete round(s)")
@@ -820,7 +846,7 @@ def verdict_lines(doc):
         opt_cell = "-"
         if opt.get("wall_s"):
             opt_cell = f"{opt['wall_s']:.0f} s, {opt.get('search') or '?'} search" + (
-                "" if opt.get("this_run") else f" (earlier run, {opt.get('started', '?')})")
+                "" if opt.get("this_run") else f" (earlier run, {(opt.get('started') or '?')[:16]})")
         val = art.get("validation_metrics") or {}
         acc = art.get("precision") or "?"
         if art.get("max_abs_vs_ref") is not None:
