@@ -200,6 +200,11 @@ def peer_stats(args, name, raw, flags=()):
 # ---------------------------------------------------------------- workers
 
 
+# Every worker started, so that the driver's exit closes any a failure left behind (stopped
+# between turns, they would otherwise outlive it).
+STARTED = []
+
+
 class Worker:
     """One long-lived contender process speaking the "run K" protocol; its stderr goes to a log
     file (a pipe nobody reads while others are timed could fill and stall it)."""
@@ -210,6 +215,7 @@ class Worker:
         self.log = open(log_path, "w")
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self.log, text=True, env=env, cwd=cwd, bufsize=1)
+        STARTED.append(self)
 
     def stderr_tail(self, n=5):
         try:
@@ -417,6 +423,17 @@ def artifact_summary(art, rep, ran_s, **more):
             **more}
 
 
+def peer_thread_counts(args):
+    """[(threads, name suffix)] each PyTorch and ONNX Runtime peer runs at: --threads (the plain
+    name), and 1 as well ("-1t") where --threads is more, as a user tunes a peer to its faster
+    count (a batch-1 call of a small model can lose more to a second thread's wake-ups than it
+    gains); the faster one is the one that can be the best peer."""
+    out = [(str(args.threads), "")]
+    if args.threads > 1:
+        out.append(("1", "-1t"))
+    return out
+
+
 def stream_contenders(args, entry):
     """The contenders of a stateful streaming model (a fixture with a stream, e.g. Silero VAD as
     shipped): every one calls forward on the stream's chunks in order, one chunk a call, with
@@ -431,15 +448,17 @@ def stream_contenders(args, entry):
     model = os.path.join(args.fixtures, entry["file"])
     t = str(args.threads)
     out, skipped = [], []
-    pyw = [PY, os.path.join(HERE, "torch_worker.py"), "--model", model, "--input", x, "--threads", t, "--ref", ref,
-           "--stream-sr", sr]
-    for r in ("jit", "freeze_ofi"):
-        out.append(("py-" + r.replace("_", "-"), pyw + ["--recipe", r], "peer"))
     onnx = entry.get("onnx")
-    if onnx:
-        out.append(("ort-fp32", ["node", os.path.join(HERE, "ort_worker.js"), os.path.join(args.fixtures, onnx["file"]),
-                                 x, t, ref, "10", json.dumps(onnx)], "peer"))
-    else:
+    for thr, suffix in peer_thread_counts(args):
+        pyw = [PY, os.path.join(HERE, "torch_worker.py"), "--model", model, "--input", x, "--threads", thr,
+               "--ref", ref, "--stream-sr", sr]
+        for r in ("jit", "freeze_ofi"):
+            out.append(("py-" + r.replace("_", "-") + suffix, pyw + ["--recipe", r], "peer"))
+        if onnx:
+            out.append(("ort-fp32" + suffix, ["node", os.path.join(HERE, "ort_worker.js"),
+                                              os.path.join(args.fixtures, onnx["file"]), x, thr, ref, "10",
+                                              json.dumps(onnx)], "peer"))
+    if not onnx:
         skipped.append({"contender": "ort-fp32", "why": "the fixture names no ONNX file"})
     try:
         art, rep, ran_s = optimize(args, entry)
@@ -483,15 +502,19 @@ def contenders(args, entry):
     cnn = kind in ("cnn", "digits")
     calib = calib_file(args, entry) if cnn else None
     out, skipped = [], []
-    pyw = [PY, os.path.join(HERE, "torch_worker.py"), "--model", model, "--input", x, "--threads", t, "--ref", ref]
     recipes = ["jit", "freeze_ofi"] + (["cl_freeze_ofi", "int8_static"] if cnn else ["int8_dynamic"])
-    for r in recipes:
-        argv = pyw + ["--recipe", r] + (["--calib", calib] if r == "int8_static" else [])
-        out.append(("py-" + r.replace("_static", "").replace("_dynamic", "").replace("_", "-"), argv, "peer"))
     onnx, why = export_onnx(args, entry)
-    if onnx:
-        out.append(("ort-fp32", ["node", os.path.join(HERE, "ort_worker.js"), onnx, x, t, ref], "peer"))
-    else:
+    for thr, suffix in peer_thread_counts(args):
+        pyw = [PY, os.path.join(HERE, "torch_worker.py"), "--model", model, "--input", x, "--threads", thr,
+               "--ref", ref]
+        for r in recipes:
+            argv = pyw + ["--recipe", r] + (["--calib", calib] if r == "int8_static" else [])
+            out.append(("py-" + r.replace("_static", "").replace("_dynamic", "").replace("_", "-") + suffix,
+                        argv, "peer"))
+        if onnx:
+            out.append(("ort-fp32" + suffix, ["node", os.path.join(HERE, "ort_worker.js"), onnx, x, thr, ref],
+                        "peer"))
+    if not onnx:
         skipped.append({"contender": "ort-fp32", "why": why})
     pt2, why = pt2_contenders(args, entry, calib_file(args, entry))
     out += pt2
@@ -1021,6 +1044,12 @@ def main():
         return
     if args.processes < 1:
         sys.exit(f"bench-peers: --processes {args.processes}: want 1 or more")
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+    # SIGTERM (kill, a CI timeout) as Ctrl-C: keep the complete rounds, and resume and close the
+    # workers, which would otherwise stay stopped (SIGSTOP between turns) after the driver died.
+    signal.signal(signal.SIGTERM, interrupt)
     tools = [(args.torchspeed, "make build"), (args.goworker, "make bench-peers builds it"),
              (args.peerstats, "make bench-peers builds it")]
     if args.floor:
@@ -1098,4 +1127,11 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:
+        log("interrupted before a model's rounds began: nothing more written")
+        sys.exit(130)
+    finally:
+        for w in STARTED:
+            w.close()

@@ -87,7 +87,7 @@ def configurations(args, entry):
     if not onnx:
         skipped.append({"contender": "ort-fp32", "why": why})
     try:
-        art, rep = bp.optimize(args, entry)
+        art, rep, _ = bp.optimize(args, entry)
     except (RuntimeError, OSError, ValueError) as e:
         art, rep = None, None
         skipped.append({"contender": "ts-*", "why": str(e)})
