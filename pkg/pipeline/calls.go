@@ -241,9 +241,18 @@ func (k *caller) start(m *torch.Module) error {
 	return res.Close()
 }
 
-// call runs the method on m with one call's tensors.
+// call runs the method on m with one call's tensors, on the shared inference thread.
 func (k *caller) call(m *torch.Module, tensors []*torch.Tensor) ([]torch.Output, error) {
+	return k.callOn(m, tensors, false)
+}
+
+// callOn is call, on the calling goroutine's thread with a one-thread team when one is set
+// (as Predict runs an artifact of one thread), else on the shared inference thread.
+func (k *caller) callOn(m *torch.Module, tensors []*torch.Tensor, one bool) ([]torch.Output, error) {
 	if k == nil || !k.typed {
+		if one {
+			return m.ForwardOneThread(tensors...)
+		}
 		return m.Forward(tensors...)
 	}
 	if len(tensors) != len(k.tensors) {
@@ -273,7 +282,11 @@ func (k *caller) call(m *torch.Module, tensors []*torch.Tensor) ([]torch.Output,
 		}
 		made = append(made, args[i])
 	}
-	res, err := m.Call(k.method, args...)
+	call := m.Call
+	if one {
+		call = m.CallOneThread
+	}
+	res, err := call(k.method, args...)
 	if err != nil {
 		return nil, err
 	}

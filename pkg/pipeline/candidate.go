@@ -120,15 +120,21 @@ func (c *candidate) close() {
 // forward runs the candidate as Predict would: channels-last conversion included, constants
 // and the configured method through its caller.
 func (c *candidate) forward(in []*torch.Tensor) ([]torch.Output, error) {
+	return c.forwardOn(in, false)
+}
+
+// forwardOn is forward, on the calling goroutine's thread with a one-thread team when one is
+// set (as Predict runs a one-thread artifact: no hand-off to the inference thread).
+func (c *candidate) forwardOn(in []*torch.Tensor, one bool) ([]torch.Output, error) {
 	if !c.channelsLast {
-		return c.call.call(c.mod, in)
+		return c.call.callOn(c.mod, in, one)
 	}
 	conv, release, err := torchspeed.ChannelsLastInputs(in)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	return c.call.call(c.mod, conv)
+	return c.call.callOn(c.mod, conv, one)
 }
 
 // start begins a pass over ordered inputs: a stateful model is reset first.
@@ -144,6 +150,10 @@ type target struct {
 	delay time.Duration
 	// onRun, if set, hears about every run (progress: the original runs once per round).
 	onRun func()
+	// oneThread runs each forward on the caller's thread with a one-thread team, as Predict
+	// runs an artifact of one thread; otherwise on the shared inference thread, as Predict runs
+	// one of more.
+	oneThread bool
 }
 
 func (t *target) Name() string { return t.name }
@@ -158,7 +168,7 @@ func (t *target) Run() error {
 	if t.delay > 0 {
 		time.Sleep(t.delay)
 	}
-	outs, err := t.c.forward(t.inputs)
+	outs, err := t.c.forwardOn(t.inputs, t.oneThread)
 	if err != nil {
 		return err
 	}

@@ -382,15 +382,17 @@ func (r *run) chooseFP32Threads(best *candidate) error {
 }
 
 // pickThreads runs bench.ChooseThreads on the forward of at(n) at each count n; it leaves the
-// chosen count set. Every count runs on the shared inference thread, switched there alone for
-// each block: torch.SetNumThreads per block restarted libtorch's pthreadpool each time, whose
-// new threads spun beside the measured ones (see ts_set_num_threads), and it ran the count of
-// 1 on the caller's Go threads, not on the thread every other count ran on. The chosen count
-// is then set for the process.
+// chosen count set. Each count runs as Predict runs an artifact of that count: more than one on
+// the shared inference thread, switched there alone for each block (torch.SetNumThreads per
+// block restarted libtorch's pthreadpool each time, whose new threads spun beside the measured
+// ones; see ts_set_num_threads), and one on the caller's thread with a one-thread team, with no
+// hand-off. Timing 1 through the hand-off too chose 2 threads for the digits CNN by 5% where
+// the Go API then ran 1.4x slower than it would have at 1 (the hand-off, ~5 us, outweighed
+// the second thread; docs/architecture.md). The chosen count is then set for the process.
 func (r *run) pickThreads(at func(n int) *candidate) (bench.ThreadChoice, error) {
 	var tg *target
 	set := func(n int) error {
-		tg = &target{ctx: r.ctx, c: at(n), inputs: r.inputs}
+		tg = &target{ctx: r.ctx, c: at(n), inputs: r.inputs, oneThread: n == 1}
 		var err error
 		torch.Do(func() { err = torch.SetNumThreadsOnThisThread(n) })
 		return err
