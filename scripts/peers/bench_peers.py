@@ -849,6 +849,15 @@ def markdown(doc):
     return "\n".join(lines) + "\n"
 
 
+def with_best_peer(doc):
+    """(model result, its contenders by name, its best peer) for every model a peer ran on."""
+    for r in doc["models"]:
+        by = {c["contender"]: c for c in r["contenders"]}
+        best = by.get(r.get("best_peer"))
+        if best:
+            yield r, by, best
+
+
 # torchspeed's goal: a p50 at most this fraction of the best peer's (1.5x faster).
 TARGET_RATIO = 0.67
 
@@ -859,11 +868,7 @@ def verdict_lines(doc):
     ratios would reward being slower), the artifact's precision and validation, and what
     optimize cost."""
     rows = []
-    for r in doc["models"]:
-        by = {c["contender"]: c for c in r["contenders"]}
-        best = by.get(r.get("best_peer"))
-        if not best:
-            continue
+    for r, by, best in with_best_peer(doc):
         art = r.get("torchspeed_artifact") or {}
         opt = art.get("optimize") or {}
         opt_cell = "-"
@@ -912,11 +917,7 @@ def tail_lines(doc):
     """One line per torchspeed contender: its p95/p50 minus the best peer's with the paired
     interval, and the floor's p95/p50 at its duration and at the peer's."""
     out = []
-    for r in doc["models"]:
-        by = {c["contender"]: c for c in r["contenders"]}
-        best = by.get(r.get("best_peer"))
-        if not best:
-            continue
+    for r, by, best in with_best_peer(doc):
         floors = {c["floor_for"]: c for c in r["contenders"] if c["kind"] == "floor"}
         peer_floor = next((f for k, f in floors.items() if by.get(k, {}).get("kind") == "peer"), None)
         for c in r["contenders"]:
