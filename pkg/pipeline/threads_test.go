@@ -64,12 +64,7 @@ func TestThreadsChosenOnShippedModel(t *testing.T) {
 			if deferred && (fp32N >= 1 || !kept) {
 				t.Fatalf("FP32's count said unmeasured, yet chosen (%d) or INT8 not kept (%v); decisions:\n%s", fp32N, kept, strings.Join(rep.Decisions, "\n"))
 			}
-			var int8Meas *report.Measurement
-			for i := range rep.Measurements {
-				if rep.Measurements[i].Name == "INT8 vs FP32" {
-					int8Meas = &rep.Measurements[i]
-				}
-			}
+			int8Meas := measurementNamed(rep, "INT8 vs FP32")
 			if int8Meas == nil || int8Meas.Threads != int8N {
 				t.Fatalf("INT8 vs FP32 measurement %+v, want it at INT8's %d thread(s)", int8Meas, int8N)
 			}
@@ -116,12 +111,7 @@ func TestQuickStagesAtFewestThreads(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := map[string]int{config.SearchQuick: 1, config.SearchFull: 2}[search]
-			var stages *report.Measurement
-			for i := range rep.Measurements {
-				if rep.Measurements[i].Name == "stages" {
-					stages = &rep.Measurements[i]
-				}
-			}
+			stages := measurementNamed(rep, "stages")
 			if stages == nil || stages.Threads != want {
 				t.Fatalf("stages measured %+v, want at %d thread(s)", stages, want)
 			}
@@ -131,4 +121,14 @@ func TestQuickStagesAtFewestThreads(t *testing.T) {
 			}
 		})
 	}
+}
+
+// measurementNamed returns the report's measurement called name, or nil.
+func measurementNamed(rep *report.Report, name string) *report.Measurement {
+	for i := range rep.Measurements {
+		if rep.Measurements[i].Name == name {
+			return &rep.Measurements[i]
+		}
+	}
+	return nil
 }
