@@ -292,6 +292,12 @@ class Worker:
             except (OSError, subprocess.TimeoutExpired):
                 self.proc.kill()
                 self.proc.wait()
+        # Its pipes too: STARTED keeps every Worker to the end, and a full run starts hundreds.
+        for f in (self.proc.stdin, self.proc.stdout):
+            try:
+                f.close()
+            except OSError:  # a broken pipe's buffered "quit"
+                pass
 
 
 # ---------------------------------------------------------------- preparation
